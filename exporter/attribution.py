@@ -1,0 +1,120 @@
+"""The GPU → owner Mapping, refreshed from the kubelet in the background; scrapes only read it."""
+
+from __future__ import annotations
+
+import threading
+import time
+from typing import Callable, NamedTuple, Optional
+
+from exporter.devices import EMPTY_MAPPING, Mapping, MigResolver, build_mapping
+from exporter.errors import KubeletError
+from exporter.logs import DependencyReporter, log
+
+
+class Snapshot(NamedTuple):
+    """What a scrape needs to know about attribution, read in one step."""
+
+    mapping: Mapping
+    kubelet_up: bool  # the last List succeeded
+    age_seconds: Optional[float]  # since the mapping in use was listed; None when there is none
+
+
+class Attribution:
+    """Keeps the last good Mapping fresh; at most one List call per refresh interval, whatever the scrape rate.
+
+    The kubelet rate-limits PodResources for every client on the node (100 rps, burst 10), so scrapes
+    must never call it: a background thread lists every `refresh_interval_seconds`, and when a List
+    fails the last good mapping is kept for up to `max_age_seconds` before samples go unattributed —
+    pods come and go, and a stale owner is worse than none.
+    """
+
+    def __init__(
+        self,
+        list_devices: Callable[[], list],
+        refresh_interval_seconds: float,
+        max_age_seconds: float,
+        resolve_mig: MigResolver | None = None,
+        clock: Callable[[], float] = time.monotonic,
+        describe: str = "kubelet",
+    ):
+        self._list_devices = list_devices
+        self._interval = refresh_interval_seconds
+        self._max_age = max_age_seconds
+        self._resolve_mig = resolve_mig
+        self._clock = clock
+        self._reporter = DependencyReporter("kubelet")
+        self._describe = describe
+        self._lock = threading.Lock()
+        self._mapping: Mapping = EMPTY_MAPPING
+        self._listed_at: Optional[float] = None
+        self._up = False
+        self._expired_logged = False
+        self._stop = threading.Event()
+        self._thread: Optional[threading.Thread] = None
+        self.list_calls = 0
+        self.list_failures = 0
+
+    def refresh(self) -> bool:
+        """List once and install the new mapping; on failure keep the last good one. Returns success."""
+        self.list_calls += 1
+        try:
+            mapping = build_mapping(self._list_devices(), self._resolve_mig)
+        except KubeletError as exc:
+            self.list_failures += 1
+            with self._lock:
+                self._up = False
+            self._reporter.failed(exc.reason, str(exc), socket=self._describe)
+            return False
+        with self._lock:
+            changed = mapping != self._mapping
+            self._mapping, self._listed_at, self._up = mapping, self._clock(), True
+            self._expired_logged = False
+        self._reporter.succeeded(f"{self._describe} answering again")
+        if changed:
+            self._log_mapping(mapping)
+        return True
+
+    def current(self) -> Snapshot:
+        with self._lock:
+            mapping, listed_at, up = self._mapping, self._listed_at, self._up
+        if listed_at is None:
+            return Snapshot(EMPTY_MAPPING, up, None)
+        age = self._clock() - listed_at
+        if age > self._max_age:
+            self._log_expired_once(age)
+            return Snapshot(EMPTY_MAPPING, up, age)
+        return Snapshot(mapping, up, age)
+
+    def start(self) -> None:
+        """Refresh once now (so the first scrape is attributed), then in a daemon thread."""
+        self.refresh()
+        self._thread = threading.Thread(target=self._run, name="kubelet-refresher", daemon=True)
+        self._thread.start()
+
+    def stop(self, timeout_seconds: float = 2.0) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout_seconds)
+
+    def _run(self) -> None:
+        while not self._stop.wait(self._interval):
+            try:
+                self.refresh()
+            except Exception:  # a bug must not end the refresher for good, as it did in the seed
+                log("error", "unexpected error refreshing the GPU mapping", exc_info=True)
+
+    def _log_expired_once(self, age: float) -> None:
+        with self._lock:
+            first, self._expired_logged = not self._expired_logged, True
+        if first:
+            log("warn", "kubelet unreachable for too long: GPU samples are served without owner labels until it answers",
+                mapping_age_seconds=round(age, 1), max_age_seconds=self._max_age)
+
+    @staticmethod
+    def _log_mapping(mapping: Mapping) -> None:
+        pods = {(a.owner.namespace, a.owner.pod) for a in mapping.allocations}
+        log("info", "GPU mapping updated", allocations=len(mapping.allocations), pods=len(pods),
+            unresolved=len(mapping.unresolved))
+        if mapping.unresolved:
+            log("warn", "some allocated GPU devices cannot be matched to dcgm samples",
+                device_ids=",".join(mapping.unresolved))

@@ -1,0 +1,163 @@
+"""Entry point: argv → Config, logging, signals, and the serve / demo / mapping commands."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import sys
+import threading
+from typing import Callable, Optional, Sequence
+
+from exporter.attribution import Attribution
+from exporter.config import Config, parse_config
+from exporter.devices import build_mapping
+from exporter.errors import ConfigError, KubeletError
+from exporter.logs import log, setup_logging
+
+EXIT_OK, EXIT_FAILURE, EXIT_USAGE = 0, 1, 2
+
+
+def main(argv: Optional[Sequence[str]] = None) -> int:
+    try:
+        config = parse_config(sys.argv[1:] if argv is None else argv, os.environ)
+    except ConfigError as exc:
+        print(f"pod-gpu-metrics-exporter: error: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    setup_logging(config.log_level, config.log_format)
+    if config.command == "mapping":
+        return print_mapping(config)
+    if config.command == "demo":
+        from exporter.demo import run_demo  # imported lazily: only the demo needs the fakes
+
+        return run_demo(config, serve)
+    return serve(config)
+
+
+def serve(config: Config, on_ready: Optional[Callable[[str], None]] = None) -> int:
+    """Serve until SIGTERM/SIGINT; returns the process exit code."""
+    # Imported here so `--help` and `mapping` stay fast and independent of the HTTP stack.
+    from exporter.podresources import PodResourcesClient
+    from exporter.scrape import Scraper
+    from exporter.server import App, ExporterHTTPServer
+    from exporter.upstream import FileSource, HttpSource
+
+    try:
+        web_config = _load_web_config(config.web_config_file)
+    except ConfigError as exc:
+        print(f"pod-gpu-metrics-exporter: error: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    source = FileSource(config.dcgm_file) if config.dcgm_file else HttpSource(config.dcgm_url, config.dcgm_timeout_seconds)
+    client = PodResourcesClient(config.kubelet_socket, config.kubelet_timeout_seconds)
+    attribution = Attribution(
+        client.list_devices,
+        config.kubelet_refresh_interval_seconds,
+        config.mapping_max_age_seconds,
+        resolve_mig=_mig_resolver(),
+        describe=config.kubelet_socket,
+    )
+    app = App(Scraper(source, attribution, config.labels_style), attribution, config.telemetry_path, web_config)
+    try:
+        server = ExporterHTTPServer(config.listen_host, config.listen_port, app,
+                                    web_config.ssl_context() if web_config else None)
+    except OSError as exc:
+        log("error", "cannot listen", address=config.listen_address, error=exc.strerror or str(exc))
+        client.close()
+        return EXIT_FAILURE
+    _stop_on_signals(server)
+    attribution.start()
+    scheme = "https" if web_config is not None and web_config.tls_enabled else "http"
+    log("info", "listening", address=server.bound_address, scheme=scheme, telemetry_path=config.telemetry_path,
+        dcgm=source.describe(), kubelet_socket=config.kubelet_socket, labels_style=config.labels_style)
+    if on_ready is not None:
+        on_ready(f"{scheme}://{_local_host(server)}{config.telemetry_path}")
+    try:
+        server.serve_forever(poll_interval=0.5)
+    finally:
+        attribution.stop()
+        client.close()
+        server.server_close()
+    log("info", "stopped")
+    return EXIT_OK
+
+
+def _load_web_config(path: Optional[str]):
+    if path is None:
+        return None
+    from exporter.webconfig import load_web_config
+
+    return load_web_config(path)
+
+
+def _mig_resolver():
+    """NVML resolves MIG-<uuid> device IDs when the optional nvidia-ml-py extra and a driver are present."""
+    try:
+        from exporter.nvml import make_mig_resolver
+    except ImportError:
+        return None
+    return make_mig_resolver()
+
+
+def _stop_on_signals(server) -> None:
+    def stop(signum, _frame):
+        log("info", "shutting down", signal=signal.Signals(signum).name)
+        # shutdown() waits for serve_forever to return, so it must run outside the main thread.
+        threading.Thread(target=server.shutdown, daemon=True).start()
+
+    signal.signal(signal.SIGTERM, stop)
+    signal.signal(signal.SIGINT, stop)
+
+
+def _local_host(server) -> str:
+    host, port = server.server_address[:2]
+    if host in ("::", "0.0.0.0", ""):
+        host = "127.0.0.1"
+    return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+
+
+def print_mapping(config: Config) -> int:
+    """`mapping`: one List, printed as a table or JSON."""
+    from exporter.podresources import PodResourcesClient
+
+    client = PodResourcesClient(config.kubelet_socket, config.kubelet_timeout_seconds)
+    try:
+        devices = client.list_devices()
+    except KubeletError as exc:
+        print(f"pod-gpu-metrics-exporter: error: {exc}", file=sys.stderr)
+        return EXIT_FAILURE
+    finally:
+        client.close()
+    mapping = build_mapping(devices, _mig_resolver())
+    rows = [
+        {
+            "namespace": a.owner.namespace,
+            "pod": a.owner.pod,
+            "container": a.owner.container,
+            "resource": a.resource,
+            "device_id": a.device_id,
+            "matches": _describe_key(a.key),
+        }
+        for a in mapping.allocations
+    ]
+    if config.output == "json":
+        print(json.dumps({"api_version": client.api_version, "allocations": rows}, indent=2))
+    else:
+        _print_table(rows)
+    return EXIT_OK
+
+
+def _describe_key(key) -> Optional[str]:
+    if key is None:
+        return None
+    text = f'{key.label}="{key.value}"'
+    return text + f',GPU_I_ID="{key.instance}"' if key.instance else text
+
+
+def _print_table(rows) -> None:
+    columns = ("namespace", "pod", "container", "resource", "device_id", "matches")
+    cells = [[c.upper() for c in columns]] + [[str(row[c] or "(unresolved)") for c in columns] for row in rows]
+    widths = [max(len(line[i]) for line in cells) for i in range(len(columns))]
+    for line in cells:
+        print("  ".join(cell.ljust(width) for cell, width in zip(line, widths)).rstrip())
+    if not rows:
+        print("(no GPU is allocated to any container on this node)")

@@ -1,0 +1,183 @@
+"""Command-line flags and POD_GPU_EXPORTER_* environment variables, validated into a frozen Config."""
+
+from __future__ import annotations
+
+import argparse
+import re
+from dataclasses import dataclass
+from typing import Mapping, Optional, Sequence, Tuple
+
+from exporter.errors import ConfigError
+
+ENV_PREFIX = "POD_GPU_EXPORTER_"
+COMMANDS = ("serve", "demo", "mapping")
+LABEL_STYLE_CHOICES = ("kubernetes", "legacy")
+LOG_LEVELS = ("debug", "info", "warn", "error")
+LOG_FORMATS = ("logfmt", "json")
+
+
+@dataclass(frozen=True)
+class Config:
+    command: str = "serve"
+    listen_host: str = ""
+    listen_port: int = 9400
+    telemetry_path: str = "/gpu/metrics"
+    web_config_file: Optional[str] = None
+    dcgm_url: str = "http://127.0.0.1:9401/metrics"
+    dcgm_file: Optional[str] = None
+    dcgm_timeout_seconds: float = 5.0
+    kubelet_socket: str = "/var/lib/kubelet/pod-resources/kubelet.sock"
+    kubelet_refresh_interval_seconds: float = 5.0
+    kubelet_timeout_seconds: float = 5.0
+    mapping_max_age_seconds: float = 60.0
+    labels_style: str = "kubernetes"
+    log_level: str = "info"
+    log_format: str = "logfmt"
+    output: str = "table"
+
+    @property
+    def listen_address(self) -> str:
+        host = f"[{self.listen_host}]" if ":" in self.listen_host else self.listen_host
+        return f"{host}:{self.listen_port}"
+
+
+# (flag, Config field, kind, help). Defaults come from Config so there is one source of truth.
+_FLAGS: Tuple[Tuple[str, str, str, str], ...] = (
+    ("--web.listen-address", "listen_address", "address", "Address to serve on, HOST:PORT (':9400' = all interfaces; port 0 picks a free one)."),
+    ("--web.telemetry-path", "telemetry_path", "path", "Path under which the attributed GPU metrics are served."),
+    ("--web.config.file", "web_config_file", "text", "Prometheus exporter-toolkit web config (YAML) enabling TLS and/or basic auth."),
+    ("--dcgm.url", "dcgm_url", "url", "dcgm-exporter metrics URL to scrape on every request."),
+    ("--dcgm.file", "dcgm_file", "text", "Read this legacy dcgm textfile (e.g. /run/prometheus/dcgm.prom) instead of --dcgm.url."),
+    ("--dcgm.timeout", "dcgm_timeout_seconds", "duration", "Total time allowed for one dcgm-exporter fetch."),
+    ("--kubelet.socket", "kubelet_socket", "text", "Kubelet PodResources unix socket."),
+    ("--kubelet.refresh-interval", "kubelet_refresh_interval_seconds", "duration", "How often the GPU->pod mapping is refreshed from the kubelet (scrapes never call it)."),
+    ("--kubelet.timeout", "kubelet_timeout_seconds", "duration", "Timeout of each kubelet PodResources call."),
+    ("--kubelet.mapping-max-age", "mapping_max_age_seconds", "duration", "How long the last good mapping is used while the kubelet cannot be reached; after that samples go unattributed."),
+    ("--labels.style", "labels_style", LABEL_STYLE_CHOICES, "Owner label names: kubernetes = namespace,pod,container; legacy = pod_name,pod_namespace,container_name (the 2019 exporter's)."),
+    ("--log.level", "log_level", LOG_LEVELS, "Only log messages at or above this level."),
+    ("--log.format", "log_format", LOG_FORMATS, "Log line format."),
+)
+
+_DURATION = re.compile(r"(\d+(?:\.\d+)?)(ms|s|m|h)")
+_DURATION_UNITS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0}
+
+
+def env_var_name(flag: str) -> str:
+    """--kubelet.refresh-interval → POD_GPU_EXPORTER_KUBELET_REFRESH_INTERVAL."""
+    return ENV_PREFIX + re.sub(r"[.-]", "_", flag.lstrip("-")).upper()
+
+
+def parse_duration(text: str) -> float:
+    """Go-style durations as Prometheus tools write them: 500ms, 5s, 1m, 1m30s, 2h."""
+    text = text.strip()
+    total, position = 0.0, 0
+    for match in _DURATION.finditer(text):
+        if match.start() != position:
+            break
+        total += float(match.group(1)) * _DURATION_UNITS[match.group(2)]
+        position = match.end()
+    if position != len(text) or not text:
+        raise ValueError(f"invalid duration {text!r} (examples: 500ms, 5s, 1m30s)")
+    return total
+
+
+def parse_listen_address(text: str) -> Tuple[str, int]:
+    """':9400', '0.0.0.0:9400', '[::1]:9400' → (host, port); an empty host means every interface."""
+    host, separator, port_text = text.rpartition(":")
+    if not separator or not port_text.isdigit() or int(port_text) > 65535:
+        raise ValueError(f"invalid listen address {text!r} (expected HOST:PORT, e.g. :9400 or 127.0.0.1:9400)")
+    if host.startswith("[") and host.endswith("]"):
+        host = host[1:-1]
+    elif ":" in host:
+        raise ValueError(f"invalid listen address {text!r} (write IPv6 hosts in brackets, e.g. [::]:9400)")
+    return host, int(port_text)
+
+
+def _convert(kind, value: str, field: str):
+    if kind == "duration":
+        seconds = parse_duration(value)
+        if seconds <= 0:
+            raise ValueError(f"duration must be positive, got {value!r}")
+        return seconds
+    if kind == "path" and not value.startswith("/"):
+        raise ValueError(f"path must start with '/', got {value!r}")
+    if kind == "url" and not re.match(r"https?://[^/\s]+", value):
+        raise ValueError(f"expected an http:// or https:// URL, got {value!r}")
+    if isinstance(kind, tuple) and value not in kind:
+        raise ValueError(f"invalid choice {value!r} (choose from {', '.join(kind)})")
+    return value
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str):  # one clear line and exit 2, instead of the whole usage text
+        self.exit(2, f"{self.prog}: error: {message} (see --help)\n")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = _Parser(
+        prog="pod-gpu-metrics-exporter",
+        description=(
+            "Serve NVIDIA dcgm-exporter's GPU metrics with the Kubernetes namespace, pod and container that "
+            "hold each GPU, asked from the kubelet's PodResources API. Every flag can also be set by the "
+            "environment variable shown; the flag wins."
+        ),
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        epilog=(
+            "commands:\n"
+            "  serve     (default) serve attributed metrics at --web.listen-address + --web.telemetry-path\n"
+            "  demo      serve a simulated GPU node (fake kubelet + fake dcgm-exporter), no cluster needed\n"
+            "  mapping   print this node's GPU -> pod table from --kubelet.socket and exit (-o json for JSON)\n"
+        ),
+    )
+    parser.add_argument("command", nargs="?", default="serve", choices=COMMANDS, help="what to do (default: serve)")
+    defaults = Config()
+    for flag, field, kind, text in _FLAGS:
+        default = defaults.listen_address if field == "listen_address" else getattr(defaults, field)
+        if kind == "duration":
+            default = _format_seconds(default)
+        shown = "none" if default is None else default
+        parser.add_argument(flag, dest=field, metavar=_metavar(kind), help=f"{text} [env {env_var_name(flag)}] (default: {shown})")
+    parser.add_argument("-o", "--output", choices=("table", "json"), default="table", help="mapping: output format (default: table)")
+    parser.add_argument("--version", action="version", version=f"%(prog)s {_version()}")
+    return parser
+
+
+def parse_config(argv: Sequence[str], environ: Mapping[str, str]) -> Config:
+    """Flags over environment over defaults; raises ConfigError naming the flag or variable at fault."""
+    args = build_parser().parse_args(list(argv))
+    values = {"command": args.command, "output": args.output}
+    for flag, field, kind, _ in _FLAGS:
+        raw, source = getattr(args, field), flag
+        if raw is None and env_var_name(flag) in environ:
+            raw, source = environ[env_var_name(flag)], env_var_name(flag)
+        if raw is None:
+            continue
+        try:
+            if field == "listen_address":
+                values["listen_host"], values["listen_port"] = parse_listen_address(raw)
+            else:
+                values[field] = _convert(kind, raw, field)
+        except ValueError as exc:
+            raise ConfigError(f"{source}: {exc}") from None
+    for field in ("web_config_file", "dcgm_file"):
+        if values.get(field) == "":
+            values[field] = None
+    return Config(**values)
+
+
+def _metavar(kind) -> str:
+    if isinstance(kind, tuple):
+        return "{" + ",".join(kind) + "}"
+    return {"duration": "DURATION", "address": "HOST:PORT", "url": "URL", "path": "PATH"}.get(kind, "PATH")
+
+
+def _format_seconds(seconds: float) -> str:
+    if seconds >= 60 and seconds % 60 == 0:
+        return f"{int(seconds // 60)}m"
+    return f"{seconds:g}s"
+
+
+def _version() -> str:
+    from exporter import __version__
+
+    return __version__

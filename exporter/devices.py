@@ -1,0 +1,152 @@
+"""Device-ID forms reported by the kubelet, turned into keys that dcgm-exporter samples carry."""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from typing import Callable, Iterable, NamedTuple, Optional, Protocol, Tuple
+
+
+class Owner(NamedTuple):
+    """Who holds a device. The kubelet reports no UIDs, so names are the identity."""
+
+    namespace: str
+    pod: str
+    container: str
+
+
+class GpuKey(NamedTuple):
+    """The label a matching sample must carry, and its GPU instance ("" for a whole GPU)."""
+
+    label: str  # "UUID", "gpu" or "device"
+    value: str
+    instance: str  # the GPU_I_ID of a MIG instance, "" for the whole GPU
+
+
+# Resolves a "MIG-<uuid>" device ID to (parent "GPU-<uuid>", GPU instance ID), or None when unknown.
+MigResolver = Callable[[str], Optional[Tuple[str, str]]]
+
+DRA_GPU_DRIVER = "gpu.nvidia.com"
+
+_SHARED_REPLICA = re.compile(r"::\d+$")  # time-slicing / MPS replicas: "GPU-…::3"
+_INDEX = re.compile(r"\d+")
+_GKE_DEVICE = re.compile(r"nvidia(\d+)(?:/vgpu\d+)?")  # GKE: whole GPU or a time-shared slice of it
+_GKE_MIG = re.compile(r"nvidia(\d+)/gi(\d+)")
+_MIG_GPU_FORM = re.compile(r"MIG-(GPU-[0-9A-Za-z-]+)/(\d+)/\d+")  # MIG-GPU-<uuid>/<gi>/<ci>, old drivers
+_MIG_UUID_FORM = re.compile(r"MIG-[0-9A-Fa-f]{8}-[0-9A-Za-z-]+")  # R470+ MIG UUIDs
+_DRA_GPU = re.compile(r"gpu-(\d+)")
+
+
+def is_gpu_resource(resource: str, dra: bool = False) -> bool:
+    """Every nvidia.com/* resource counts (gpu, gpu.shared, mig-1g.10gb, …); DRA counts NVIDIA's driver."""
+    if dra:
+        return resource == DRA_GPU_DRIVER
+    return resource.startswith("nvidia.com/")
+
+
+def key_for_device(device_id: str, dra: bool = False, resolve_mig: MigResolver | None = None) -> GpuKey | None:
+    """Return the key samples of this device carry, or None when it cannot be resolved without guessing."""
+    if dra:
+        return _key_for_dra_device(device_id)
+    device_id = _SHARED_REPLICA.sub("", device_id)
+    if device_id.startswith("GPU-"):
+        return GpuKey("UUID", device_id, "")
+    if _INDEX.fullmatch(device_id):
+        return GpuKey("gpu", device_id, "")
+    match = _GKE_DEVICE.fullmatch(device_id)
+    if match:
+        return GpuKey("device", "nvidia" + match.group(1), "")
+    match = _GKE_MIG.fullmatch(device_id)
+    if match:
+        return GpuKey("gpu", match.group(1), match.group(2))
+    match = _MIG_GPU_FORM.fullmatch(device_id)
+    if match:
+        return GpuKey("UUID", match.group(1), match.group(2))
+    if _MIG_UUID_FORM.fullmatch(device_id) and resolve_mig is not None:
+        parent = resolve_mig(device_id)
+        if parent is not None:
+            return GpuKey("UUID", parent[0], parent[1])
+    return None
+
+
+def _key_for_dra_device(device_name: str) -> GpuKey | None:
+    # NVIDIA's DRA driver names whole GPUs "gpu-<minor>"; the minor is the N of /dev/nvidiaN, which
+    # dcgm-exporter reports as device="nvidiaN". MIG devices ("gpu-<minor>-mig-…") do not name their
+    # GPU instance ID, so they are reported as unresolved rather than guessed.
+    match = _DRA_GPU.fullmatch(device_name)
+    if match:
+        return GpuKey("device", "nvidia" + match.group(1), "")
+    return None
+
+
+class DeviceLike(Protocol):
+    namespace: str
+    pod: str
+    container: str
+    resource: str
+    device_id: str
+    dra: bool
+
+
+class Allocation(NamedTuple):
+    """One allocated GPU device and the key it resolved to (None when unresolved)."""
+
+    owner: Owner
+    resource: str
+    device_id: str
+    key: Optional[GpuKey]
+
+
+@dataclass(frozen=True)
+class Mapping:
+    """Which owners hold each GPU key, as of one successful kubelet List."""
+
+    owners: dict = field(default_factory=dict)  # GpuKey -> tuple[Owner, ...], sorted, distinct
+    allocations: Tuple[Allocation, ...] = ()
+    unresolved: Tuple[str, ...] = ()  # device IDs that no sample can be matched to
+
+    def owners_for(self, key: GpuKey) -> tuple:
+        return self.owners.get(key, ())
+
+
+EMPTY_MAPPING = Mapping()
+
+
+def build_mapping(devices: Iterable[DeviceLike], resolve_mig: MigResolver | None = None) -> Mapping:
+    """Group the GPU devices of a List answer by key; replicas of one container collapse into one owner."""
+    owner_sets: dict = {}
+    allocations: dict = {}  # keyed so that a replica listed twice gives one allocation
+    unresolved: set = set()
+    for device in devices:
+        if not is_gpu_resource(device.resource, device.dra):
+            continue
+        owner = Owner(device.namespace, device.pod, device.container)
+        key = key_for_device(device.device_id, device.dra, resolve_mig)
+        allocations[(owner, device.resource, device.device_id)] = Allocation(
+            owner, device.resource, device.device_id, key
+        )
+        if key is None:
+            unresolved.add(device.device_id)
+        else:
+            owner_sets.setdefault(key, set()).add(owner)
+    return Mapping(
+        owners={key: tuple(sorted(owners)) for key, owners in owner_sets.items()},
+        allocations=tuple(sorted(allocations.values(), key=_allocation_order)),
+        unresolved=tuple(sorted(unresolved)),
+    )
+
+
+def _allocation_order(allocation: Allocation) -> tuple:
+    return (allocation.owner, allocation.resource, allocation.device_id)
+
+
+def sample_keys(uuid: str, gpu: str, device: str, instance: str) -> tuple:
+    """The keys a sample with these label values can be claimed by (empty values claim nothing)."""
+    keys = []
+    if uuid:
+        keys.append(GpuKey("UUID", uuid, instance))
+    if gpu:
+        keys.append(GpuKey("gpu", gpu, instance))
+    if device:
+        keys.append(GpuKey("device", device, instance))
+    return tuple(keys)

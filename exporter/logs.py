@@ -1,0 +1,85 @@
+"""One-line structured logs (logfmt or JSON), and a reporter that logs a failing dependency only when its state changes."""
+
+from __future__ import annotations
+
+import json
+import logging
+import sys
+import threading
+import time
+from typing import Dict, Optional
+
+LOGGER_NAME = "pod_gpu_exporter"
+_LEVELS = {"debug": logging.DEBUG, "info": logging.INFO, "warn": logging.WARNING, "error": logging.ERROR}
+_LEVEL_NAMES = {logging.DEBUG: "debug", logging.INFO: "info", logging.WARNING: "warn", logging.ERROR: "error"}
+
+
+def get_logger() -> logging.Logger:
+    return logging.getLogger(LOGGER_NAME)
+
+
+def log(level: str, msg: str, exc_info: bool = False, **fields) -> None:
+    """Log one event; fields become key=value pairs (logfmt) or JSON members."""
+    get_logger().log(_LEVELS[level], msg, exc_info=exc_info, extra={"fields": fields})
+
+
+def _record_fields(record: logging.LogRecord) -> Dict[str, object]:
+    fields = {
+        "ts": time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(record.created)) + f".{int(record.msecs):03d}Z",
+        "level": _LEVEL_NAMES.get(record.levelno, record.levelname.lower()),
+        "msg": record.getMessage(),
+    }
+    fields.update(getattr(record, "fields", {}))
+    if record.exc_info:  # unexpected failures only: expected ones are logged without a trace
+        fields["error"] = logging.Formatter().formatException(record.exc_info)
+    return fields
+
+
+class LogfmtFormatter(logging.Formatter):
+    def format(self, record: logging.LogRecord) -> str:
+        return " ".join(f"{key}={_logfmt_value(value)}" for key, value in _record_fields(record).items())
+
+
+class JsonFormatter(logging.Formatter):
+    def format(self, record: logging.LogRecord) -> str:
+        return json.dumps(_record_fields(record), default=str)
+
+
+def _logfmt_value(value: object) -> str:
+    text = str(value)
+    if text and not any(char in text for char in ' ="\\\n\t'):
+        return text
+    return '"' + text.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n") + '"'
+
+
+def setup_logging(level: str, fmt: str, stream=None) -> None:
+    handler = logging.StreamHandler(stream or sys.stderr)
+    handler.setFormatter(JsonFormatter() if fmt == "json" else LogfmtFormatter())
+    logger = get_logger()
+    logger.handlers[:] = [handler]
+    logger.setLevel(_LEVELS[level])
+    logger.propagate = False
+
+
+class DependencyReporter:
+    """Logs a dependency's failure once when it starts or changes reason, and once when it recovers.
+
+    Scrapes may fail every few seconds for hours; the log must say so once, not on every scrape.
+    """
+
+    def __init__(self, name: str):
+        self.name = name
+        self._reason: Optional[str] = None
+        self._lock = threading.Lock()
+
+    def failed(self, reason: str, message: str, **fields) -> None:
+        with self._lock:
+            changed, self._reason = self._reason != reason, reason
+        if changed:
+            log("warn", message, dependency=self.name, reason=reason, **fields)
+
+    def succeeded(self, message: str = "", **fields) -> None:
+        with self._lock:
+            recovered, self._reason = self._reason is not None, None
+        if recovered:
+            log("info", message or f"{self.name} reachable again", dependency=self.name, **fields)

@@ -1,0 +1,201 @@
+"""HTTP routes: /gpu/metrics (attributed dcgm samples), /metrics (own process), /healthz and /."""
+
+from __future__ import annotations
+
+import gzip
+import html
+import socket
+import ssl
+import threading
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Optional
+
+from prometheus_client import CollectorRegistry, generate_latest
+from prometheus_client.core import CounterMetricFamily
+from prometheus_client.platform_collector import PlatformCollector
+from prometheus_client.process_collector import ProcessCollector
+
+from exporter.logs import log
+
+TEXT_FORMAT = "text/plain; version=0.0.4; charset=utf-8"
+HEALTH_PATH = "/healthz"
+SELF_METRICS_PATH = "/metrics"
+# Slow or idle clients must not hold a request thread for long (slowloris); Prometheus sends
+# its whole request at once.
+REQUEST_TIMEOUT_SECONDS = 30
+TLS_HANDSHAKE_TIMEOUT_SECONDS = 10
+# Below ~1 KiB gzip costs more than it saves.
+_GZIP_MIN_BYTES = 1024
+
+
+class ExporterHTTPServer(ThreadingHTTPServer):
+    """A threading HTTP server that can listen dual-stack and run TLS handshakes off the accept loop."""
+
+    daemon_threads = True
+    allow_reuse_address = True
+    request_queue_size = 64
+
+    def __init__(self, host: str, port: int, app: "App", ssl_context: Optional[ssl.SSLContext] = None):
+        self.app = app
+        self.ssl_context = ssl_context
+        self.address_family = socket.AF_INET6 if (host == "" or ":" in host) and socket.has_ipv6 else socket.AF_INET
+        bind_host = "::" if host == "" and self.address_family == socket.AF_INET6 else host
+        super().__init__((bind_host, port), RequestHandler, bind_and_activate=False)
+        try:
+            if host == "" and self.address_family == socket.AF_INET6:
+                # ':9400' means every interface, IPv4 included (dual-stack), as Go's net.Listen does.
+                self.socket.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 0)
+            self.server_bind()
+            self.server_activate()
+        except BaseException:
+            self.server_close()
+            raise
+
+    @property
+    def bound_address(self) -> str:
+        host, port = self.server_address[:2]
+        return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+
+    def finish_request(self, request, client_address):
+        if self.ssl_context is not None:
+            # The handshake runs here, in the request's own thread, so a slow client cannot stall accept().
+            request.settimeout(TLS_HANDSHAKE_TIMEOUT_SECONDS)
+            try:
+                request = self.ssl_context.wrap_socket(request, server_side=True)
+            except (ssl.SSLError, OSError) as exc:
+                log("debug", "TLS handshake failed", client=client_address[0], error=str(exc))
+                return
+        super().finish_request(request, client_address)
+
+    def handle_error(self, request, client_address):
+        log("debug", "connection error", client=client_address[0], exc_info=True)
+
+
+class App:
+    """What the routes serve; kept apart from the HTTP plumbing so handlers stay small."""
+
+    def __init__(self, scraper, attribution, telemetry_path: str, web_config=None):
+        self.scraper = scraper
+        self.attribution = attribution
+        self.telemetry_path = telemetry_path
+        self.web_config = web_config
+        self.registry = CollectorRegistry()
+        self.registry.register(ProcessCollector(registry=None))
+        self.registry.register(PlatformCollector(registry=None))
+        self.registry.register(_SelfCollector(scraper, attribution))
+        self.requests_lock = threading.Lock()
+
+    def index_page(self) -> bytes:
+        path = html.escape(self.telemetry_path)
+        return (
+            "<!doctype html><html><head><title>pod-gpu-metrics-exporter</title></head><body>"
+            "<h1>pod-gpu-metrics-exporter</h1>"
+            "<p>NVIDIA dcgm-exporter metrics labelled with the pod that holds each GPU.</p><ul>"
+            f'<li><a href="{path}">{path}</a> GPU metrics with namespace/pod/container labels</li>'
+            f'<li><a href="{SELF_METRICS_PATH}">{SELF_METRICS_PATH}</a> this process\'s own metrics</li>'
+            f'<li><a href="{HEALTH_PATH}">{HEALTH_PATH}</a> liveness</li>'
+            "</ul></body></html>\n"
+        ).encode()
+
+
+class _SelfCollector:
+    """Counters kept by the scraper and the refresher, exposed on /metrics."""
+
+    def __init__(self, scraper, attribution):
+        self._scraper = scraper
+        self._attribution = attribution
+
+    def collect(self):
+        yield _counter("pod_gpu_exporter_scrapes", "Scrapes of the telemetry path answered.", self._scraper.scrapes)
+        yield _counter("pod_gpu_exporter_dcgm_fetch_failures", "Failed fetches of dcgm-exporter's metrics.", self._scraper.upstream_failures)
+        yield _counter("pod_gpu_exporter_malformed_lines", "Upstream lines dropped as malformed, over all scrapes.", self._scraper.malformed_lines)
+        yield _counter("pod_gpu_exporter_kubelet_list_calls", "PodResources List calls made to the kubelet.", self._attribution.list_calls)
+        yield _counter("pod_gpu_exporter_kubelet_list_failures", "PodResources List calls that failed.", self._attribution.list_failures)
+
+
+def _counter(name: str, documentation: str, value: float) -> CounterMetricFamily:
+    return CounterMetricFamily(name, documentation, value=value)
+
+
+class RequestHandler(BaseHTTPRequestHandler):
+    server: ExporterHTTPServer
+    protocol_version = "HTTP/1.1"  # keep-alive: Prometheus reuses its connection between scrapes
+    server_version = "pod-gpu-metrics-exporter"
+    timeout = REQUEST_TIMEOUT_SECONDS
+
+    def do_GET(self):
+        self._serve(send_body=True)
+
+    def do_HEAD(self):
+        self._serve(send_body=False)
+
+    def _serve(self, send_body: bool):
+        app = self.server.app
+        path = self.path.split("?", 1)[0]
+        if self.headers.get("Content-Length", "0") not in ("", "0") or self.headers.get("Transfer-Encoding"):
+            return self._reply(400, b"request bodies are not accepted\n", "text/plain; charset=utf-8", send_body, close=True)
+        if path != HEALTH_PATH and not self._authorized(app):
+            return
+        if path == app.telemetry_path:
+            self._reply(200, app.scraper.scrape(), TEXT_FORMAT, send_body)
+        elif path == SELF_METRICS_PATH:
+            self._reply(200, generate_latest(app.registry), TEXT_FORMAT, send_body)
+        elif path == HEALTH_PATH:
+            self._reply(200, b"ok\n", "text/plain; charset=utf-8", send_body)
+        elif path == "/":
+            self._reply(200, app.index_page(), "text/html; charset=utf-8", send_body)
+        else:
+            self._reply(404, b"not found\n", "text/plain; charset=utf-8", send_body)
+
+    def _authorized(self, app) -> bool:
+        config = app.web_config
+        if config is None or not config.auth_required:
+            return True
+        if config.check_basic_auth(self.headers.get("Authorization")):
+            return True
+        self._reply(401, b"unauthorized\n", "text/plain; charset=utf-8", True,
+                    extra_headers={"WWW-Authenticate": 'Basic realm="pod-gpu-metrics-exporter"'})
+        return False
+
+    def _reply(self, status: int, body: bytes, content_type: str, send_body: bool, close: bool = False,
+               extra_headers: Optional[dict] = None):
+        encoding = None
+        if len(body) >= _GZIP_MIN_BYTES and _accepts_gzip(self.headers.get("Accept-Encoding", "")):
+            body, encoding = gzip.compress(body, compresslevel=1), "gzip"
+        self.send_response(status)
+        self.send_header("Content-Type", content_type)
+        self.send_header("Content-Length", str(len(body)))
+        if encoding:
+            self.send_header("Content-Encoding", encoding)
+        self.send_header("Vary", "Accept-Encoding")
+        for name, value in (getattr(self.server.app.web_config, "extra_headers", None) or {}).items():
+            self.send_header(name, value)
+        for name, value in (extra_headers or {}).items():
+            self.send_header(name, value)
+        if close:
+            self.send_header("Connection", "close")
+            self.close_connection = True
+        self.end_headers()
+        if send_body:
+            self.wfile.write(body)
+
+    def _method_not_allowed(self):
+        self.send_response(405)
+        self.send_header("Allow", "GET, HEAD")
+        self.send_header("Content-Length", "0")
+        self.send_header("Connection", "close")
+        self.close_connection = True
+        self.end_headers()
+
+    do_POST = do_PUT = do_DELETE = do_PATCH = do_OPTIONS = do_TRACE = do_CONNECT = _method_not_allowed
+
+    def log_message(self, format, *args):  # noqa: A002 - the base class's signature
+        log("debug", "request", client=self.client_address[0], line=format % args)
+
+
+def _accepts_gzip(accept_encoding: str) -> bool:
+    for item in accept_encoding.split(","):
+        coding, _, params = item.strip().partition(";")
+        if coding.strip().lower() in ("gzip", "*"):
+            return params.replace(" ", "") not in ("q=0", "q=0.0", "q=0.00", "q=0.000")
+    return False
