@@ -36,6 +36,9 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
 
 def serve(config: Config, on_ready: Optional[Callable[[str], None]] = None) -> int:
     """Serve until SIGTERM/SIGINT; returns the process exit code."""
+    # gRPC's C core logs transport chatter (e.g. "Got goaway" when the kubelet restarts) to stderr,
+    # outside our log format; our own logs already say what matters.
+    os.environ.setdefault("GRPC_VERBOSITY", "ERROR")
     # Imported here so `--help` and `mapping` stay fast and independent of the HTTP stack.
     from exporter.podresources import PodResourcesClient
     from exporter.scrape import Scraper

@@ -16,6 +16,7 @@ from prometheus_client.platform_collector import PlatformCollector
 from prometheus_client.process_collector import ProcessCollector
 
 from exporter.logs import log
+from exporter.webconfig import WWW_AUTHENTICATE
 
 TEXT_FORMAT = "text/plain; version=0.0.4; charset=utf-8"
 HEALTH_PATH = "/healthz"
@@ -65,6 +66,10 @@ class ExporterHTTPServer(ThreadingHTTPServer):
             except (ssl.SSLError, OSError) as exc:
                 log("debug", "TLS handshake failed", client=client_address[0], error=str(exc))
                 return
+            # The raw socket the mixin shuts down afterwards is detached by wrap_socket: close ours.
+            with request:
+                super().finish_request(request, client_address)
+            return
         super().finish_request(request, client_address)
 
     def handle_error(self, request, client_address):
@@ -134,7 +139,7 @@ class RequestHandler(BaseHTTPRequestHandler):
         path = self.path.split("?", 1)[0]
         if self.headers.get("Content-Length", "0") not in ("", "0") or self.headers.get("Transfer-Encoding"):
             return self._reply(400, b"request bodies are not accepted\n", "text/plain; charset=utf-8", send_body, close=True)
-        if path != HEALTH_PATH and not self._authorized(app):
+        if not self._authorized(app, path):
             return
         if path == app.telemetry_path:
             self._reply(200, app.scraper.scrape(), TEXT_FORMAT, send_body)
@@ -147,14 +152,14 @@ class RequestHandler(BaseHTTPRequestHandler):
         else:
             self._reply(404, b"not found\n", "text/plain; charset=utf-8", send_body)
 
-    def _authorized(self, app) -> bool:
+    def _authorized(self, app, path: str) -> bool:
         config = app.web_config
-        if config is None or not config.auth_required:
+        if config is None or not config.path_requires_auth(path):
             return True
         if config.check_basic_auth(self.headers.get("Authorization")):
             return True
         self._reply(401, b"unauthorized\n", "text/plain; charset=utf-8", True,
-                    extra_headers={"WWW-Authenticate": 'Basic realm="pod-gpu-metrics-exporter"'})
+                    extra_headers={"WWW-Authenticate": WWW_AUTHENTICATE})
         return False
 
     def _reply(self, status: int, body: bytes, content_type: str, send_body: bool, close: bool = False,

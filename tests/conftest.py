@@ -1,0 +1,69 @@
+"""Shared fixtures: a real gRPC kubelet on a unix socket, a real HTTP dcgm-exporter, the real exporter."""
+
+from __future__ import annotations
+
+import shutil
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Callable
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # tests/ helpers (fixtures, exporter_process)
+
+from exporter.fake_dcgm import FakeDcgmExporter  # noqa: E402
+from exporter.fake_kubelet import FakeKubelet  # noqa: E402
+from exporter_process import start_exporter  # noqa: E402
+from fixtures import fixture_bytes  # noqa: E402
+
+
+@pytest.fixture
+def socket_dir():
+    # Unix socket paths are limited to ~107 bytes; pytest's tmp_path can be longer than that.
+    path = Path(tempfile.mkdtemp(prefix="pgx-", dir="/tmp"))
+    yield path
+    shutil.rmtree(path, ignore_errors=True)
+
+
+@pytest.fixture
+def kubelet(socket_dir):
+    fake = FakeKubelet(str(socket_dir / "kubelet.sock"))
+    fake.start()
+    yield fake
+    fake.stop()
+
+
+@pytest.fixture
+def dcgm():
+    fake = FakeDcgmExporter(fixture_bytes("dcgm/l4-aws-gpu-operator-default-counters.prom"))
+    fake.start()
+    yield fake
+    fake.stop()
+
+
+@pytest.fixture
+def run_exporter():
+    """Start exporter processes; all are stopped (SIGTERM) at the end of the test."""
+    started = []
+
+    def start(args, env=None):
+        handle = start_exporter(args, env=env)
+        started.append(handle)
+        return handle
+
+    yield start
+    for handle in started:
+        handle.stop()
+
+
+def wait_until(condition: Callable[[], object], timeout_seconds: float = 15.0, interval: float = 0.05):
+    """Poll until condition() is truthy; return its value or fail with the last one."""
+    deadline = time.monotonic() + timeout_seconds
+    value = condition()
+    while not value and time.monotonic() < deadline:
+        time.sleep(interval)
+        value = condition()
+    assert value, f"condition not met within {timeout_seconds}s"
+    return value
