@@ -47,10 +47,10 @@ def serve(config: Config, on_ready: Optional[Callable[[str], None]] = None) -> i
 
     try:
         web_config = _load_web_config(config.web_config_file)
+        source = FileSource(config.dcgm_file) if config.dcgm_file else HttpSource(config.dcgm_url, config.dcgm_timeout_seconds)
     except ConfigError as exc:
         print(f"pod-gpu-metrics-exporter: error: {exc}", file=sys.stderr)
         return EXIT_USAGE
-    source = FileSource(config.dcgm_file) if config.dcgm_file else HttpSource(config.dcgm_url, config.dcgm_timeout_seconds)
     client = PodResourcesClient(config.kubelet_socket, config.kubelet_timeout_seconds)
     attribution = Attribution(
         client.list_devices,

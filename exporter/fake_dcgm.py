@@ -19,6 +19,9 @@ _GARBAGE_BYTES = 4096
 
 class _Server(ThreadingHTTPServer):
     daemon_threads = True
+    # socketserver's default backlog of 5 drops SYNs under a burst of scrapes, and each drop costs
+    # the client a 1 s retransmit; Go servers (dcgm-exporter) listen with the system maximum.
+    request_queue_size = 128
 
     def __init__(self, address, fake: "FakeDcgmExporter") -> None:
         if ":" in address[0]:
@@ -37,6 +40,8 @@ class _Server(ThreadingHTTPServer):
 class _Handler(BaseHTTPRequestHandler):
     # Keep-alive, as Go's net/http does, so clients reuse connections as they would with the real one.
     protocol_version = "HTTP/1.1"
+    # Go sets TCP_NODELAY on every connection; without it the body write can wait on a delayed ACK.
+    disable_nagle_algorithm = True
     server: _Server
 
     def setup(self) -> None:
@@ -106,7 +111,7 @@ class FakeDcgmExporter:
             raise RuntimeError("FakeDcgmExporter is already started")
         self._stopped.clear()
         self._server = _Server(self._address, self)
-        # Remember the port port 0 gave us, so stop() then start() comes back at the same URL.
+        # Remember the port that port 0 gave us, so stop() then start() comes back at the same URL.
         self._address = (self._address[0], self._server.server_address[1])
         self._thread = threading.Thread(target=self._server.serve_forever, kwargs={"poll_interval": 0.05},
                                         name="fake-dcgm-exporter", daemon=True)

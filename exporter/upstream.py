@@ -1,4 +1,4 @@
-"""Fetching dcgm-exporter's Prometheus text: over HTTP (total deadline, size cap) or from the legacy textfile."""
+"""Fetching dcgm-exporter's Prometheus text: over HTTP (deadline, size cap) or from the legacy textfile."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import queue
 import stat
 import time
 import zlib
-from typing import List, Optional
+from typing import Callable, List, Optional
 
 import requests
 import requests.adapters
@@ -86,9 +86,9 @@ class _Body:
     gzip bomb cannot allocate more than the cap before we notice.
     """
 
-    def __init__(self, max_bytes: int, gzipped: bool, source: "HttpSource") -> None:
+    def __init__(self, max_bytes: int, gzipped: bool, error: Callable[[str, str], UpstreamError]) -> None:
         self._max_bytes = max_bytes
-        self._source = source
+        self._error = error
         self._parts: List[bytes] = []
         self._size = 0
         self._inflater = _gunzipper() if gzipped else None
@@ -103,7 +103,7 @@ class _Body:
         try:
             self._inflate(data)
         except zlib.error as exc:
-            raise self._source._error(f"sent a gzip body that does not decode ({exc})", "error") from exc
+            raise self._error(f"sent a gzip body that does not decode ({exc})", "error") from exc
 
     def _inflate(self, data: bytes) -> None:
         while data:
@@ -120,15 +120,15 @@ class _Body:
     def _keep(self, data: bytes) -> None:
         self._size += len(data)
         if self._size > self._max_bytes:
-            raise self._source._too_large()
+            raise self._error(f"sent more than {self._max_bytes} bytes once decoded: is --dcgm.url "
+                              "really dcgm-exporter's /metrics?", "too_large")
         if data:
             self._parts.append(data)
 
     def finish(self) -> bytes:
         if self._member_open:
-            raise self._source._error(
-                f"closed the connection in the middle of its gzip body after {self.wire_bytes} bytes: "
-                "is dcgm-exporter restarting?", "truncated")
+            raise self._error(f"ended its response in the middle of a gzip stream after {self.wire_bytes} "
+                              "bytes: is dcgm-exporter restarting?", "truncated")
         return b"".join(self._parts)
 
 
@@ -153,7 +153,11 @@ def _caused_by(exc: BaseException, kind: type) -> bool:
 
 
 class HttpSource:
-    """dcgm-exporter's /metrics over HTTP; every fetch ends within timeout_seconds, whatever the server does."""
+    """dcgm-exporter's /metrics over HTTP, with a size cap and a deadline whatever the server does.
+
+    Connecting, and then waiting for each read of the headers, take at most timeout_seconds each;
+    the body must be complete by timeout_seconds after the fetch began, however it trickles in.
+    """
 
     def __init__(self, url: str, timeout_seconds: float, max_bytes: int = DEFAULT_MAX_BYTES) -> None:
         if not url.lower().startswith(("http://", "https://")):
@@ -205,8 +209,8 @@ class HttpSource:
             raise self._error(f"could not be asked ({exc}): check --dcgm.url", "error") from exc
         if response.status_code != 200:
             response.close()
-            raise self._error(f"answered HTTP {response.status_code} instead of 200: check dcgm-exporter's "
-                              "logs and that --dcgm.url names its /metrics path", "status")
+            raise self._error(f"answered HTTP {response.status_code} instead of 200: check "
+                              "dcgm-exporter's logs and that --dcgm.url names its /metrics path", "status")
         return response
 
     def _read_body(self, response: requests.Response, deadline: float) -> bytes:
@@ -216,7 +220,7 @@ class HttpSource:
         declared = response.headers.get("Content-Length", "")
         if encoding in _IDENTITY_ENCODINGS and declared.isdigit() and int(declared) > self.max_bytes:
             raise self._too_large()  # refuse before reading a byte of it
-        body = _Body(self.max_bytes, encoding in _GZIP_ENCODINGS, self)
+        body = _Body(self.max_bytes, encoding in _GZIP_ENCODINGS, self._error)
         while True:
             chunk = self._read_chunk(response, deadline, body.wire_bytes)
             if not chunk:
@@ -250,13 +254,13 @@ class HttpSource:
 
     def _timeout(self, received: Optional[int] = None) -> UpstreamError:
         progress = "" if received is None else f" (got {received} bytes)"
-        return self._error(f"did not send a complete response within {self.timeout_seconds:g}s{progress}: "
-                           "is dcgm-exporter overloaded or hung? raise --dcgm.timeout if its scrapes "
-                           "are just slow", "timeout")
+        return self._error(f"did not send a complete response within {self.timeout_seconds:g}s"
+                           f"{progress}: is dcgm-exporter overloaded or hung? raise --dcgm.timeout if its "
+                           "scrapes are just slow", "timeout")
 
     def _too_large(self) -> UpstreamError:
-        return self._error(f"sent more than {self.max_bytes} bytes: is --dcgm.url really dcgm-exporter's "
-                           "/metrics?", "too_large")
+        return self._error(f"sent more than {self.max_bytes} bytes: is --dcgm.url really "
+                           "dcgm-exporter's /metrics?", "too_large")
 
     def _error(self, what: str, reason: str) -> UpstreamError:
         return UpstreamError(f"dcgm-exporter at {self.url} {what}", reason=reason)
@@ -266,9 +270,12 @@ class FileSource:
     """The legacy dcgm textfile (e.g. /run/prometheus/dcgm.prom), read whole on every fetch.
 
     Writers that replace the file by rename are always read whole: the open file keeps the inode
-    it opened. Writers that rewrite it in place (truncate, then write) can be caught half way, so
-    each read is checked against fstat before and after, and retried a few times if the file
-    changed underneath it; we never hand on a read we know is torn.
+    it opened. Writers that rewrite it in place (truncate, then write) can be caught half way, and
+    no lock tells us when they are done, so a read is accepted only if fstat shows the same size
+    and mtime before and after it, it holds exactly that many bytes, it ends with a newline (a
+    write() stalled part way leaves a stable but cut file), and, when the file changed within the
+    last timestamp tick or so, a second read matches it. Otherwise it is retried a few times, then
+    reported; a torn read is never handed on knowingly.
     """
 
     _ATTEMPTS = 4
@@ -287,15 +294,16 @@ class FileSource:
             data, whole, mtime_ns = self._read_once()
             if whole and data and self._settled(data, mtime_ns):
                 return data
-            # An empty file is retried too: an in-place rewrite shows it empty between truncate and write.
+            # Empty is retried too: an in-place rewrite shows it empty between truncate and write.
             if attempt + 1 < self._ATTEMPTS:
                 time.sleep(self._RETRY_PAUSE_SECONDS * (attempt + 1))
         if whole:
-            raise UpstreamError(f"dcgm textfile {self.path} is empty: has dcgm-exporter written its first "
-                                "collection yet?", reason="empty")
-        raise UpstreamError(f"dcgm textfile {self.path} kept changing while it was read "
-                            f"({self._ATTEMPTS} attempts): its writer rewrites it in place; writing a "
-                            "temporary file and renaming it over this one avoids that", reason="truncated")
+            raise UpstreamError(f"dcgm textfile {self.path} is empty: has dcgm-exporter written its "
+                                "first collection yet?", reason="empty")
+        raise UpstreamError(f"dcgm textfile {self.path} was changing or cut short (no final newline) "
+                            f"in {self._ATTEMPTS} reads in a row: if its writer rewrites it in place, "
+                            "writing a temporary file and renaming it over this one avoids that",
+                            reason="truncated")
 
     def _settled(self, data: bytes, mtime_ns: int) -> bool:
         """Whether `data` can be trusted although size and mtime did not change while it was read.
@@ -321,12 +329,13 @@ class FileSource:
                 data = handle.read((before.st_size if regular else self.max_bytes) + 1)
                 after = os.fstat(handle.fileno())
         except FileNotFoundError as exc:
-            raise UpstreamError(f"dcgm textfile {self.path} does not exist: is dcgm-exporter writing it, and "
-                                "is its folder mounted into this container (see --dcgm.file)?",
+            raise UpstreamError(f"dcgm textfile {self.path} does not exist: is dcgm-exporter writing it, "
+                                "and is its folder mounted into this container (see --dcgm.file)?",
                                 reason="absent") from exc
         except PermissionError as exc:
             raise UpstreamError(f"dcgm textfile {self.path} is not readable (permission denied): check "
-                                "the file's mode and the user this exporter runs as", reason="permission") from exc
+                                "the file's mode and the user this exporter runs as",
+                                reason="permission") from exc
         except OSError as exc:
             raise UpstreamError(f"dcgm textfile {self.path} could not be read ({exc.strerror or exc}): "
                                 "check --dcgm.file", reason="error") from exc
@@ -337,7 +346,7 @@ class FileSource:
         unchanged = (before.st_size, before.st_mtime_ns) == (after.st_size, after.st_mtime_ns)
         # The text format ends every line, the last included, with "\n"; a writer caught in the
         # middle of a write() shows a stable size that almost never ends on one.
-        whole = unchanged and len(data) == after.st_size and data.endswith(b"\n")
+        whole = unchanged and len(data) == after.st_size and (data.endswith(b"\n") or not data)
         return data, whole, after.st_mtime_ns
 
     def _too_large(self) -> UpstreamError:

@@ -12,7 +12,7 @@ import pytest
 from exporter.errors import ConfigError, UpstreamError
 from exporter.fake_dcgm import FakeDcgmExporter
 from exporter.upstream import FileSource, HttpSource
-from tests.fixtures import fixture_bytes, fixture_path
+from fixtures import fixture_bytes, fixture_path  # tests/ is on sys.path (conftest.py)
 
 L4 = "dcgm/l4-aws-gpu-operator-default-counters.prom"
 LEGACY = "legacy/dcgm.prom"
@@ -223,7 +223,8 @@ def test_http_cut_gzip_stream_is_truncated(raw_server, l4_body):
 
 
 def test_http_asks_for_the_text_format_and_gzip(raw_server):
-    server = raw_server(canned(b"HTTP/1.1 200 OK\r\nContent-Length: 4\r\nConnection: close\r\n\r\n", b"a 1\n"))
+    head = b"HTTP/1.1 200 OK\r\nContent-Length: 4\r\nConnection: close\r\n\r\n"
+    server = raw_server(canned(head, b"a 1\n"))
     assert HttpSource(server.url, timeout_seconds=5).fetch() == b"a 1\n"
     request = server.requests_seen[0].lower()
     assert b"\r\naccept: text/plain\r\n" in request
@@ -327,6 +328,14 @@ def test_file_over_cap_is_too_large(tmp_path):
     assert fetch_error(FileSource(str(path), max_bytes=100)).reason == "too_large"
 
 
+def test_file_cut_without_final_newline_is_truncated(tmp_path):
+    # What a reader sees while an in-place write() is stalled part way: stable size, cut line.
+    path = tmp_path / "dcgm.prom"
+    path.write_bytes(fixture_bytes(LEGACY)[:4096])
+    error = fetch_error(FileSource(str(path)))
+    assert error.reason == "truncated" and str(path) in str(error)
+
+
 def test_file_rewritten_in_place_is_never_read_torn(tmp_path):
     # Two versions of the same size, like a writer that truncates and rewrites the file every
     # interval: every successful read must be exactly one of them.
@@ -348,7 +357,7 @@ def test_file_rewritten_in_place_is_never_read_torn(tmp_path):
     writer.start()
     source, outcomes = FileSource(str(path)), []
     try:
-        for _ in range(300):
+        for _ in range(80):
             try:
                 data = source.fetch()
                 outcomes.append("whole")
