@@ -8,6 +8,7 @@ import re
 import shutil
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 import requests
@@ -27,7 +28,9 @@ def run(args, **kwargs):
 
 
 def console_script():
-    path = shutil.which("pod-gpu-metrics-exporter")
+    # Installed beside the interpreter running the tests (a venv's bin/), else on PATH.
+    beside = Path(sys.executable).parent / "pod-gpu-metrics-exporter"
+    path = str(beside) if beside.exists() else shutil.which("pod-gpu-metrics-exporter")
     if path is None and os.environ.get("CI"):
         pytest.fail("console script pod-gpu-metrics-exporter not installed (pip install -e .)")
     if path is None:
