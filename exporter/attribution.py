@@ -49,6 +49,7 @@ class Attribution:
         self._listed_at: Optional[float] = None
         self._up = False
         self._expired_logged = False
+        self._unresolved_logged: frozenset = frozenset()  # unresolved device IDs already warned about
         self._stop = threading.Event()
         self._thread: Optional[threading.Thread] = None
         self.list_calls = 0
@@ -110,11 +111,15 @@ class Attribution:
             log("warn", "kubelet unreachable for too long: GPU samples are served without owner labels until it answers",
                 mapping_age_seconds=round(age, 1), max_age_seconds=self._max_age)
 
-    @staticmethod
-    def _log_mapping(mapping: Mapping) -> None:
+    def _log_mapping(self, mapping: Mapping) -> None:
         pods = {(a.owner.namespace, a.owner.pod) for a in mapping.allocations}
         log("info", "GPU mapping updated", allocations=len(mapping.allocations), pods=len(pods),
             unresolved=len(mapping.unresolved))
-        if mapping.unresolved:
-            log("warn", "some allocated GPU devices cannot be matched to dcgm samples",
-                device_ids=",".join(mapping.unresolved))
+        # Warn about a device when it first turns up unresolved, not again on every change of the
+        # mapping while it stays allocated; the unresolved_devices gauge carries the ongoing state.
+        new = sorted(set(mapping.unresolved) - self._unresolved_logged)
+        self._unresolved_logged = frozenset(mapping.unresolved)
+        if new:
+            log("warn", "some allocated GPU devices cannot be matched to dcgm samples; they are listed in "
+                "pod_gpu_allocation_info without UUID and counted in pod_gpu_exporter_unresolved_devices",
+                device_ids=",".join(new))

@@ -24,28 +24,43 @@ class GpuKey(NamedTuple):
 
 
 # Resolves a "MIG-<uuid>" device ID to (parent "GPU-<uuid>", GPU instance ID), or None when unknown.
+# Called while building a Mapping (on the refresher, never on a scrape); it must not raise.
 MigResolver = Callable[[str], Optional[Tuple[str, str]]]
 
 DRA_GPU_DRIVER = "gpu.nvidia.com"
 
+# Resource names of NVIDIA's device plugin (gpu, gpu.shared, mig-1g.10gb, mig-1g.10gb.shared) and GKE's.
+_GPU_RESOURCE = re.compile(r"nvidia\.com/(?:gpu|gpu\..+|mig-.+)")
 _SHARED_REPLICA = re.compile(r"::\d+$")  # time-slicing / MPS replicas: "GPU-…::3"
 _INDEX = re.compile(r"\d+")
 _GKE_DEVICE = re.compile(r"nvidia(\d+)(?:/vgpu\d+)?")  # GKE: whole GPU or a time-shared slice of it
-_GKE_MIG = re.compile(r"nvidia(\d+)/gi(\d+)")
+_GKE_MIG = re.compile(r"nvidia(\d+)/gi(\d+)(?:/vgpu\d+)?")  # GKE MIG partition, time-shared or not
 _MIG_GPU_FORM = re.compile(r"MIG-(GPU-[0-9A-Za-z-]+)/(\d+)/\d+")  # MIG-GPU-<uuid>/<gi>/<ci>, old drivers
 _MIG_UUID_FORM = re.compile(r"MIG-[0-9A-Fa-f]{8}-[0-9A-Za-z-]+")  # R470+ MIG UUIDs
 _DRA_GPU = re.compile(r"gpu-(\d+)")
 
 
-def is_gpu_resource(resource: str, dra: bool = False) -> bool:
-    """Every nvidia.com/* resource counts (gpu, gpu.shared, mig-1g.10gb, …); DRA counts NVIDIA's driver."""
+def is_gpu_device(resource: str, device_id: str, dra: bool = False) -> bool:
+    """Whether an allocated device is a GPU (or a share or partition of one) that dcgm-exporter reports.
+
+    NVIDIA's GPU resource names count with any device ID. Other nvidia.com/* names count only with a
+    GPU-/MIG- device ID: they are either GPU resources renamed in the device plugin's config, or NVIDIA
+    network devices — the network operator's RDMA shared device plugin hands out "0", "1", … under
+    nvidia.com/rdma_shared_device_*, which must never be taken for GPU indices.
+    """
     if dra:
         return resource == DRA_GPU_DRIVER
-    return resource.startswith("nvidia.com/")
+    if _GPU_RESOURCE.fullmatch(resource):
+        return True
+    return resource.startswith("nvidia.com/") and device_id.startswith(("GPU-", "MIG-"))
 
 
 def key_for_device(device_id: str, dra: bool = False, resolve_mig: MigResolver | None = None) -> GpuKey | None:
-    """Return the key samples of this device carry, or None when it cannot be resolved without guessing."""
+    """Return the key samples of this device carry, or None when it cannot be resolved without guessing.
+
+    Unresolved without NVML: "MIG-<uuid>" (R470+ drivers); always: the device plugin's MIG index form
+    "<gpu>:<mig index>" (a MIG index is not a GPU instance ID) and DRA MIG devices.
+    """
     if dra:
         return _key_for_dra_device(device_id)
     device_id = _SHARED_REPLICA.sub("", device_id)
@@ -118,7 +133,7 @@ def build_mapping(devices: Iterable[DeviceLike], resolve_mig: MigResolver | None
     allocations: dict = {}  # keyed so that a replica listed twice gives one allocation
     unresolved: set = set()
     for device in devices:
-        if not is_gpu_resource(device.resource, device.dra):
+        if not is_gpu_device(device.resource, device.device_id, device.dra):
             continue
         owner = Owner(device.namespace, device.pod, device.container)
         key = key_for_device(device.device_id, device.dra, resolve_mig)
