@@ -36,9 +36,12 @@ _VALUE_AND_TIMESTAMP = re.compile(
 _HELP = re.compile(r"# HELP[ \t]+([a-zA-Z_:][a-zA-Z0-9_:]*)(?:[ \t](?:[^\\]|\\[\\n])*)?")
 _TYPE = re.compile(r"# TYPE[ \t]+([a-zA-Z_:][a-zA-Z0-9_:]*)[ \t]+(counter|gauge|histogram|summary|untyped)[ \t]*")
 _UNDECODABLE = re.compile("[\udc80-\udcff]")  # bytes that were not UTF-8, kept by surrogateescape
+_UNSEEN = object()  # not in a cache, told apart from a cached None (known to be malformed)
 
-# Cache of label text → rendered variants; bounded so a churning upstream cannot grow it forever.
+# Caches of label text → rendered variants and of series (name + labels) → output lines; bounded so
+# a churning upstream cannot grow them forever. A large MIG node sends ~6,400 series per scrape.
 _MAX_CACHED_LABEL_SETS = 200_000
+_MAX_CACHED_SERIES = 50_000
 
 
 class Identity(NamedTuple):
@@ -70,8 +73,18 @@ class _LabelSet(NamedTuple):
     identity: Optional[Identity]
 
 
+class _Series(NamedTuple):
+    """The part of a sample line before its value (its head), checked and rewritten once."""
+
+    outputs: Tuple[str, ...]  # `name{labels…}` to emit, one per owner (or the stripped original)
+    identity: Optional[Identity]
+    key: str  # `name{first output label text}`: what makes it one series in a scrape
+    head: str  # as received, to tell an exact repeat from an upstream per-pod copy
+
+
 class Rewriter:
-    """Rewrites scrapes for one Mapping; label sets repeat between scrapes, so their work is cached."""
+    """Rewrites scrapes for one Mapping; series repeat between scrapes (only values move), so the
+    work on everything but the value is done once per series and cached."""
 
     def __init__(self, mapping: Mapping, style: str = "kubernetes"):
         if style not in LABEL_STYLES:
@@ -82,24 +95,39 @@ class Rewriter:
             owner: render_owner_labels(owner, style) for owners in mapping.owners.values() for owner in owners
         }
         self._label_sets: Dict[str, Optional[_LabelSet]] = {}
+        self._series: Dict[str, Optional[_Series]] = {}
 
     def rewrite(self, body: bytes) -> RewriteResult:
         text, maybe_undecodable = _decode(body)
         out: List[str] = []
-        identities = set()
         malformed = 0
         described: set = set()  # (kind, name) of HELP/TYPE lines already written
+        written: Dict[str, _Series] = {}  # the series written so far, by key
+        known = self._series
         for line in text.split("\n"):
             if not line or line.isspace():
                 continue
             if maybe_undecodable and _UNDECODABLE.search(line):
                 malformed += 1
-            elif line[0] == "#":
+                continue
+            if line[0] == "#":
                 malformed += self._copy_comment(line, described, out)
-            elif not self._copy_sample(line, out, identities):
-                malformed += 1
+                continue
+            # The fast path, taken by nearly every line of every scrape but the first (~6,400 lines
+            # on a large MIG node): a series seen in an earlier scrape, not yet written in this one,
+            # with a valid value. Anything else takes _copy_sample, which handles every case itself.
+            close = line.rfind("}")
+            head, rest = line[: close + 1], line[close + 1 :]  # no "}": head "", rest the whole line
+            series = known.get(head)
+            if series is not None and series.key not in written and _is_value(rest):
+                written[series.key] = series
+                for output in series.outputs:
+                    out.append(output + rest)
+            else:
+                malformed += self._copy_sample(line, head, rest, out, written)
         out.append("")
-        return RewriteResult("\n".join(out).encode("utf-8"), malformed, frozenset(identities))
+        identities = frozenset(series.identity for series in written.values() if series.identity is not None)
+        return RewriteResult("\n".join(out).encode("utf-8"), malformed, identities)
 
     def _copy_comment(self, line: str, described: set, out: List[str]) -> int:
         """Keep HELP/TYPE lines as written; return 1 when the line must be dropped as malformed."""
@@ -117,36 +145,58 @@ class Rewriter:
             out.append(line)  # any other comment is allowed by the format and harmless
             return 0
         # A family described twice (an upstream repeating itself) would fail every parser downstream;
-        # the first description wins and the samples all stay.
+        # the first description wins (its samples are kept unless they repeat a series: _copy_sample).
         if (kind, name) not in described:
             described.add((kind, name))
             out.append(line)
         return 0
 
-    def _copy_sample(self, line: str, out: List[str], identities: set) -> bool:
-        brace = line.find("{")
-        if brace < 0:
-            return self._copy_unlabelled_sample(line, out)
-        close = line.rfind("}")
-        name, rest = line[:brace], line[close + 1 :]
-        if close < brace or not _METRIC_NAME.fullmatch(name) or not _VALUE_AND_TIMESTAMP.fullmatch(rest):
-            return False
-        label_set = self._label_set(line[brace + 1 : close])
-        if label_set is None:
-            return False
-        if label_set.identity is not None:
-            identities.add(label_set.identity)
-        for labels in label_set.variants:
-            out.append(f"{name}{{{labels}}}{rest}")
-        return True
+    def _copy_sample(self, line: str, head: str, rest: str, out: List[str], written: Dict[str, _Series]) -> int:
+        """Copy one sample line (once per owner); return 1 when it must be dropped as malformed.
 
-    @staticmethod
-    def _copy_unlabelled_sample(line: str, out: List[str]) -> bool:
-        match = _METRIC_NAME.match(line)
-        if not match or not _VALUE_AND_TIMESTAMP.fullmatch(line, match.end()):
-            return False
-        out.append(line)
-        return True
+        `head` is the line up to its last "}" and `rest` what follows (value and timestamp).
+        """
+        if head:
+            series = self._series_for(head)
+        else:
+            series, rest = _split_unlabelled(line)
+        if series is None or not _is_value(rest):
+            return 1
+        # The text format allows each series (name + labels) once; Prometheus rejects repeats within a
+        # scrape. A repeated line (an upstream sending a family twice) is malformed; lines that differ
+        # only in upstream owner labels (dcgm-exporter -k copies samples per pod) become the same
+        # series once ours replace them, so the first is kept and the rest dropped without complaint.
+        first = written.get(series.key)
+        if first is not None:
+            return int(first.head == series.head)
+        written[series.key] = series
+        for output in series.outputs:
+            out.append(output + rest)
+        return 0
+
+    def _series_for(self, head: str) -> Optional[_Series]:
+        # From one collection to the next only values change, so all the work on a line's head
+        # (checks, owner lookup, rendering) is done once and looked up after, in rewrite().
+        series = self._series.get(head, _UNSEEN)
+        if series is not _UNSEEN:
+            return series
+        if len(self._series) >= _MAX_CACHED_SERIES:
+            self._series.clear()
+        series = self._series[head] = self._build_series(head)
+        return series
+
+    def _build_series(self, head: str) -> Optional[_Series]:
+        """`name{labels}` checked and rewritten; None when it breaks the text format."""
+        brace = head.find("{")
+        name = head[:brace]
+        if brace < 0 or not _METRIC_NAME.fullmatch(name):
+            return None
+        label_set = self._label_set(head[brace + 1 : -1])
+        if label_set is None:
+            return None
+        outputs = tuple([f"{name}{{{labels}}}" for labels in label_set.variants])
+        # The key is outputs[0] itself: one string object per series, whose hash Python keeps.
+        return _Series(outputs, label_set.identity, outputs[0], head)
 
     def _label_set(self, label_text: str) -> Optional[_LabelSet]:
         try:
@@ -183,6 +233,24 @@ class Rewriter:
         for key in keys:
             found.update(self.mapping.owners_for(key))
         return tuple(sorted(found))  # sorted: the same series in the same order on every scrape
+
+
+def _is_value(text: str) -> bool:
+    """Whether text after the labels is ` value[ timestamp]`; most dcgm values are plain integers,
+    which are recognised without the regular expression (the same answer, ~3x faster)."""
+    if text[:1] == " " and text[1:].isdigit() and text.isascii():
+        return True
+    return _VALUE_AND_TIMESTAMP.fullmatch(text) is not None
+
+
+def _split_unlabelled(line: str) -> Tuple[Optional[_Series], str]:
+    """(series, rest) of a sample without labels, `name value`; not cached, as dcgm sends none."""
+    match = _METRIC_NAME.match(line)
+    if not match:
+        return None, line
+    # `name` and `name{}` are one series; keyed alike so that a repeat is caught either way.
+    name = match.group()
+    return _Series((name,), None, name + "{}", name + "{}"), line[match.end() :]
 
 
 def _parse_label_pairs(label_text: str) -> Optional[List[Tuple[str, str, str]]]:

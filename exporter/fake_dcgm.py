@@ -10,7 +10,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Callable, Optional, Set, Union
 
 Body = Union[bytes, Callable[[], bytes]]
-FAULTS = (None, "hang", "empty", "garbage", "truncate")
+FAULTS = (None, "hang", "empty", "garbage", "truncate", "unsized")
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 # A hanging answer gives up on its own after this long, so a forgotten fault cannot pin a thread.
 _HANG_SECONDS = 60.0
@@ -67,7 +67,9 @@ class FakeDcgmExporter:
     Settable at any time: `body`, `status` (a non-200 status answers with a short text body),
     `fault`: None, "hang" (no answer until stop() or 60 s), "empty" (200, empty body), "garbage"
     (200, random bytes), "truncate" (half the body, then the connection closes although
-    Content-Length promised all of it). `hang` wins over `status`, `status` over the others.
+    Content-Length promised all of it), "unsized" (the body without Content-Length, ended by closing
+    the connection, so a client learns its size only by reading it). `hang` wins over `status`,
+    `status` over the others.
     """
 
     def __init__(self, body: Body, host: str = "127.0.0.1", port: int = 0) -> None:
@@ -160,6 +162,9 @@ class FakeDcgmExporter:
             self._send(handler, 200, b"")
         elif fault == "garbage":
             self._send(handler, 200, os.urandom(_GARBAGE_BYTES))
+        elif fault == "unsized":
+            self._send(handler, 200, self._render(), sized=False)
+            handler.close_connection = True
         elif fault == "truncate":
             body = self._render()
             self._send(handler, 200, body, send_bytes=len(body) // 2)
@@ -172,10 +177,14 @@ class FakeDcgmExporter:
         return body() if callable(body) else body
 
     @staticmethod
-    def _send(handler: _Handler, status: int, body: bytes, send_bytes: Optional[int] = None) -> None:
+    def _send(handler: _Handler, status: int, body: bytes, send_bytes: Optional[int] = None,
+              sized: bool = True) -> None:
         handler.send_response(status)
         handler.send_header("Content-Type", CONTENT_TYPE if status == 200 else "text/plain; charset=utf-8")
-        handler.send_header("Content-Length", str(len(body)))
+        if sized:
+            handler.send_header("Content-Length", str(len(body)))
+        else:
+            handler.send_header("Connection", "close")  # HTTP/1.1: the close marks the end of the body
         handler.end_headers()
         handler.wfile.write(body if send_bytes is None else body[:send_bytes])
         handler.wfile.flush()

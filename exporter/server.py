@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
-import gzip
 import html
+import io
 import socket
 import ssl
 import threading
+import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Optional
 
@@ -16,14 +17,19 @@ from prometheus_client.platform_collector import PlatformCollector
 from prometheus_client.process_collector import ProcessCollector
 
 from exporter.logs import log
+from exporter.scrape import ScrapeBody
 from exporter.webconfig import WWW_AUTHENTICATE
 
 TEXT_FORMAT = "text/plain; version=0.0.4; charset=utf-8"
 HEALTH_PATH = "/healthz"
 SELF_METRICS_PATH = "/metrics"
 # Slow or idle clients must not hold a request thread for long (slowloris); Prometheus sends
-# its whole request at once.
+# its whole request at once. An idle keep-alive connection is closed after REQUEST_TIMEOUT_SECONDS;
+# once a request has begun, its line and headers must all arrive within REQUEST_HEAD_TIMEOUT_SECONDS
+# and REQUEST_HEAD_MAX_BYTES (a socket timeout alone restarts with every byte received).
 REQUEST_TIMEOUT_SECONDS = 30
+REQUEST_HEAD_TIMEOUT_SECONDS = 10
+REQUEST_HEAD_MAX_BYTES = 64 * 1024
 TLS_HANDSHAKE_TIMEOUT_SECONDS = 10
 # Below ~1 KiB gzip costs more than it saves.
 _GZIP_MIN_BYTES = 1024
@@ -122,11 +128,82 @@ def _counter(name: str, documentation: str, value: float) -> CounterMetricFamily
     return CounterMetricFamily(name, documentation, value=value)
 
 
+class _RequestHeadTooLargeError(Exception):
+    """A client sent more than REQUEST_HEAD_MAX_BYTES without finishing its request line and headers."""
+
+
+class _RequestHeadReader(io.RawIOBase):
+    """The connection's read side, bounding the time and bytes a client may take to send a request head.
+
+    Each socket read may wait only for what is left of the head's deadline, so a client trickling a
+    byte at a time is cut off when the deadline passes, not kept alive by every byte.
+    """
+
+    def __init__(self, connection: socket.socket):
+        self._connection = connection
+        self._raw = connection.makefile("rb", buffering=0)
+        self._deadline: Optional[float] = None  # None: not reading a request head
+        self._started = False
+        self._budget = 0
+
+    def expect_request(self) -> None:
+        self._deadline = time.monotonic() + REQUEST_TIMEOUT_SECONDS  # idle wait for the first byte
+        self._started = False
+        self._budget = REQUEST_HEAD_MAX_BYTES
+
+    def head_received(self) -> None:
+        self._deadline = None
+        self._connection.settimeout(REQUEST_TIMEOUT_SECONDS)  # for writing the answer
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, buffer) -> int:
+        if self._deadline is not None:
+            remaining = self._deadline - time.monotonic()
+            if remaining <= 0:
+                raise socket.timeout("the request head was not received in time")
+            self._connection.settimeout(remaining)
+        count = self._raw.readinto(buffer)
+        if count and self._deadline is not None:
+            if not self._started:
+                self._started = True
+                self._deadline = min(self._deadline, time.monotonic() + REQUEST_HEAD_TIMEOUT_SECONDS)
+            self._budget -= count
+            if self._budget < 0:
+                raise _RequestHeadTooLargeError()
+        return count
+
+    def close(self) -> None:
+        self._raw.close()
+        super().close()
+
+
 class RequestHandler(BaseHTTPRequestHandler):
     server: ExporterHTTPServer
     protocol_version = "HTTP/1.1"  # keep-alive: Prometheus reuses its connection between scrapes
     server_version = "pod-gpu-metrics-exporter"
     timeout = REQUEST_TIMEOUT_SECONDS
+    # Headers and body leave in separate writes; with Nagle's algorithm a small body then waits for
+    # the client's delayed ACK (40 ms on Linux) before it is sent. Go's servers disable it too.
+    disable_nagle_algorithm = True
+
+    def setup(self):
+        super().setup()
+        self.rfile.close()  # replaced by a reader that bounds how a request head arrives
+        self._head_reader = _RequestHeadReader(self.connection)
+        self.rfile = io.BufferedReader(self._head_reader)
+
+    def handle_one_request(self):
+        self._head_reader.expect_request()
+        try:
+            super().handle_one_request()
+        except _RequestHeadTooLargeError:
+            # http.server's own limits (64 KiB per line, 100 headers) still allow ~6 MiB per request.
+            self.request_version = "HTTP/1.1"
+            self.requestline = self.command = ""
+            self.close_connection = True
+            self.send_error(431, f"request head larger than {REQUEST_HEAD_MAX_BYTES} bytes")
 
     def do_GET(self):
         self._serve(send_body=True)
@@ -135,6 +212,7 @@ class RequestHandler(BaseHTTPRequestHandler):
         self._serve(send_body=False)
 
     def _serve(self, send_body: bool):
+        self._head_reader.head_received()
         app = self.server.app
         path = self.path.split("?", 1)[0]
         if self.headers.get("Content-Length", "0") not in ("", "0") or self.headers.get("Transfer-Encoding"):
@@ -142,7 +220,7 @@ class RequestHandler(BaseHTTPRequestHandler):
         if not self._authorized(app, path):
             return
         if path == app.telemetry_path:
-            self._reply(200, app.scraper.scrape(), TEXT_FORMAT, send_body)
+            self._reply(200, app.scraper.scrape_body(), TEXT_FORMAT, send_body)
         elif path == SELF_METRICS_PATH:
             self._reply(200, generate_latest(app.registry), TEXT_FORMAT, send_body)
         elif path == HEALTH_PATH:
@@ -162,14 +240,12 @@ class RequestHandler(BaseHTTPRequestHandler):
                     extra_headers={"WWW-Authenticate": WWW_AUTHENTICATE})
         return False
 
-    def _reply(self, status: int, body: bytes, content_type: str, send_body: bool, close: bool = False,
-               extra_headers: Optional[dict] = None):
-        encoding = None
-        if len(body) >= _GZIP_MIN_BYTES and _accepts_gzip(self.headers.get("Accept-Encoding", "")):
-            body, encoding = gzip.compress(body, compresslevel=1), "gzip"
+    def _reply(self, status: int, body: "bytes | ScrapeBody", content_type: str, send_body: bool,
+               close: bool = False, extra_headers: Optional[dict] = None):
+        parts, encoding = _encode(body, self.headers.get("Accept-Encoding", ""))
         self.send_response(status)
         self.send_header("Content-Type", content_type)
-        self.send_header("Content-Length", str(len(body)))
+        self.send_header("Content-Length", str(sum(len(part) for part in parts)))
         if encoding:
             self.send_header("Content-Encoding", encoding)
         self.send_header("Vary", "Accept-Encoding")
@@ -182,7 +258,9 @@ class RequestHandler(BaseHTTPRequestHandler):
             self.close_connection = True
         self.end_headers()
         if send_body:
-            self.wfile.write(body)
+            for part in parts:  # written one after the other: a 2 MB answer is not joined first
+                if part:
+                    self.wfile.write(part)
 
     def _method_not_allowed(self):
         self.send_response(405)
@@ -196,6 +274,15 @@ class RequestHandler(BaseHTTPRequestHandler):
 
     def log_message(self, format, *args):  # noqa: A002 - the base class's signature
         log("debug", "request", client=self.client_address[0], line=format % args)
+
+
+def _encode(body: "bytes | ScrapeBody", accept_encoding: str):
+    """(parts to send, Content-Encoding or None): gzip when the client accepts it and it pays."""
+    if not isinstance(body, ScrapeBody):
+        body = ScrapeBody((body,))
+    if len(body) >= _GZIP_MIN_BYTES and _accepts_gzip(accept_encoding):
+        return body.gzip_parts(), "gzip"
+    return body.parts, None
 
 
 def _accepts_gzip(accept_encoding: str) -> bool:

@@ -2,25 +2,27 @@
 
 from __future__ import annotations
 
+import base64
+import http.client
 import os
 import queue
+import select
+import socket
+import ssl
 import stat
 import time
 import zlib
 from typing import Callable, List, Optional
-
-import requests
-import requests.adapters
-import urllib3.exceptions
+from urllib.parse import unquote, urlsplit
 
 from exporter import __version__
 from exporter.errors import ConfigError, UpstreamError
 
 DEFAULT_MAX_BYTES = 32 * 1024 * 1024
 _READ_CHUNK_BYTES = 64 * 1024
-# Idle Sessions kept for reuse. Scrapes beyond this many at once still work: they get a fresh
-# Session, which is closed afterwards instead of being kept.
-_IDLE_SESSIONS = 4
+# Idle connections kept for reuse. Scrapes beyond this many at once still work: they get a fresh
+# connection, which is closed afterwards instead of being kept.
+_IDLE_CONNECTIONS = 4
 _HEADERS = {
     # We parse only the 0.0.4 text format; client_golang's promhttp serves it for text/plain.
     "Accept": "text/plain",
@@ -34,42 +36,32 @@ _GZIP_ENCODINGS = ("gzip", "x-gzip")
 _IDENTITY_ENCODINGS = ("", "identity")
 
 
-def _new_session() -> requests.Session:
-    session = requests.Session()
-    # Proxy variables are meant for egress traffic, not for the node-local dcgm-exporter; trust_env
-    # would also look up ~/.netrc on every request.
-    session.trust_env = False
-    session.headers.update(_HEADERS)
-    # No retries: a retry would restart the clock and break the total deadline of one fetch.
-    adapter = requests.adapters.HTTPAdapter(pool_connections=1, pool_maxsize=1, max_retries=0)
-    session.mount("http://", adapter)
-    session.mount("https://", adapter)
-    return session
+class _ConnectionPool:
+    """Lends each fetch a kept-alive HTTP connection of its own for the length of that fetch.
 
-
-class _SessionPool:
-    """Lends each fetch a requests.Session of its own for the length of that fetch.
-
-    requests does not promise that one Session is safe to share between threads (psf/requests#2766:
-    the cookie jar and adapters are shared state), and the HTTP server answers every scrape on a new
-    thread, so a threading.local Session would never be reused. Lending Sessions out of a LIFO queue
-    is safe and still reuses keep-alive connections to dcgm-exporter from one scrape to the next.
+    The HTTP server answers every scrape on a thread of its own, so connections are lent out of a
+    LIFO queue rather than kept per thread; keep-alive still spares a TCP handshake per scrape.
     """
 
-    def __init__(self, idle_max: int) -> None:
+    def __init__(self, connect: Callable[[], http.client.HTTPConnection], idle_max: int) -> None:
+        self._connect = connect
         self._idle: queue.LifoQueue = queue.LifoQueue(maxsize=idle_max)
 
-    def acquire(self) -> requests.Session:
-        try:
-            return self._idle.get_nowait()
-        except queue.Empty:
-            return _new_session()
+    def acquire(self) -> http.client.HTTPConnection:
+        while True:
+            try:
+                connection = self._idle.get_nowait()
+            except queue.Empty:
+                return self._connect()
+            if not _closed_by_peer(connection):
+                return connection
+            connection.close()
 
-    def release(self, session: requests.Session) -> None:
+    def release(self, connection: http.client.HTTPConnection) -> None:
         try:
-            self._idle.put_nowait(session)
+            self._idle.put_nowait(connection)
         except queue.Full:
-            session.close()
+            connection.close()
 
     def close(self) -> None:
         while True:
@@ -77,6 +69,19 @@ class _SessionPool:
                 self._idle.get_nowait().close()
             except queue.Empty:
                 return
+
+
+def _closed_by_peer(connection: http.client.HTTPConnection) -> bool:
+    """Whether an idle kept-alive connection was closed by the server (Go closes idle ones after its
+    IdleTimeout): readable with nothing asked means EOF or stray bytes, and either way it is spent."""
+    sock = connection.sock
+    if sock is None:
+        return False  # not connected: http.client connects on the next request
+    try:
+        readable, _, _ = select.select([sock], [], [], 0)
+    except (OSError, ValueError):
+        return True
+    return bool(readable)
 
 
 class _Body:
@@ -136,20 +141,35 @@ def _gunzipper():
     return zlib.decompressobj(wbits=16 + zlib.MAX_WBITS)
 
 
-def _caused_by(exc: BaseException, kind: type) -> bool:
-    """Whether `kind` is anywhere in the chain requests/urllib3 wrap a socket error in."""
-    seen = set()
-    pending: List[Optional[BaseException]] = [exc]
-    while pending:
-        current = pending.pop()
-        if current is None or id(current) in seen:
-            continue
-        seen.add(id(current))
-        if isinstance(current, kind):
-            return True
-        pending.extend([current.__cause__, current.__context__, getattr(current, "reason", None)])
-        pending.extend(arg for arg in current.args if isinstance(arg, BaseException))
-    return False
+class _Target:
+    """Where and how to ask: host, port, path and headers of --dcgm.url, and a connection factory."""
+
+    def __init__(self, scheme: str, host: str, port: Optional[int], path: str, headers: dict) -> None:
+        self.host, self.port, self.path, self.headers = host, port, path, headers
+        # One TLS context for all connections: building one loads the system's CA certificates.
+        self._tls = ssl.create_default_context() if scheme == "https" else None
+
+    @classmethod
+    def parse(cls, url: str) -> "_Target":
+        parts = urlsplit(url)
+        try:
+            port = parts.port
+        except ValueError as exc:
+            raise ConfigError(f"--dcgm.url {url!r} has an invalid port: {exc}") from exc
+        if not parts.hostname:
+            raise ConfigError(f"--dcgm.url {url!r} names no host")
+        path = (parts.path or "/") + (f"?{parts.query}" if parts.query else "")
+        headers = dict(_HEADERS)
+        if parts.username is not None:  # dcgm-exporter behind basic auth: http://user:pass@host/…
+            credentials = f"{unquote(parts.username)}:{unquote(parts.password or '')}".encode()
+            headers["Authorization"] = "Basic " + base64.b64encode(credentials).decode("ascii")
+        return cls(parts.scheme.lower(), parts.hostname, port, path, headers)
+
+    def connect(self) -> http.client.HTTPConnection:
+        """A new, not yet connected, connection; http.client connects on its first request."""
+        if self._tls is not None:
+            return http.client.HTTPSConnection(self.host, self.port, context=self._tls)
+        return http.client.HTTPConnection(self.host, self.port)
 
 
 class HttpSource:
@@ -157,6 +177,8 @@ class HttpSource:
 
     Connecting, and then waiting for each read of the headers, take at most timeout_seconds each;
     the body must be complete by timeout_seconds after the fetch began, however it trickles in.
+    Plain http.client rather than requests: on a 1.5 MB scrape requests' per-request and per-chunk
+    overhead cost ~3x the whole fetch (benchmarks/perf.py), and we need none of its features.
     """
 
     def __init__(self, url: str, timeout_seconds: float, max_bytes: int = DEFAULT_MAX_BYTES) -> None:
@@ -169,88 +191,99 @@ class HttpSource:
         self.url = url
         self.timeout_seconds = float(timeout_seconds)
         self.max_bytes = int(max_bytes)
-        self._sessions = _SessionPool(_IDLE_SESSIONS)
+        self._target = _Target.parse(url)
+        self._connections = _ConnectionPool(self._target.connect, _IDLE_CONNECTIONS)
 
     def describe(self) -> str:
         return self.url
 
     def close(self) -> None:
         """Closes idle keep-alive connections; fetching again later opens new ones."""
-        self._sessions.close()
+        self._connections.close()
 
     def fetch(self) -> bytes:
         deadline = time.monotonic() + self.timeout_seconds
-        session = self._sessions.acquire()
+        connection = self._connections.acquire()
         try:
-            response = self._send(session)
-            try:
-                return self._read_body(response, deadline)
-            finally:
-                # After a complete read the connection is already back in the pool; after an
-                # error this closes it, so a half-read connection is never reused.
-                response.close()
-        finally:
-            self._sessions.release(session)
+            response, sock = self._send(connection, retry_stale=True)
+            body = self._read_body(response, sock, deadline)
+        except BaseException:
+            connection.close()  # never reuse a connection whose answer was not read to its end
+            raise
+        self._connections.release(connection)
+        return body
 
-    def _send(self, session: requests.Session) -> requests.Response:
-        # requests' timeouts bound the connect and each socket read, which covers the headers;
-        # the body is read against the total deadline in _read_body.
-        timeouts = (self.timeout_seconds, self.timeout_seconds)
+    def _send(self, connection: http.client.HTTPConnection, retry_stale: bool):
+        """(response, its socket) once the headers are in; the socket is kept for the body's reads."""
+        # The connect and each read of the headers wait at most timeout_seconds; the body is read
+        # against the total deadline in _read_body.
+        reused = connection.sock is not None
         try:
-            response = session.get(self.url, stream=True, allow_redirects=False, timeout=timeouts)
-        except requests.exceptions.Timeout as exc:
+            connection.timeout = self.timeout_seconds
+            if reused:
+                connection.sock.settimeout(self.timeout_seconds)
+            connection.request("GET", self._target.path, headers=self._target.headers)
+            sock = connection.sock  # getresponse() forgets it when the server will close
+            response = connection.getresponse()
+        except socket.timeout as exc:
             raise self._timeout() from exc
-        except requests.exceptions.ConnectionError as exc:
-            if _caused_by(exc, ConnectionRefusedError):
-                raise self._error("refused the connection: is dcgm-exporter running and listening "
-                                  "there (see --dcgm.url)?", "refused") from exc
-            raise self._error(f"could not be reached ({exc}): check --dcgm.url", "error") from exc
-        except requests.exceptions.RequestException as exc:
-            raise self._error(f"could not be asked ({exc}): check --dcgm.url", "error") from exc
-        if response.status_code != 200:
-            response.close()
-            raise self._error(f"answered HTTP {response.status_code} instead of 200: check "
+        except ConnectionRefusedError as exc:
+            raise self._error("refused the connection: is dcgm-exporter running and listening "
+                              "there (see --dcgm.url)?", "refused") from exc
+        except (ConnectionResetError, BrokenPipeError) as exc:
+            # A kept-alive connection the server closed just as we reused it; a GET is safe to
+            # send again, once, on a new connection (as Go's and urllib3's clients do).
+            if reused and retry_stale:
+                connection.close()
+                return self._send(connection, retry_stale=False)
+            raise self._error(f"could not be reached ({exc!r}): check --dcgm.url", "error") from exc
+        except (OSError, http.client.HTTPException) as exc:
+            raise self._error(f"could not be asked ({exc!r}): check --dcgm.url", "error") from exc
+        if response.status != 200:
+            raise self._error(f"answered HTTP {response.status} instead of 200: check "
                               "dcgm-exporter's logs and that --dcgm.url names its /metrics path", "status")
-        return response
+        return response, sock
 
-    def _read_body(self, response: requests.Response, deadline: float) -> bytes:
-        encoding = response.headers.get("Content-Encoding", "").strip().lower()
+    def _read_body(self, response: http.client.HTTPResponse, sock: socket.socket, deadline: float) -> bytes:
+        encoding = (response.getheader("Content-Encoding") or "").strip().lower()
         if encoding not in _GZIP_ENCODINGS + _IDENTITY_ENCODINGS:
             raise self._error(f"sent Content-Encoding {encoding!r}, which we did not ask for", "error")
-        declared = response.headers.get("Content-Length", "")
-        if encoding in _IDENTITY_ENCODINGS and declared.isdigit() and int(declared) > self.max_bytes:
+        if encoding in _IDENTITY_ENCODINGS and (response.length or 0) > self.max_bytes:
             raise self._too_large()  # refuse before reading a byte of it
         body = _Body(self.max_bytes, encoding in _GZIP_ENCODINGS, self._error)
         while True:
-            chunk = self._read_chunk(response, deadline, body.wire_bytes)
+            chunk = self._read_chunk(response, sock, deadline, body.wire_bytes)
             if not chunk:
                 break
             body.feed(chunk)
+        if response.length:  # http.client counts down a Content-Length; EOF came before its end
+            raise self._error(f"closed the connection after {body.wire_bytes} bytes, before the end of "
+                              "its response: is dcgm-exporter restarting?", "truncated")
+        response.close()  # read to its end: the connection may carry the next fetch
         text = body.finish()
         if not text:
             raise self._error("answered 200 with an empty body; dcgm-exporter always sends at least "
                               "HELP/TYPE lines, so it is probably still starting or failing", "empty")
         return text
 
-    def _read_chunk(self, response: requests.Response, deadline: float, received: int) -> bytes:
+    def _read_chunk(self, response: http.client.HTTPResponse, sock: socket.socket, deadline: float,
+                    received: int) -> bytes:
         remaining = deadline - time.monotonic()
         if remaining <= 0:
             raise self._timeout(received)
         # Each socket read may wait only for what is left of the deadline, so a server trickling
-        # bytes cannot stretch the fetch; urllib3 resets the timeout when it reuses the connection.
-        sock = getattr(getattr(response.raw, "connection", None), "sock", None)
-        if sock is not None:
-            sock.settimeout(remaining)
+        # bytes cannot stretch the fetch.
+        sock.settimeout(remaining)
         try:
             # read1 returns whatever one socket read brings instead of waiting to fill the chunk.
-            return response.raw.read1(_READ_CHUNK_BYTES, decode_content=False)
-        except urllib3.exceptions.ReadTimeoutError as exc:
+            return response.read1(_READ_CHUNK_BYTES)
+        except socket.timeout as exc:
             raise self._timeout(received) from exc
-        except urllib3.exceptions.ProtocolError as exc:
+        except http.client.IncompleteRead as exc:  # a chunked body cut short
             raise self._error(f"closed the connection after {received} bytes, before the end of its "
                               "response: is dcgm-exporter restarting?", "truncated") from exc
-        except (urllib3.exceptions.HTTPError, OSError) as exc:
-            raise self._error(f"failed while sending its response ({exc})", "error") from exc
+        except (OSError, http.client.HTTPException) as exc:
+            raise self._error(f"failed while sending its response ({exc!r})", "error") from exc
 
     def _timeout(self, received: Optional[int] = None) -> UpstreamError:
         progress = "" if received is None else f" (got {received} bytes)"

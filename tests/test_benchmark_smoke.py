@@ -1,0 +1,28 @@
+"""The benchmark keeps working: a quick run at a small size prints every figure (timings are not judged)."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+from exporter_process import REPO_ROOT
+
+LABELS = (
+    "== large:", "== typical:", "== large gzip:", "== in-process",
+    "attributed series:",
+    "unchanged body (cached)", "changing body",
+    "direct p50", "exporter p50", "p99", "p50 ratio", "exporter CPU", "ms/scrape",
+    "exporter peak RSS (VmHWM):",
+    "prometheus_client parse+render:", "rewrite, new values (series cached):",
+    "rewrite, first sight (nothing cached):", "faster than parse+render",
+)
+
+
+def test_small_benchmark_runs_and_prints_every_figure():
+    run = subprocess.run([sys.executable, "benchmarks/perf.py", "--size", "small"], cwd=str(REPO_ROOT),
+                         capture_output=True, text=True, timeout=180)
+    assert run.returncode == 0, run.stdout + run.stderr
+    missing = [label for label in LABELS if label not in run.stdout]
+    assert not missing, f"figures missing from the output: {missing}\n{run.stdout}"
+    # Three scenarios, each with both variants and a peak RSS.
+    assert run.stdout.count("p50 ratio") == 6 and run.stdout.count("peak RSS") == 3, run.stdout
