@@ -177,8 +177,8 @@ class HttpSource:
 
     Connecting, and then waiting for each read of the headers, take at most timeout_seconds each;
     the body must be complete by timeout_seconds after the fetch began, however it trickles in.
-    Plain http.client rather than requests: on a 1.5 MB scrape requests' per-request and per-chunk
-    overhead cost ~3x the whole fetch (benchmarks/perf.py), and we need none of its features.
+    Plain http.client rather than requests: requests' per-request and per-chunk overhead made the
+    fetch of a 1.5 MB scrape ~3x slower (benchmarks/perf.py), and we need none of its features.
     """
 
     def __init__(self, url: str, timeout_seconds: float, max_bytes: int = DEFAULT_MAX_BYTES) -> None:
