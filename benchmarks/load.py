@@ -35,15 +35,11 @@ sys.path.insert(0, str(REPO_ROOT))
 sys.path.insert(0, str(REPO_ROOT / "tests"))
 from exporter_process import start_exporter  # noqa: E402
 
-from exporter import fake_dcgm  # noqa: E402
 from exporter.fake_dcgm import FakeDcgmExporter  # noqa: E402
 from exporter.fake_kubelet import FakeKubelet  # noqa: E402
 from exporter.podresources import AllocatedDevice  # noqa: E402
 
 DEFAULT_FIXTURE = "a800-8gpu-mig-2g20gb-mixed-excerpt.prom"
-# The real dcgm-exporter is a Go server and Go sets TCP_NODELAY; without it the simulated one would
-# wait for delayed ACKs on some answers.
-fake_dcgm._Handler.disable_nagle_algorithm = True
 _VARIANTS = 7  # distinct bodies served in turn: each scrape sees values other than the last one's
 _CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
 

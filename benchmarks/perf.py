@@ -35,12 +35,6 @@ from exporter.devices import build_mapping  # noqa: E402
 from exporter.exposition import Rewriter  # noqa: E402
 from exporter.fake_dcgm import FakeDcgmExporter  # noqa: E402
 from exporter.fake_kubelet import FakeKubelet  # noqa: E402
-from exporter import fake_dcgm  # noqa: E402
-
-# The real dcgm-exporter is a Go server, and Go sets TCP_NODELAY on every connection. Without it the
-# simulated one would wait for delayed ACKs (40 ms on Linux) on some answers, which would flatter us.
-fake_dcgm._Handler.disable_nagle_algorithm = True
-
 # Distinct bodies served in turn when values move, one request after the other. Between two
 # exporter fetches come 0, 1 or 2 direct ones (see measure), so with 5 bodies the exporter never
 # gets the body it fetched last time: every "changing body" scrape is a real rewrite.
@@ -212,7 +206,7 @@ def in_process_comparison(shape: Shape, plan: Plan) -> None:
 def main(argv: List[str]) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--size", choices=sorted(PLANS), default="full",
-                        help="full: the figures in docs/performance.md; small: a quick check that it runs")
+                        help="full: the figures in the README's Performance section; small: a quick check that it runs")
     parser.add_argument("--scrapes", type=int, help="scrapes per side and variant (default: by --size)")
     args = parser.parse_args(argv)
     plan = PLANS[args.size]

@@ -68,6 +68,10 @@ class Attribution:
             return False
         with self._lock:
             changed = mapping != self._mapping
+            if not changed:
+                # Keep the installed object: scrape caches are keyed on its identity, and nearly every
+                # refresh lists exactly what the last one did.
+                mapping = self._mapping
             self._mapping, self._listed_at, self._up = mapping, self._clock(), True
             self._expired_logged = False
         self._reporter.succeeded(f"{self._describe} answering again")

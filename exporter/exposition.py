@@ -29,8 +29,10 @@ UPSTREAM_OWNER_LABELS = frozenset(
 _METRIC_NAME = re.compile(r"[a-zA-Z_:][a-zA-Z0-9_:]*")
 # A label pair; values allow only the three escapes the format defines (\\, \", \n).
 _LABEL_PAIR = re.compile(r'[ \t]*([a-zA-Z_][a-zA-Z0-9_]*)[ \t]*=[ \t]*"((?:[^"\\\n]|\\[\\"n])*)"[ \t]*(,|$)')
+# re.ASCII: Python's \d would also match other scripts' digits, which Prometheus' parser rejects.
 _VALUE_AND_TIMESTAMP = re.compile(
-    r"[ \t]+[-+]?(?:(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?|(?i:inf|infinity|nan))(?:[ \t]+-?\d+)?[ \t]*"
+    r"[ \t]+[-+]?(?:(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?|(?i:inf|infinity|nan))(?:[ \t]+-?\d+)?[ \t]*",
+    re.ASCII,
 )
 # HELP text allows only the escapes \\ and \n; anything else makes the Go parser reject the scrape.
 _HELP = re.compile(r"# HELP[ \t]+([a-zA-Z_:][a-zA-Z0-9_:]*)(?:[ \t](?:[^\\]|\\[\\n])*)?")

@@ -94,7 +94,6 @@ class Scraper:
         self._rewrite_lock = threading.Lock()
         self._rewriter: Optional[Rewriter] = None
         self._cached: Optional[_Cached] = None
-        self._equal_mapping: Optional[Mapping] = None  # a newer object equal to the rewriter's mapping
         self.scrapes = 0
         self.rewrites = 0  # upstream bodies actually rewritten (the rest were answered from the cache)
         self.upstream_failures = 0
@@ -131,7 +130,7 @@ class Scraper:
                 self.upstream_failures += 1
             self._reporter.failed(exc.reason, str(exc), source=self._source.describe())
             return None
-        self._reporter.succeeded(f"dcgm-exporter answering again", source=self._source.describe())
+        self._reporter.succeeded("dcgm-exporter answering again", source=self._source.describe())
         return body
 
     def _report_content(self, result: RewriteResult) -> None:
@@ -153,7 +152,6 @@ class Scraper:
         # often: an unchanged body under an unchanged mapping is answered from the last rewrite. The
         # lock makes scrapes arriving together (an HA pair of Prometheus servers) rewrite it once.
         with self._rewrite_lock:
-            mapping = self._same_mapping(mapping)
             cached = self._cached
             if cached is None or cached.mapping is not mapping or cached.body != body:
                 cached = self._cached = self._rewritten(body, mapping, cached)
@@ -170,20 +168,6 @@ class Scraper:
         else:
             allocation_info = render_allocation_info(mapping, result.identities, self._style).encode()
         return _Cached(body, mapping, result, allocation_info, _GzipPrefix((result.text, allocation_info)))
-
-    def _same_mapping(self, mapping: Mapping) -> Mapping:
-        """The mapping the caches were built for, when `mapping` is equal to it.
-
-        The refresher installs a new Mapping object after every kubelet List (every 5 s by default),
-        nearly always equal to the last; comparing each new object once keeps the caches warm.
-        """
-        rewriter = self._rewriter
-        if rewriter is None or mapping is rewriter.mapping:
-            return mapping
-        if mapping is self._equal_mapping or mapping == rewriter.mapping:
-            self._equal_mapping = mapping
-            return rewriter.mapping
-        return mapping
 
     def _status(self, dcgm_up: bool, snapshot: Snapshot, malformed: int, duration: float) -> str:
         values = {

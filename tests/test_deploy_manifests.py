@@ -12,7 +12,7 @@ from urllib.parse import urlsplit
 import pytest
 import yaml
 
-from tests.deploy_tools import (
+from deploy_tools import (
     DAEMONSET, DEPLOYMENT, PODMONITOR, PROMETHEUS_DIR, RULES, RULES_KEY, configmap_data, find_object,
     load_documents, missing_tool,
 )

@@ -10,7 +10,7 @@ import re
 
 import yaml
 
-from tests.deploy_tools import DASHBOARD, RULES
+from deploy_tools import DASHBOARD, RULES
 
 RECORDED_NAME = re.compile(r"\b(namespace(?:_pod)?:[A-Za-z_]+:[a-z]+)\b")
 

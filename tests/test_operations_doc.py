@@ -1,4 +1,4 @@
-"""docs/operations.md stays true: its alert rules load in promtool, and it documents every self metric."""
+"""The README's operations sections stay true: its alert rules load in promtool, and it documents every self metric."""
 
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ import yaml
 from exporter.podresources import AllocatedDevice
 from test_end_to_end import L4_UUID
 
-DOC = Path(__file__).resolve().parents[1] / "docs" / "operations.md"
+DOC = Path(__file__).resolve().parents[1] / "README.md"
 
 
 def rule_blocks() -> list:
@@ -24,7 +24,7 @@ def rule_blocks() -> list:
 
 def test_alert_rules_pass_promtool(tmp_path):
     blocks = rule_blocks()
-    assert blocks, "docs/operations.md has no rule group"
+    assert blocks, "README.md has no rule group"
     promtool = shutil.which("promtool")
     if promtool is None:
         if os.environ.get("CI"):
@@ -48,4 +48,4 @@ def test_every_self_metric_is_documented(kubelet, dcgm, run_exporter):
     assert len(served) >= 12
     doc = DOC.read_text()
     missing = sorted(name for name in served if f"`{name}" not in doc)
-    assert not missing, f"not documented in docs/operations.md: {missing}"
+    assert not missing, f"not documented in README.md: {missing}"

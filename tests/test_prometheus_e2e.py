@@ -19,9 +19,9 @@ import yaml
 from exporter.fake_dcgm import FakeDcgmExporter
 from exporter.fake_kubelet import FakeKubelet
 from exporter.podresources import AllocatedDevice
-from tests.deploy_tools import DASHBOARD, RULES, require_executable
-from tests.exporter_process import start_exporter
-from tests.fixtures import fixture_bytes
+from deploy_tools import DASHBOARD, RULES, require_executable
+from exporter_process import start_exporter
+from fixtures import fixture_bytes
 
 DEADLINE_SECONDS = 40.0
 NAMESPACE, POD, CONTAINER = "ml-team", "trainer-0", "cuda"

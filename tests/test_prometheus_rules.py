@@ -8,7 +8,7 @@ from pathlib import Path
 
 import yaml
 
-from tests.deploy_tools import (
+from deploy_tools import (
     RULES, RULES_KEY, RULES_TESTS, configmap_data, require_env_executable, require_executable,
 )
 

@@ -11,7 +11,7 @@ from exporter.attribution import Attribution
 from exporter.podresources import AllocatedDevice
 from exporter.scrape import Scraper, ScrapeBody
 from exporter.upstream import FileSource
-from tests.fixtures import fixture_bytes
+from fixtures import fixture_bytes
 
 L4 = fixture_bytes("dcgm/l4-aws-gpu-operator-default-counters.prom")
 L4_UUID = "GPU-c2f76b33-7953-256e-8f33-1343419b1a1c"
