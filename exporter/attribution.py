@@ -85,7 +85,9 @@ class Attribution:
         if listed_at is None:
             return Snapshot(EMPTY_MAPPING, up, None)
         age = self._clock() - listed_at
-        if age > self._max_age:
+        # Only a failing kubelet ages a mapping out: while Lists succeed it is as fresh as the last
+        # one, even when --kubelet.refresh-interval is longer than --kubelet.mapping-max-age.
+        if not up and age > self._max_age:
             self._log_expired_once(age)
             return Snapshot(EMPTY_MAPPING, up, age)
         return Snapshot(mapping, up, age)

@@ -61,8 +61,8 @@ def serve(config: Config, on_ready: Optional[Callable[[str], None]] = None) -> i
     )
     app = App(Scraper(source, attribution, config.labels_style), attribution, config.telemetry_path, web_config)
     try:
-        server = ExporterHTTPServer(config.listen_host, config.listen_port, app,
-                                    web_config.ssl_context() if web_config else None)
+        server = ExporterHTTPServer.listen(config.listen_host, config.listen_port, app,
+                                           web_config.ssl_context() if web_config else None)
     except OSError as exc:
         log("error", "cannot listen", address=config.listen_address, error=exc.strerror or str(exc))
         client.close()

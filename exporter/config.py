@@ -58,6 +58,9 @@ _FLAGS: Tuple[Tuple[str, str, str, str], ...] = (
     ("--log.format", "log_format", LOG_FORMATS, "Log line format."),
 )
 
+# Served by the exporter itself (its own metrics, probes without auth, the index page).
+_BUILT_IN_PATHS = ("/metrics", "/healthz", "/")
+
 _DURATION = re.compile(r"(\d+(?:\.\d+)?)(ms|s|m|h)")
 _DURATION_UNITS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0}
 
@@ -162,6 +165,9 @@ def parse_config(argv: Sequence[str], environ: Mapping[str, str]) -> Config:
     for field in ("web_config_file", "dcgm_file"):
         if values.get(field) == "":
             values[field] = None
+    if values.get("telemetry_path") in _BUILT_IN_PATHS:
+        raise ConfigError(f"--web.telemetry-path: {values['telemetry_path']} is a built-in route "
+                          f"({', '.join(_BUILT_IN_PATHS)}); choose another path, e.g. /gpu/metrics")
     return Config(**values)
 
 

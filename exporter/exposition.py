@@ -60,6 +60,14 @@ class RewriteResult(NamedTuple):
     malformed: int  # lines dropped because they break the text format
     identities: frozenset  # Identity of every GPU sample seen
 
+SELF_METRIC_PREFIX = "pod_gpu_exporter_"
+
+
+def is_reserved_name(name: str) -> bool:
+    """Names this exporter writes itself; upstream copies of them (--dcgm.url pointed at another
+    instance of us) would be duplicate families, so they are dropped as malformed."""
+    return name.startswith(SELF_METRIC_PREFIX) or name == ALLOCATION_INFO
+
 
 def escape_label_value(value: str) -> str:
     return value.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
@@ -82,6 +90,7 @@ class _Series(NamedTuple):
     identity: Optional[Identity]
     key: str  # `name{first output label text}`: what makes it one series in a scrape
     head: str  # as received, to tell an exact repeat from an upstream per-pod copy
+    name: str  # the metric name, to refuse a TYPE line that comes after its samples
 
 
 class Rewriter:
@@ -104,6 +113,7 @@ class Rewriter:
         out: List[str] = []
         malformed = 0
         described: set = set()  # (kind, name) of HELP/TYPE lines already written
+        sampled: set = set()  # metric names with samples written
         written: Dict[str, _Series] = {}  # the series written so far, by key
         known = self._series
         for line in text.split("\n"):
@@ -113,7 +123,7 @@ class Rewriter:
                 malformed += 1
                 continue
             if line[0] == "#":
-                malformed += self._copy_comment(line, described, out)
+                malformed += self._copy_comment(line, described, sampled, out)
                 continue
             # The fast path, taken by nearly every line of every scrape but the first (~6,400 lines
             # on a large MIG node): a series seen in an earlier scrape, not yet written in this one,
@@ -123,37 +133,41 @@ class Rewriter:
             series = known.get(head)
             if series is not None and series.key not in written and _is_value(rest):
                 written[series.key] = series
+                sampled.add(series.name)
                 for output in series.outputs:
                     out.append(output + rest)
             else:
-                malformed += self._copy_sample(line, head, rest, out, written)
+                malformed += self._copy_sample(line, head, rest, out, written, sampled)
         out.append("")
         identities = frozenset(series.identity for series in written.values() if series.identity is not None)
         return RewriteResult("\n".join(out).encode("utf-8"), malformed, identities)
 
-    def _copy_comment(self, line: str, described: set, out: List[str]) -> int:
+    def _copy_comment(self, line: str, described: set, sampled: set, out: List[str]) -> int:
         """Keep HELP/TYPE lines as written; return 1 when the line must be dropped as malformed."""
         if line.startswith(("# HELP ", "# HELP\t")):
             match = _HELP.fullmatch(line)
-            if not match:
-                return 1
-            kind, name = "HELP", match.group(1)
+            kind = "HELP"
         elif line.startswith(("# TYPE ", "# TYPE\t")):
             match = _TYPE.fullmatch(line)
-            if not match:
-                return 1
-            kind, name = "TYPE", match.group(1)
+            kind = "TYPE"
         else:
             out.append(line)  # any other comment is allowed by the format and harmless
             return 0
+        if not match or is_reserved_name(match.group(1)):
+            return 1
+        name = match.group(1)
         # A family described twice (an upstream repeating itself) would fail every parser downstream;
         # the first description wins (its samples are kept unless they repeat a series: _copy_sample).
-        if (kind, name) not in described:
-            described.add((kind, name))
-            out.append(line)
+        if (kind, name) in described:
+            return 0
+        if kind == "TYPE" and name in sampled:
+            return 1  # a first TYPE after its family's samples: the Go parser rejects the scrape for it
+        described.add((kind, name))
+        out.append(line)
         return 0
 
-    def _copy_sample(self, line: str, head: str, rest: str, out: List[str], written: Dict[str, _Series]) -> int:
+    def _copy_sample(self, line: str, head: str, rest: str, out: List[str], written: Dict[str, _Series],
+                     sampled: set) -> int:
         """Copy one sample line (once per owner); return 1 when it must be dropped as malformed.
 
         `head` is the line up to its last "}" and `rest` what follows (value and timestamp).
@@ -172,6 +186,7 @@ class Rewriter:
         if first is not None:
             return int(first.head == series.head)
         written[series.key] = series
+        sampled.add(series.name)
         for output in series.outputs:
             out.append(output + rest)
         return 0
@@ -191,14 +206,14 @@ class Rewriter:
         """`name{labels}` checked and rewritten; None when it breaks the text format."""
         brace = head.find("{")
         name = head[:brace]
-        if brace < 0 or not _METRIC_NAME.fullmatch(name):
+        if brace < 0 or not _METRIC_NAME.fullmatch(name) or is_reserved_name(name):
             return None
         label_set = self._label_set(head[brace + 1 : -1])
         if label_set is None:
             return None
         outputs = tuple([f"{name}{{{labels}}}" for labels in label_set.variants])
         # The key is outputs[0] itself: one string object per series, whose hash Python keeps.
-        return _Series(outputs, label_set.identity, outputs[0], head)
+        return _Series(outputs, label_set.identity, outputs[0], head, name)
 
     def _label_set(self, label_text: str) -> Optional[_LabelSet]:
         try:
@@ -248,11 +263,11 @@ def _is_value(text: str) -> bool:
 def _split_unlabelled(line: str) -> Tuple[Optional[_Series], str]:
     """(series, rest) of a sample without labels, `name value`; not cached, as dcgm sends none."""
     match = _METRIC_NAME.match(line)
-    if not match:
+    if not match or is_reserved_name(match.group()):
         return None, line
     # `name` and `name{}` are one series; keyed alike so that a repeat is caught either way.
     name = match.group()
-    return _Series((name,), None, name + "{}", name + "{}"), line[match.end() :]
+    return _Series((name,), None, name + "{}", name + "{}", name), line[match.end() :]
 
 
 def _parse_label_pairs(label_text: str) -> Optional[List[Tuple[str, str, str]]]:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import errno
 import html
 import io
 import socket
@@ -31,6 +32,9 @@ REQUEST_TIMEOUT_SECONDS = 30
 REQUEST_HEAD_TIMEOUT_SECONDS = 10
 REQUEST_HEAD_MAX_BYTES = 64 * 1024
 TLS_HANDSHAKE_TIMEOUT_SECONDS = 10
+# Each connection holds a thread; past this many at once, new ones are closed straight away, so a
+# flood of idle connections cannot exhaust memory. Prometheus needs one per server scraping us.
+MAX_CONNECTIONS = 64
 # Below ~1 KiB gzip costs more than it saves.
 _GZIP_MIN_BYTES = 1024
 
@@ -42,14 +46,18 @@ class ExporterHTTPServer(ThreadingHTTPServer):
     allow_reuse_address = True
     request_queue_size = 64
 
-    def __init__(self, host: str, port: int, app: "App", ssl_context: Optional[ssl.SSLContext] = None):
+    def __init__(self, host: str, port: int, app: "App", ssl_context: Optional[ssl.SSLContext] = None,
+                 family: Optional[socket.AddressFamily] = None):
         self.app = app
         self.ssl_context = ssl_context
-        self.address_family = socket.AF_INET6 if (host == "" or ":" in host) and socket.has_ipv6 else socket.AF_INET
-        bind_host = "::" if host == "" and self.address_family == socket.AF_INET6 else host
+        self._connection_slots = threading.BoundedSemaphore(MAX_CONNECTIONS)
+        if family is None:
+            family = socket.AF_INET6 if host == "" or ":" in host else socket.AF_INET
+        self.address_family = family
+        bind_host = "::" if host == "" and family == socket.AF_INET6 else host
         super().__init__((bind_host, port), RequestHandler, bind_and_activate=False)
         try:
-            if host == "" and self.address_family == socket.AF_INET6:
+            if host == "" and family == socket.AF_INET6:
                 # ':9400' means every interface, IPv4 included (dual-stack), as Go's net.Listen does.
                 self.socket.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 0)
             self.server_bind()
@@ -57,6 +65,34 @@ class ExporterHTTPServer(ThreadingHTTPServer):
         except BaseException:
             self.server_close()
             raise
+
+    @classmethod
+    def listen(cls, host: str, port: int, app: "App", ssl_context: Optional[ssl.SSLContext] = None):
+        """Bind HOST:PORT; an empty host is every interface, dual-stack where the kernel has IPv6."""
+        try:
+            return cls(host, port, app, ssl_context)
+        except OSError as exc:
+            if host != "" or exc.errno not in (errno.EAFNOSUPPORT, errno.EADDRNOTAVAIL):
+                raise
+        # A kernel booted without IPv6 (ipv6.disable=1): every IPv4 interface, as Go falls back to.
+        return cls(host, port, app, ssl_context, family=socket.AF_INET)
+
+    def process_request(self, request, client_address):
+        if not self._connection_slots.acquire(blocking=False):
+            log("debug", "too many connections: closing a new one", client=client_address[0])
+            self.shutdown_request(request)
+            return
+        try:
+            super().process_request(request, client_address)
+        except BaseException:
+            self._connection_slots.release()
+            raise
+
+    def process_request_thread(self, request, client_address):
+        try:
+            super().process_request_thread(request, client_address)
+        finally:
+            self._connection_slots.release()
 
     @property
     def bound_address(self) -> str:
@@ -237,7 +273,7 @@ class RequestHandler(BaseHTTPRequestHandler):
             return True
         if config.check_basic_auth(self.headers.get("Authorization")):
             return True
-        self._reply(401, b"unauthorized\n", "text/plain; charset=utf-8", True,
+        self._reply(401, b"unauthorized\n", "text/plain; charset=utf-8", self.command != "HEAD",
                     extra_headers={"WWW-Authenticate": WWW_AUTHENTICATE})
         return False
 

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import base64
+import functools
 import http.client
+import io
 import os
 import queue
 import select
@@ -34,6 +36,39 @@ _HEADERS = {
 _RECENT_WRITE_NS = 100_000_000
 _GZIP_ENCODINGS = ("gzip", "x-gzip")
 _IDENTITY_ENCODINGS = ("", "identity")
+
+
+class _DeadlineReader(io.RawIOBase):
+    """A response's read side where every socket read waits only for what is left of the fetch's
+    deadline: a server trickling its status line, headers or body cannot stretch a fetch."""
+
+    def __init__(self, sock: socket.socket, deadline: float) -> None:
+        self._sock = sock
+        # Read through a socket file, as http.client does: it keeps the socket open while the
+        # response is read even after the connection lets go of it (a "Connection: close" answer).
+        self._raw = sock.makefile("rb", buffering=0)
+        self._deadline = deadline
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, buffer) -> int:
+        remaining = self._deadline - time.monotonic()
+        if remaining <= 0:
+            raise socket.timeout("the fetch's deadline passed")
+        self._sock.settimeout(remaining)
+        return self._raw.readinto(buffer)
+
+    def close(self) -> None:
+        self._raw.close()
+        super().close()
+
+
+class _DeadlineResponse(http.client.HTTPResponse):
+    def __init__(self, sock: socket.socket, *args, deadline: float, **kwargs) -> None:
+        super().__init__(sock, *args, **kwargs)
+        self.fp.close()  # the plain socket file the base class opened; ours replaces it
+        self.fp = io.BufferedReader(_DeadlineReader(sock, deadline))
 
 
 class _ConnectionPool:
@@ -175,8 +210,8 @@ class _Target:
 class HttpSource:
     """dcgm-exporter's /metrics over HTTP, with a size cap and a deadline whatever the server does.
 
-    Connecting, and then waiting for each read of the headers, take at most timeout_seconds each;
-    the body must be complete by timeout_seconds after the fetch began, however it trickles in.
+    The whole fetch — connecting, sending, the status line, headers and body — must be done by
+    timeout_seconds after it began, however slowly the server trickles its answer.
     Plain http.client rather than requests: requests' per-request and per-chunk overhead made the
     fetch of a 1.5 MB scrape ~3x slower (benchmarks/perf.py), and we need none of its features.
     """
@@ -205,25 +240,27 @@ class HttpSource:
         deadline = time.monotonic() + self.timeout_seconds
         connection = self._connections.acquire()
         try:
-            response, sock = self._send(connection, retry_stale=True)
-            body = self._read_body(response, sock, deadline)
+            response = self._send(connection, deadline, retry_stale=True)
+            body = self._read_body(response, deadline)
         except BaseException:
             connection.close()  # never reuse a connection whose answer was not read to its end
             raise
         self._connections.release(connection)
         return body
 
-    def _send(self, connection: http.client.HTTPConnection, retry_stale: bool):
-        """(response, its socket) once the headers are in; the socket is kept for the body's reads."""
-        # The connect and each read of the headers wait at most timeout_seconds; the body is read
-        # against the total deadline in _read_body.
+    def _send(self, connection: http.client.HTTPConnection, deadline: float, retry_stale: bool):
+        """The response, once its status line and headers are in."""
         reused = connection.sock is not None
+        remaining = deadline - time.monotonic()
+        if remaining <= 0:
+            raise self._timeout()
         try:
-            connection.timeout = self.timeout_seconds
+            connection.timeout = remaining  # for connecting, when the connection is new
             if reused:
-                connection.sock.settimeout(self.timeout_seconds)
+                connection.sock.settimeout(remaining)
+            # getresponse() builds its response with the connection's response_class.
+            connection.response_class = functools.partial(_DeadlineResponse, deadline=deadline)
             connection.request("GET", self._target.path, headers=self._target.headers)
-            sock = connection.sock  # getresponse() forgets it when the server will close
             response = connection.getresponse()
         except socket.timeout as exc:
             raise self._timeout() from exc
@@ -235,16 +272,16 @@ class HttpSource:
             # send again, once, on a new connection (as Go's and urllib3's clients do).
             if reused and retry_stale:
                 connection.close()
-                return self._send(connection, retry_stale=False)
+                return self._send(connection, deadline, retry_stale=False)
             raise self._error(f"could not be reached ({exc!r}): check --dcgm.url", "error") from exc
         except (OSError, http.client.HTTPException) as exc:
             raise self._error(f"could not be asked ({exc!r}): check --dcgm.url", "error") from exc
         if response.status != 200:
             raise self._error(f"answered HTTP {response.status} instead of 200: check "
                               "dcgm-exporter's logs and that --dcgm.url names its /metrics path", "status")
-        return response, sock
+        return response
 
-    def _read_body(self, response: http.client.HTTPResponse, sock: socket.socket, deadline: float) -> bytes:
+    def _read_body(self, response: http.client.HTTPResponse, deadline: float) -> bytes:
         encoding = (response.getheader("Content-Encoding") or "").strip().lower()
         if encoding not in _GZIP_ENCODINGS + _IDENTITY_ENCODINGS:
             raise self._error(f"sent Content-Encoding {encoding!r}, which we did not ask for", "error")
@@ -252,7 +289,7 @@ class HttpSource:
             raise self._too_large()  # refuse before reading a byte of it
         body = _Body(self.max_bytes, encoding in _GZIP_ENCODINGS, self._error)
         while True:
-            chunk = self._read_chunk(response, sock, deadline, body.wire_bytes)
+            chunk = self._read_chunk(response, deadline, body.wire_bytes)
             if not chunk:
                 break
             body.feed(chunk)
@@ -266,15 +303,10 @@ class HttpSource:
                               "HELP/TYPE lines, so it is probably still starting or failing", "empty")
         return text
 
-    def _read_chunk(self, response: http.client.HTTPResponse, sock: socket.socket, deadline: float,
-                    received: int) -> bytes:
-        remaining = deadline - time.monotonic()
-        if remaining <= 0:
+    def _read_chunk(self, response: http.client.HTTPResponse, deadline: float, received: int) -> bytes:
+        if deadline <= time.monotonic():
             raise self._timeout(received)
-        # Each socket read may wait only for what is left of the deadline, so a server trickling
-        # bytes cannot stretch the fetch.
-        sock.settimeout(remaining)
-        try:
+        try:  # the response's reader bounds each socket read by the deadline (_DeadlineReader)
             # read1 returns whatever one socket read brings instead of waiting to fill the chunk.
             return response.read1(_READ_CHUNK_BYTES)
         except socket.timeout as exc:

@@ -124,3 +124,12 @@ def test_background_thread_refreshes_and_stops():
     calls = kubelet.calls
     time.sleep(0.2)
     assert kubelet.calls == calls  # stopped for good
+
+
+def test_a_healthy_kubelet_never_ages_out_even_with_a_refresh_interval_above_max_age():
+    kubelet, clock = Kubelet(), Clock()
+    attribution = Attribution(kubelet.list_devices, refresh_interval_seconds=120, max_age_seconds=60, clock=clock)
+    attribution.refresh()
+    clock.now += 119  # just before the next refresh: the kubelet answered last time
+    snapshot = attribution.current()
+    assert snapshot.kubelet_up and snapshot.mapping.owners and snapshot.age_seconds == 119

@@ -224,6 +224,23 @@ def test_duplicate_help_and_type_dropped_samples_kept():
     assert lines(result) == BODY.splitlines() + ['DCGM_FI_DEV_GPU_TEMP{gpu="7"} 50']
 
 
+def test_a_first_type_line_after_its_samples_is_dropped_and_counted():
+    body = 'DCGM_X{gpu="0"} 1\n# HELP DCGM_X help after samples is fine\n# TYPE DCGM_X gauge\n'
+    result = rewrite(body)
+    assert result.malformed == 1
+    assert lines(result) == ['DCGM_X{gpu="0"} 1', "# HELP DCGM_X help after samples is fine"]
+
+
+def test_our_own_metric_names_from_upstream_are_dropped_and_counted():
+    # --dcgm.url pointed at another instance of this exporter: its status families would repeat ours.
+    body = BODY + ("# HELP pod_gpu_exporter_dcgm_up x\n# TYPE pod_gpu_exporter_dcgm_up gauge\n"
+                   "pod_gpu_exporter_dcgm_up 1\n"
+                   'pod_gpu_allocation_info{namespace="a",pod="b",container="c",resource="r",device_id="0"} 1\n')
+    result = rewrite(body)
+    assert result.malformed == 4
+    assert lines(result) == BODY.splitlines()
+
+
 # --- escaping ----------------------------------------------------------------------------------------
 
 def test_owner_values_with_quote_backslash_newline_are_escaped():

@@ -84,6 +84,16 @@ def test_right_credentials_get_the_metrics_over_https(secured):
         assert "pod_gpu_exporter_dcgm_up 1" in response.text
 
 
+def test_a_refused_head_request_sends_no_body_and_the_connection_stays_usable(secured):
+    # A 401 to HEAD with a body would desynchronise keep-alive: the next answer would be misread.
+    https_base, _, ca_file = secured
+    with requests.Session() as session:
+        refused = session.head(https_base + "/gpu/metrics", verify=ca_file, timeout=10)
+        assert refused.status_code == 401 and refused.content == b""
+        after = session.get(https_base + "/healthz", verify=ca_file, timeout=10)
+        assert after.status_code == 200 and after.text == "ok\n"
+
+
 def test_healthz_needs_no_credentials_but_still_tls(secured):
     response = _get(secured, "/healthz")
     assert response.status_code == 200

@@ -5,6 +5,7 @@ from __future__ import annotations
 import gzip
 import socket
 import threading
+import time
 from typing import Callable, List
 
 import pytest
@@ -175,6 +176,22 @@ def test_http_body_over_cap_is_too_large(fake, l4_body):
     error = fetch_error(HttpSource(fake.url, timeout_seconds=5, max_bytes=len(l4_body) - 1))
     assert error.reason == "too_large"
     assert HttpSource(fake.url, timeout_seconds=5, max_bytes=len(l4_body)).fetch() == l4_body
+
+
+def test_http_headers_trickled_in_cannot_stretch_the_fetch_past_its_deadline(raw_server):
+    # Each header line comes well within the timeout, but all of them together take far longer.
+    def respond(conn: socket.socket, stopped: threading.Event) -> None:
+        conn.sendall(b"HTTP/1.1 200 OK\r\n")
+        for number in range(40):
+            if stopped.wait(0.1):
+                return
+            conn.sendall(b"X-Slow-%d: y\r\n" % number)
+
+    server = raw_server(respond)
+    started = time.monotonic()
+    error = fetch_error(HttpSource(server.url, timeout_seconds=1))
+    assert error.reason == "timeout"
+    assert time.monotonic() - started < 3.5  # not 40 header reads of up to 1 s each
 
 
 def test_http_declared_length_over_cap_is_refused_without_reading(raw_server):
