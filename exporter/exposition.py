@@ -31,7 +31,7 @@ _METRIC_NAME = re.compile(r"[a-zA-Z_:][a-zA-Z0-9_:]*")
 _LABEL_PAIR = re.compile(r'[ \t]*([a-zA-Z_][a-zA-Z0-9_]*)[ \t]*=[ \t]*"((?:[^"\\\n]|\\[\\"n])*)"[ \t]*(,|$)')
 # re.ASCII: Python's \d would also match other scripts' digits, which Prometheus' parser rejects.
 _VALUE_AND_TIMESTAMP = re.compile(
-    r"[ \t]+[-+]?(?:(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?|(?i:inf|infinity|nan))(?:[ \t]+-?\d+)?[ \t]*",
+    r"[ \t]+[-+]?(?:(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?|(?i:inf|infinity|nan))(?:[ \t]+[-+]?\d+)?[ \t]*",
     re.ASCII,
 )
 # HELP text allows only the escapes \\ and \n; anything else makes the Go parser reject the scrape.
@@ -122,6 +122,8 @@ class Rewriter:
             if maybe_undecodable and _UNDECODABLE.search(line):
                 malformed += 1
                 continue
+            if line[0] in " \t":
+                line = line.lstrip(" \t")  # the format allows leading blanks; Prometheus skips them
             if line[0] == "#":
                 malformed += self._copy_comment(line, described, sampled, out)
                 continue
@@ -205,7 +207,7 @@ class Rewriter:
     def _build_series(self, head: str) -> Optional[_Series]:
         """`name{labels}` checked and rewritten; None when it breaks the text format."""
         brace = head.find("{")
-        name = head[:brace]
+        name = head[:brace].rstrip(" \t")  # `name {…}` is valid text too
         if brace < 0 or not _METRIC_NAME.fullmatch(name) or is_reserved_name(name):
             return None
         label_set = self._label_set(head[brace + 1 : -1])
@@ -275,6 +277,8 @@ def _parse_label_pairs(label_text: str) -> Optional[List[Tuple[str, str, str]]]:
     pairs = []
     names = set()
     position, end = 0, len(label_text)
+    if not label_text.strip(" \t"):
+        return pairs  # `{}` or `{ }`: no labels
     while position < end:
         match = _LABEL_PAIR.match(label_text, position)
         if not match or match.group(1) in names:

@@ -344,3 +344,16 @@ def test_a_repeated_identical_sample_is_dropped_and_counted():
     line = BODY.splitlines()[2]
     result = rewrite(BODY + line + "\n")
     assert lines(result) == BODY.splitlines() and result.malformed == 1
+
+
+@pytest.mark.parametrize("line, expected", [
+    ("DCGM_X{ } 1", "DCGM_X{} 1"),
+    (f'DCGM_X {{UUID="{UUID0}"}} 1', f'DCGM_X{{UUID="{UUID0}",namespace="n",pod="p",container="c"}} 1'),
+    (f'  DCGM_X{{UUID="{UUID0}"}} 1', f'DCGM_X{{UUID="{UUID0}",namespace="n",pod="p",container="c"}} 1'),
+    (f'DCGM_X{{UUID="{UUID0}"}} 1 +1700000000000', f'DCGM_X{{UUID="{UUID0}",namespace="n",pod="p",container="c"}} 1 +1700000000000'),
+])
+def test_unusual_but_valid_text_is_kept_not_counted_as_malformed(line, expected):
+    # promtool parses each of these; dropping them would lose data.
+    result = rewrite(line + "\n", [Device("n", "p", "c", "nvidia.com/gpu", UUID0)])
+    assert result.malformed == 0
+    assert lines(result) == [expected]
