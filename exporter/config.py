@@ -58,8 +58,11 @@ _FLAGS: Tuple[Tuple[str, str, str, str], ...] = (
     ("--log.format", "log_format", LOG_FORMATS, "Log line format."),
 )
 
-# Served by the exporter itself (its own metrics, probes without auth, the index page).
-_BUILT_IN_PATHS = ("/metrics", "/healthz", "/")
+# Routes the exporter serves itself, whatever --web.telemetry-path says.
+SELF_METRICS_PATH = "/metrics"  # the process's own prometheus_client registry
+HEALTH_PATH = "/healthz"  # liveness; reachable without credentials, for kubelet probes
+INDEX_PATH = "/"
+_BUILT_IN_PATHS = (SELF_METRICS_PATH, HEALTH_PATH, INDEX_PATH)
 
 _DURATION = re.compile(r"(\d+(?:\.\d+)?)(ms|s|m|h)")
 _DURATION_UNITS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0}

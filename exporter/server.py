@@ -17,13 +17,12 @@ from prometheus_client.core import CounterMetricFamily
 from prometheus_client.platform_collector import PlatformCollector
 from prometheus_client.process_collector import ProcessCollector
 
+from exporter.config import HEALTH_PATH, INDEX_PATH, SELF_METRICS_PATH
 from exporter.logs import log
 from exporter.scrape import ScrapeBody
 from exporter.webconfig import WWW_AUTHENTICATE
 
 TEXT_FORMAT = "text/plain; version=0.0.4; charset=utf-8"
-HEALTH_PATH = "/healthz"
-SELF_METRICS_PATH = "/metrics"
 # Slow or idle clients must not hold a request thread for long (slowloris); Prometheus sends
 # its whole request at once. An idle keep-alive connection is closed after REQUEST_TIMEOUT_SECONDS;
 # once a request has begun, its line and headers must all arrive within REQUEST_HEAD_TIMEOUT_SECONDS
@@ -262,7 +261,7 @@ class RequestHandler(BaseHTTPRequestHandler):
             self._reply(200, generate_latest(app.registry), TEXT_FORMAT, send_body)
         elif path == HEALTH_PATH:
             self._reply(200, b"ok\n", "text/plain; charset=utf-8", send_body)
-        elif path == "/":
+        elif path == INDEX_PATH:
             self._reply(200, app.index_page(), "text/html; charset=utf-8", send_body)
         else:
             self._reply(404, b"not found\n", "text/plain; charset=utf-8", send_body)

@@ -28,11 +28,12 @@ from typing import Any, Mapping
 import yaml
 
 from exporter.basicauth import WWW_AUTHENTICATE, BasicAuth, is_bcrypt_hash
+from exporter.config import HEALTH_PATH
 from exporter.errors import ConfigError
 
 __all__ = ["UNAUTHENTICATED_PATHS", "WWW_AUTHENTICATE", "WebConfig", "load_web_config"]
 
-UNAUTHENTICATED_PATHS = frozenset({"/healthz"})
+UNAUTHENTICATED_PATHS = frozenset({HEALTH_PATH})
 
 _TLS_VERSIONS = {"TLS10": ssl.TLSVersion.TLSv1, "TLS11": ssl.TLSVersion.TLSv1_1,
                  "TLS12": ssl.TLSVersion.TLSv1_2, "TLS13": ssl.TLSVersion.TLSv1_3}
