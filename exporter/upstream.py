@@ -241,7 +241,7 @@ class HttpSource:
         connection = self._connections.acquire()
         try:
             response = self._send(connection, deadline, retry_stale=True)
-            body = self._read_body(response, deadline)
+            body = self._read_body(response)
         except BaseException:
             connection.close()  # never reuse a connection whose answer was not read to its end
             raise
@@ -281,7 +281,7 @@ class HttpSource:
                               "dcgm-exporter's logs and that --dcgm.url names its /metrics path", "status")
         return response
 
-    def _read_body(self, response: http.client.HTTPResponse, deadline: float) -> bytes:
+    def _read_body(self, response: http.client.HTTPResponse) -> bytes:
         encoding = (response.getheader("Content-Encoding") or "").strip().lower()
         if encoding not in _GZIP_ENCODINGS + _IDENTITY_ENCODINGS:
             raise self._error(f"sent Content-Encoding {encoding!r}, which we did not ask for", "error")
@@ -289,7 +289,7 @@ class HttpSource:
             raise self._too_large()  # refuse before reading a byte of it
         body = _Body(self.max_bytes, encoding in _GZIP_ENCODINGS, self._error)
         while True:
-            chunk = self._read_chunk(response, deadline, body.wire_bytes)
+            chunk = self._read_chunk(response, body.wire_bytes)
             if not chunk:
                 break
             body.feed(chunk)
@@ -303,10 +303,8 @@ class HttpSource:
                               "HELP/TYPE lines, so it is probably still starting or failing", "empty")
         return text
 
-    def _read_chunk(self, response: http.client.HTTPResponse, deadline: float, received: int) -> bytes:
-        if deadline <= time.monotonic():
-            raise self._timeout(received)
-        try:  # the response's reader bounds each socket read by the deadline (_DeadlineReader)
+    def _read_chunk(self, response: http.client.HTTPResponse, received: int) -> bytes:
+        try:  # the response's reader bounds each socket read by the fetch's deadline (_DeadlineReader)
             # read1 returns whatever one socket read brings instead of waiting to fill the chunk.
             return response.read1(_READ_CHUNK_BYTES)
         except socket.timeout as exc:
