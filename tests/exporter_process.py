@@ -66,16 +66,23 @@ def exporter_command() -> List[str]:
     return [sys.executable, "-m", "exporter"]
 
 
-def start_exporter(args: Sequence[str], env: Optional[dict] = None, timeout_seconds: float = 20.0) -> ExporterProcess:
-    """Start `python -m exporter ARGS` listening on 127.0.0.1:0 unless ARGS say otherwise; wait for it."""
+def exporter_env(extra: Optional[dict] = None) -> dict:
+    """This environment without POD_GPU_EXPORTER_* (a test sets what it means to), the repo importable."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("POD_GPU_EXPORTER_")}
+    env["PYTHONPATH"] = str(REPO_ROOT) + os.pathsep + env.get("PYTHONPATH", "")
+    env.update(extra or {})
+    return env
+
+
+def start_exporter(args: Sequence[str], env: Optional[dict] = None, timeout_seconds: float = 20.0,
+                   command: Optional[List[str]] = None) -> ExporterProcess:
+    """Start `python -m exporter ARGS` (or COMMAND ARGS) listening on 127.0.0.1:0 unless ARGS say
+    otherwise; wait for it."""
     args = list(args)
     if not any(a.startswith("--web.listen-address") for a in args):
         args += ["--web.listen-address", "127.0.0.1:0"]
-    full_env = {k: v for k, v in os.environ.items() if not k.startswith("POD_GPU_EXPORTER_")}
-    full_env["PYTHONPATH"] = str(REPO_ROOT) + os.pathsep + full_env.get("PYTHONPATH", "")
-    full_env.update(env or {})
     proc = subprocess.Popen(
-        exporter_command() + args, cwd=str(REPO_ROOT), env=full_env,
+        (command or exporter_command()) + args, cwd=str(REPO_ROOT), env=exporter_env(env),
         stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
     )
     handle = ExporterProcess(proc)

@@ -15,16 +15,15 @@ import requests
 
 from conftest import wait_until
 from exporter.podresources import AllocatedDevice
-from exporter_process import REPO_ROOT, start_exporter
+from exporter_process import REPO_ROOT, exporter_env, start_exporter
 from test_config import DESIGN_FLAGS
 
 GPU = "GPU-c2f76b33-7953-256e-8f33-1343419b1a1c"
 
 
 def run(args, **kwargs):
-    env = {k: v for k, v in os.environ.items() if not k.startswith("POD_GPU_EXPORTER_")}
-    env["PYTHONPATH"] = str(REPO_ROOT)
-    return subprocess.run(args, capture_output=True, text=True, timeout=60, cwd=str(REPO_ROOT), env=env, **kwargs)
+    return subprocess.run(args, capture_output=True, text=True, timeout=60, cwd=str(REPO_ROOT), env=exporter_env(),
+                          **kwargs)
 
 
 def console_script():

@@ -10,9 +10,7 @@ from __future__ import annotations
 
 import os
 import re
-import signal
 import socket
-import subprocess
 import sys
 import time
 from dataclasses import dataclass, field
@@ -25,7 +23,7 @@ from conftest import wait_until
 from exporter.fake_dcgm import FakeDcgmExporter
 from exporter.fake_kubelet import FakeKubelet
 from exporter.podresources import AllocatedDevice
-from exporter_process import REPO_ROOT, ExporterProcess
+from exporter_process import ExporterProcess, start_exporter
 from fixtures import fixture_bytes
 from test_end_to_end import L4_UUID, assert_parses, sample_lines, scrape
 
@@ -108,18 +106,8 @@ def start_exporter_as(node: Node, args: List[str], uid: Optional[int] = None) ->
     """The exporter process, optionally dropping to `uid` itself: see _AS_USER."""
     full = ["--dcgm.url", node.dcgm.url, "--kubelet.socket", node.kubelet.socket_path,
             "--web.listen-address", "127.0.0.1:0"] + BASE_ARGS + args
-    command = [sys.executable, "-m", "exporter"] if uid is None else [sys.executable, "-c", _AS_USER, str(uid)]
-    env = {k: v for k, v in os.environ.items() if not k.startswith("POD_GPU_EXPORTER_")}
-    env["PYTHONPATH"] = str(REPO_ROOT)
-    proc = subprocess.Popen(command + full, cwd=str(REPO_ROOT), env=env, stdout=subprocess.DEVNULL,
-                            stderr=subprocess.PIPE, text=True)
-    handle = ExporterProcess(proc)
-    try:
-        handle.wait_listening(30)
-    except BaseException:
-        handle.stop(signal.SIGKILL)
-        raise
-    return handle
+    command = None if uid is None else [sys.executable, "-c", _AS_USER, str(uid)]
+    return start_exporter(full, timeout_seconds=30, command=command)
 
 
 # The interpreter may live under /root (mode 0700), which the unprivileged user cannot read: the

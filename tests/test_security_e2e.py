@@ -1,7 +1,6 @@
 """The real exporter process with --web.config.file: HTTPS only, basic auth on all but /healthz."""
 from __future__ import annotations
 
-import os
 import shutil
 import subprocess
 import tempfile
@@ -15,7 +14,7 @@ import requests
 from exporter.fake_dcgm import FakeDcgmExporter
 from exporter.fake_kubelet import FakeKubelet
 from exporter.podresources import AllocatedDevice
-from exporter_process import REPO_ROOT, exporter_command, start_exporter
+from exporter_process import REPO_ROOT, exporter_command, exporter_env, start_exporter
 from fixtures import fixture_bytes
 from tlspki import OPENSSL, SKIP_REASON, make_pki
 
@@ -119,7 +118,7 @@ def test_a_bad_web_config_stops_start_up_with_one_line_and_exit_2(tmp_path):
     result = subprocess.run(exporter_command() + ["--web.listen-address", "127.0.0.1:0", "--web.config.file",
                                                    str(config), "--kubelet.socket", str(tmp_path / "absent.sock")],
                             cwd=str(REPO_ROOT), capture_output=True, text=True, timeout=60,
-                            env={k: v for k, v in os.environ.items() if not k.startswith("POD_GPU_EXPORTER_")})
+                            env=exporter_env())
     assert result.returncode == 2
     lines = result.stderr.strip().splitlines()
     assert len(lines) == 1 and str(config) in lines[0] and "basic_auth_users.prometheus" in lines[0], result.stderr
