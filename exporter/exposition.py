@@ -12,6 +12,7 @@ import re
 from typing import Dict, List, NamedTuple, Optional, Tuple
 
 from exporter.devices import GpuKey, Mapping, Owner, sample_keys
+from exporter.template import VALUE, BodyTemplate, split_lines
 
 LABEL_STYLES = {
     # Owner field order follows each style's tradition: the seed appended pod_name, pod_namespace,
@@ -29,11 +30,9 @@ UPSTREAM_OWNER_LABELS = frozenset(
 _METRIC_NAME = re.compile(r"[a-zA-Z_:][a-zA-Z0-9_:]*")
 # A label pair; values allow only the three escapes the format defines (\\, \", \n).
 _LABEL_PAIR = re.compile(r'[ \t]*([a-zA-Z_][a-zA-Z0-9_]*)[ \t]*=[ \t]*"((?:[^"\\\n]|\\[\\"n])*)"[ \t]*(,|$)')
-# re.ASCII: Python's \d would also match other scripts' digits, which Prometheus' parser rejects.
-_VALUE_AND_TIMESTAMP = re.compile(
-    r"[ \t]+[-+]?(?:(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?|(?i:inf|infinity|nan))(?:[ \t]+[-+]?\d+)?[ \t]*",
-    re.ASCII,
-)
+# re.ASCII: otherwise case-insensitive inf/nan would also match look-alike letters such as the
+# dotless ı, which Prometheus' parser rejects.
+_VALUE_AND_TIMESTAMP = re.compile(rf"[ \t]+{VALUE}(?:[ \t]+[-+]?[0-9]+)?[ \t]*", re.ASCII)
 # HELP text allows only the escapes \\ and \n; anything else makes the Go parser reject the scrape.
 _HELP = re.compile(r"# HELP[ \t]+([a-zA-Z_:][a-zA-Z0-9_:]*)(?:[ \t](?:[^\\]|\\[\\n])*)?")
 _TYPE = re.compile(r"# TYPE[ \t]+([a-zA-Z_:][a-zA-Z0-9_:]*)[ \t]+(counter|gauge|histogram|summary|untyped)[ \t]*")
@@ -107,42 +106,60 @@ class Rewriter:
         }
         self._label_sets: Dict[str, Optional[_LabelSet]] = {}
         self._series: Dict[str, Optional[_Series]] = {}
+        self._template: Optional[BodyTemplate] = None
+        self.refills = 0  # rewrites done by refilling the last body's template (see exporter.template)
 
     def rewrite(self, body: bytes) -> RewriteResult:
+        template = self._template
+        if template is not None:
+            text = template.fill(*split_lines(body))
+            if text is not None:  # the same series as last time, new plain values: no line loop
+                self.refills += 1
+                return RewriteResult(text, template.malformed, template.identities)
+        return self._rewrite_lines(body)
+
+    def _rewrite_lines(self, body: bytes) -> RewriteResult:
+        """The rewrite, line by line; what became of each line is kept as the next template."""
         text, maybe_undecodable = _decode(body)
         out: List[str] = []
+        ends: List[int] = []  # for each input line, len(out) once it was done
+        rests: List[Optional[str]] = []  # for each input line that is a sample, the text after its series
         malformed = 0
         described: set = set()  # (kind, name) of HELP/TYPE lines already written
         sampled: set = set()  # metric names with samples written
         written: Dict[str, _Series] = {}  # the series written so far, by key
         known = self._series
         for line in text.split("\n"):
+            rest = None
             if not line or line.isspace():
-                continue
-            if maybe_undecodable and _UNDECODABLE.search(line):
+                pass
+            elif maybe_undecodable and _UNDECODABLE.search(line):
                 malformed += 1
-                continue
-            if line[0] in " \t":
-                line = line.lstrip(" \t")  # the format allows leading blanks; Prometheus skips them
-            if line[0] == "#":
-                malformed += self._copy_comment(line, described, sampled, out)
-                continue
-            # The fast path, taken by nearly every line of every scrape but the first (~6,400 lines
-            # on a large MIG node): a series seen in an earlier scrape, not yet written in this one,
-            # with a valid value. Anything else takes _copy_sample, which handles every case itself.
-            close = line.rfind("}")
-            head, rest = line[: close + 1], line[close + 1 :]  # no "}": head "", rest the whole line
-            series = known.get(head)
-            if series is not None and series.key not in written and _is_value(rest):
-                written[series.key] = series
-                sampled.add(series.name)
-                for output in series.outputs:
-                    out.append(output + rest)
             else:
-                malformed += self._copy_sample(line, head, rest, out, written, sampled)
-        out.append("")
+                if line[0] in " \t":
+                    line = line.lstrip(" \t")  # the format allows leading blanks; Prometheus skips them
+                if line[0] == "#":
+                    malformed += self._copy_comment(line, described, sampled, out)
+                else:
+                    # The fast path of this loop: a series seen in an earlier scrape, not yet written
+                    # in this one, with a valid value. Anything else takes _copy_sample, which handles
+                    # every case itself.
+                    close = line.rfind("}")
+                    head, rest = line[: close + 1], line[close + 1 :]  # no "}": head "", rest the whole line
+                    series = known.get(head)
+                    if series is not None and series.key not in written and _is_value(rest):
+                        written[series.key] = series
+                        sampled.add(series.name)
+                        for output in series.outputs:
+                            out.append(output + rest)
+                    else:
+                        dropped, rest = self._copy_sample(line, head, rest, out, written, sampled)
+                        malformed += dropped
+            ends.append(len(out))
+            rests.append(rest)
         identities = frozenset(series.identity for series in written.values() if series.identity is not None)
-        return RewriteResult("\n".join(out).encode("utf-8"), malformed, identities)
+        self._template = BodyTemplate(body, out, ends, rests, malformed, identities)
+        return RewriteResult("\n".join(out + [""]).encode("utf-8"), malformed, identities)
 
     def _copy_comment(self, line: str, described: set, sampled: set, out: List[str]) -> int:
         """Keep HELP/TYPE lines as written; return 1 when the line must be dropped as malformed."""
@@ -169,29 +186,30 @@ class Rewriter:
         return 0
 
     def _copy_sample(self, line: str, head: str, rest: str, out: List[str], written: Dict[str, _Series],
-                     sampled: set) -> int:
-        """Copy one sample line (once per owner); return 1 when it must be dropped as malformed.
+                     sampled: set) -> Tuple[int, str]:
+        """Copy one sample line (once per owner); return (1 when it must be dropped as malformed, else
+        0; the text after its series: value and timestamp).
 
-        `head` is the line up to its last "}" and `rest` what follows (value and timestamp).
+        `head` is the line up to its last "}" and `rest` what follows.
         """
         if head:
             series = self._series_for(head)
         else:
             series, rest = _split_unlabelled(line)
         if series is None or not _is_value(rest):
-            return 1
+            return 1, rest
         # The text format allows each series (name + labels) once; Prometheus rejects repeats within a
         # scrape. A repeated line (an upstream sending a family twice) is malformed; lines that differ
         # only in upstream owner labels (dcgm-exporter -k copies samples per pod) become the same
         # series once ours replace them, so the first is kept and the rest dropped without complaint.
         first = written.get(series.key)
         if first is not None:
-            return int(first.head == series.head)
+            return int(first.head == series.head), rest
         written[series.key] = series
         sampled.add(series.name)
         for output in series.outputs:
             out.append(output + rest)
-        return 0
+        return 0, rest
 
     def _series_for(self, head: str) -> Optional[_Series]:
         # From one collection to the next only values change, so all the work on a line's head

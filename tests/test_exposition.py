@@ -357,3 +357,31 @@ def test_unusual_but_valid_text_is_kept_not_counted_as_malformed(line, expected)
     result = rewrite(line + "\n", [Device("n", "p", "c", "nvidia.com/gpu", UUID0)])
     assert result.malformed == 0
     assert lines(result) == [expected]
+
+
+def test_new_values_for_the_same_series_are_refilled_into_the_last_rewrite():
+    mapping = build_mapping([Device("ns", "p", "c", "nvidia.com/gpu", "0")])
+    rewriter = Rewriter(mapping)
+    body = "# TYPE DCGM_FI_DEV_GPU_UTIL gauge\nDCGM_FI_DEV_GPU_UTIL{gpu=\"0\",UUID=\"GPU-x\"} {}\n"
+    first = rewriter.rewrite(body.replace("{}", "5").encode())
+    second = rewriter.rewrite(body.replace("{}", "7.5e+01").encode())
+    assert rewriter.refills == 1
+    assert second.text == first.text.replace(b"} 5\n", b"} 7.5e+01\n")
+    assert second == Rewriter(mapping).rewrite(body.replace("{}", "7.5e+01").encode())
+
+
+@pytest.mark.parametrize("before, after", [
+    ('X{gpu="0"} 1 1700000000000', 'X{gpu="0"} 1 1.5'),  # a timestamp is not a value
+    ('X{gpu="0"}\t1', 'X{gpu="0"}\t2'),  # no space before the value
+    ('X{gpu="0"} 1', 'X{gpu="0"} '),  # the value gone
+    ('X{gpu="0"} 1', 'X{gpu="0"} 1_000'),  # Python reads it, Prometheus does not
+    ('X{gpu="0",a="\x00"} 1', 'X{gpu="0",a="\x00"} 2'),  # the template's own slot byte in a label
+    ('# HELP X some help', '# HELP X some \\q'),  # a comment is compared whole
+])
+def test_bodies_the_template_must_not_refill_take_the_line_by_line_way(before, after):
+    mapping = build_mapping([Device("ns", "p", "c", "nvidia.com/gpu", "0")])
+    rewriter = Rewriter(mapping)
+    rewriter.rewrite((before + "\n").encode())
+    result = rewriter.rewrite((after + "\n").encode())
+    assert rewriter.refills == 0
+    assert result == Rewriter(mapping).rewrite((after + "\n").encode())
