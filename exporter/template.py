@@ -21,8 +21,8 @@ from typing import List, Optional, Tuple
 VALUE = r"[-+]?(?:(?:[0-9]+\.?[0-9]*|\.[0-9]+)(?:[eE][-+]?[0-9]+)?|(?i:inf|infinity|nan))"
 _PLAIN_VALUE = re.compile(VALUE, re.ASCII)
 _PLAIN_VALUE_LINES = re.compile(rb"(?:%s\n)*%s" % (VALUE.encode(), VALUE.encode()))
-# Where a line's value goes in the template. No valid value contains it, and a body that does
-# (a label value with a NUL in it) gets no template.
+# Where a line's value goes in the template. No valid value contains it, and a rewrite that holds
+# it anywhere else gets no template.
 SLOT = b"\x00"
 _SLOT_TEXT = SLOT.decode("ascii")
 
@@ -63,8 +63,8 @@ class BodyTemplate:
         if heads != self._heads:
             return None
         if self._templates is None:
-            if SLOT in self._body:
-                return None
+            if _SLOT_TEXT in "".join(self._recorded[0]):
+                return None  # an output line holds the slot byte itself (a label value with a NUL in it)
             self._build()
         if list(compress(values, self._is_fixed)) != self._fixed_values:
             return None

@@ -287,21 +287,39 @@ class HttpSource:
             raise self._error(f"sent Content-Encoding {encoding!r}, which we did not ask for", "error")
         if encoding in _IDENTITY_ENCODINGS and (response.length or 0) > self.max_bytes:
             raise self._too_large()  # refuse before reading a byte of it
-        body = _Body(self.max_bytes, encoding in _GZIP_ENCODINGS, self._error)
+        if encoding in _IDENTITY_ENCODINGS and response.length is not None:
+            text = self._read_sized(response)
+        else:
+            text = self._read_in_chunks(response, gzipped=encoding in _GZIP_ENCODINGS)
+        if not text:
+            raise self._error("answered 200 with an empty body; dcgm-exporter always sends at least "
+                              "HELP/TYPE lines, so it is probably still starting or failing", "empty")
+        return text
+
+    def _read_sized(self, response: http.client.HTTPResponse) -> bytes:
+        """A plain body of known length (within the cap), read straight into one buffer of that size:
+        no chunks to collect and join, which matters at 1.5 MB per scrape."""
+        try:
+            return response.read()  # also closes the response: the connection may carry the next fetch
+        except socket.timeout as exc:
+            raise self._timeout() from exc
+        except http.client.IncompleteRead as exc:
+            raise self._truncated(len(exc.partial)) from exc
+        except (OSError, http.client.HTTPException) as exc:
+            raise self._error(f"failed while sending its response ({exc!r})", "error") from exc
+
+    def _read_in_chunks(self, response: http.client.HTTPResponse, gzipped: bool) -> bytes:
+        """A chunked, gzip-encoded or unsized body, given up as soon as it passes the cap."""
+        body = _Body(self.max_bytes, gzipped, self._error)
         while True:
             chunk = self._read_chunk(response, body.wire_bytes)
             if not chunk:
                 break
             body.feed(chunk)
         if response.length:  # http.client counts down a Content-Length; EOF came before its end
-            raise self._error(f"closed the connection after {body.wire_bytes} bytes, before the end of "
-                              "its response: is dcgm-exporter restarting?", "truncated")
+            raise self._truncated(body.wire_bytes)
         response.close()  # read to its end: the connection may carry the next fetch
-        text = body.finish()
-        if not text:
-            raise self._error("answered 200 with an empty body; dcgm-exporter always sends at least "
-                              "HELP/TYPE lines, so it is probably still starting or failing", "empty")
-        return text
+        return body.finish()
 
     def _read_chunk(self, response: http.client.HTTPResponse, received: int) -> bytes:
         try:  # the response's reader bounds each socket read by the fetch's deadline (_DeadlineReader)
@@ -310,8 +328,7 @@ class HttpSource:
         except socket.timeout as exc:
             raise self._timeout(received) from exc
         except http.client.IncompleteRead as exc:  # a chunked body cut short
-            raise self._error(f"closed the connection after {received} bytes, before the end of its "
-                              "response: is dcgm-exporter restarting?", "truncated") from exc
+            raise self._truncated(received) from exc
         except (OSError, http.client.HTTPException) as exc:
             raise self._error(f"failed while sending its response ({exc!r})", "error") from exc
 
@@ -320,6 +337,10 @@ class HttpSource:
         return self._error(f"did not send a complete response within {self.timeout_seconds:g}s"
                            f"{progress}: is dcgm-exporter overloaded or hung? raise --dcgm.timeout if its "
                            "scrapes are just slow", "timeout")
+
+    def _truncated(self, received: int) -> UpstreamError:
+        return self._error(f"closed the connection after {received} bytes, before the end of its "
+                           "response: is dcgm-exporter restarting?", "truncated")
 
     def _too_large(self) -> UpstreamError:
         return self._error(f"sent more than {self.max_bytes} bytes: is --dcgm.url really "

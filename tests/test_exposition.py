@@ -385,3 +385,12 @@ def test_bodies_the_template_must_not_refill_take_the_line_by_line_way(before, a
     result = rewriter.rewrite((after + "\n").encode())
     assert rewriter.refills == 0
     assert result == Rewriter(mapping).rewrite((after + "\n").encode())
+
+
+def test_an_owner_name_holding_the_slot_byte_gets_no_template():
+    mapping = build_mapping([Device("ns", "p", "c\x00", "nvidia.com/gpu", "0")])
+    rewriter = Rewriter(mapping)
+    rewriter.rewrite(b'X{gpu="0"} 1\n')
+    result = rewriter.rewrite(b'X{gpu="0"} 2\n')
+    assert rewriter.refills == 0
+    assert result.text == b'X{gpu="0",namespace="ns",pod="p",container="c\x00"} 2\n'
