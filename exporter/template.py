@@ -17,8 +17,10 @@ from typing import List, Optional, Tuple
 
 # A sample value as the 0.0.4 text format writes it (Go's ParseFloat syntax without hex forms).
 # [0-9], not \d, and re.ASCII below: other scripts' digits, or a dotless ı in "inf", are not
-# numbers to Prometheus.
-VALUE = r"[-+]?(?:(?:[0-9]+\.?[0-9]*|\.[0-9]+)(?:[eE][-+]?[0-9]+)?|(?i:inf|infinity|nan))"
+# numbers to Prometheus. Each value has exactly one way to match: with `[0-9]+\.?[0-9]*` a run of
+# integers had exponentially many, and one bad value at the end of thousands of good ones kept the
+# regular expression engine busy for good.
+VALUE = r"[-+]?(?:(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+)(?:[eE][-+]?[0-9]+)?|(?i:inf|infinity|nan))"
 _PLAIN_VALUE = re.compile(VALUE, re.ASCII)
 _PLAIN_VALUE_LINES = re.compile(rb"(?:%s\n)*%s" % (VALUE.encode(), VALUE.encode()))
 # Where a line's value goes in the template. No valid value contains it, and a rewrite that holds

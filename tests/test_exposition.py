@@ -4,6 +4,9 @@ from __future__ import annotations
 
 import os
 import re
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 from hypothesis import given, settings
@@ -394,3 +397,20 @@ def test_an_owner_name_holding_the_slot_byte_gets_no_template():
     result = rewriter.rewrite(b'X{gpu="0"} 2\n')
     assert rewriter.refills == 0
     assert result.text == b'X{gpu="0",namespace="ns",pod="p",container="c\x00"} 2\n'
+
+
+def test_one_bad_value_after_thousands_of_integers_is_checked_in_linear_time():
+    """The template's value check once backtracked exponentially over runs of integers: this case
+    did not finish. Run apart, so that a regression fails after a minute instead of hanging."""
+    code = (
+        "from exporter.devices import EMPTY_MAPPING\n"
+        "from exporter.exposition import Rewriter\n"
+        "lines = [b'X{gpu=\"%d\"} 1000' % i for i in range(5000)]\n"
+        "rewriter = Rewriter(EMPTY_MAPPING)\n"
+        "rewriter.rewrite(b'\\n'.join(lines) + b'\\n')\n"
+        "result = rewriter.rewrite(b'\\n'.join(lines[:-1] + [b'X{gpu=\"4999\"} 1000)']) + b'\\n')\n"
+        "print(result.malformed, rewriter.refills)\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60,
+                          cwd=Path(__file__).resolve().parent.parent)
+    assert done.stdout.split() == ["1", "0"], done.stderr
