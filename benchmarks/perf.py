@@ -1,6 +1,6 @@
 """Benchmark: what a scrape through the exporter costs beyond scraping dcgm-exporter directly.
 
-Run from the repository root: `python benchmarks/perf.py` (about a minute on 2 cores), or
+Run from the repository root: `python benchmarks/perf.py` (about two minutes on 2 cores), or
 `python benchmarks/perf.py --size small` for a quick run that only checks that everything works.
 It starts a simulated dcgm-exporter (HTTP, loopback) serving a synthetic node built from the real
 scrapes in tests/data/dcgm (see benchmarks/node.py), a gRPC kubelet on a unix socket where every GPU
@@ -17,6 +17,7 @@ import http.client
 import os
 import shutil
 import statistics
+import subprocess
 import sys
 import tempfile
 import threading
@@ -112,12 +113,12 @@ def measure(direct: Client, through: Client, pid: int, plan: Plan) -> dict:
     return {"times": times, "cpu": cpu}
 
 
-def report_variant(label: str, result: dict) -> None:
+def report_variant(label: str, result: dict, side: str = "exporter") -> None:
     direct, through = result["times"]["direct"], result["times"]["exporter"]
     d50, e50 = statistics.median(direct), statistics.median(through)
     print(f"  {label:<27} direct p50 {d50 * 1e3:6.2f} ms  p99 {percentile(direct, 0.99) * 1e3:6.2f} ms | "
-          f"exporter p50 {e50 * 1e3:6.2f} ms  p99 {percentile(through, 0.99) * 1e3:6.2f} ms | "
-          f"p50 ratio {e50 / d50:4.2f} | exporter CPU {result['cpu'] * 1e3:6.2f} ms/scrape")
+          f"{side} p50 {e50 * 1e3:6.2f} ms  p99 {percentile(through, 0.99) * 1e3:6.2f} ms | "
+          f"p50 ratio {e50 / d50:4.2f} | {side} CPU {result['cpu'] * 1e3:6.2f} ms/scrape")
 
 
 def run_scenario(title: str, shape: Shape, gzip_requested: bool, plan: Plan, workdir: Path) -> None:
@@ -134,12 +135,29 @@ def run_scenario(title: str, shape: Shape, gzip_requested: bool, plan: Plan, wor
             through = Client(exporter.url("/gpu/metrics"), gzip_requested)
             check_attribution(through.get(), node)
             report_variant("unchanged body (cached)", measure(direct, through, exporter.proc.pid, plan))
+            if not gzip_requested:
+                report_floor(dcgm, plan)
             dcgm.body = _cycle(bodies)
             report_variant("changing body", measure(direct, through, exporter.proc.pid, plan))
             print(f"  exporter peak RSS (VmHWM): {peak_rss_mib(exporter.proc.pid):.1f} MiB")
             direct.close(), through.close()
         finally:
             exporter.stop()
+
+
+def report_floor(dcgm: FakeDcgmExporter, plan: Plan) -> None:
+    """The same alternation against benchmarks/relay.py: receive all, send it on, nothing else."""
+    relay = subprocess.Popen([sys.executable, str(Path(__file__).resolve().parent / "relay.py"),
+                              str(urlsplit(dcgm.url).port)], stdout=subprocess.PIPE)
+    try:
+        port = int(relay.stdout.readline())
+        direct, through = Client(dcgm.url, False), Client(f"http://127.0.0.1:{port}/metrics", False)
+        result = measure(direct, through, relay.pid, plan)
+        direct.close(), through.close()
+    finally:
+        relay.kill()
+        relay.wait()
+    report_variant("bare relay (the floor)", result, side="relay")
 
 
 def _cycle(bodies: List[bytes]) -> Callable[[], bytes]:
@@ -197,7 +215,7 @@ def in_process_comparison(shape: Shape, plan: Plan) -> None:
     warm_time = median_time(lambda: warm.rewrite(next(pending)), plan.repeats)
     print(f"\n== in-process, {describe(node, bodies[0])}")
     print(f"  prometheus_client parse+render: {client_time * 1e3:7.2f} ms")
-    print(f"  rewrite, new values (series cached): {warm_time * 1e3:7.2f} ms  "
+    print(f"  rewrite, new values (same series):   {warm_time * 1e3:7.2f} ms  "
           f"({client_time / warm_time:.1f}x faster than parse+render)")
     print(f"  rewrite, first sight (nothing cached):   {cold_time * 1e3:7.2f} ms  "
           f"({client_time / cold_time:.1f}x faster than parse+render)")

@@ -10,10 +10,10 @@ from exporter_process import REPO_ROOT
 LABELS = (
     "== large:", "== typical:", "== large gzip:", "== in-process",
     "attributed series:",
-    "unchanged body (cached)", "changing body",
+    "unchanged body (cached)", "changing body", "bare relay (the floor)", "relay p50",
     "direct p50", "exporter p50", "p99", "p50 ratio", "exporter CPU", "ms/scrape",
     "exporter peak RSS (VmHWM):",
-    "prometheus_client parse+render:", "rewrite, new values (series cached):",
+    "prometheus_client parse+render:", "rewrite, new values (same series):",
     "rewrite, first sight (nothing cached):", "faster than parse+render",
 )
 
@@ -24,5 +24,5 @@ def test_small_benchmark_runs_and_prints_every_figure():
     assert run.returncode == 0, run.stdout + run.stderr
     missing = [label for label in LABELS if label not in run.stdout]
     assert not missing, f"figures missing from the output: {missing}\n{run.stdout}"
-    # Three scenarios, each with both variants and a peak RSS.
-    assert run.stdout.count("p50 ratio") == 6 and run.stdout.count("peak RSS") == 3, run.stdout
+    # Three scenarios, each with both variants and a peak RSS; the relay beside the two plain ones.
+    assert run.stdout.count("p50 ratio") == 8 and run.stdout.count("peak RSS") == 3, run.stdout
