@@ -56,6 +56,7 @@ class BodyTemplate:
         self._templates: Optional[Tuple[bytes, ...]] = None  # built on the first body of the same shape
         self._is_slot: Tuple[bool, ...] = ()
         self._is_fixed: Tuple[bool, ...] = ()
+        self._has_slots = False
         self._fixed_values: List[bytes] = []
 
     def fill(self, heads: Tuple[bytes, ...], values: Tuple[bytes, ...]) -> Optional[bytes]:
@@ -70,7 +71,7 @@ class BodyTemplate:
             self._build()
         if list(compress(values, self._is_fixed)) != self._fixed_values:
             return None
-        if any(self._is_slot) and not _PLAIN_VALUE_LINES.fullmatch(b"\n".join(compress(values, self._is_slot))):
+        if self._has_slots and not _PLAIN_VALUE_LINES.fullmatch(b"\n".join(compress(values, self._is_slot))):
             return None
         return b"".join(map(bytes.replace, self._templates, repeat(SLOT), values))
 
@@ -90,6 +91,7 @@ class BodyTemplate:
         self._templates = tuple(templates)
         self._is_slot = tuple(is_slot)
         self._is_fixed = tuple(not slot for slot in is_slot)
+        self._has_slots = any(is_slot)
         self._fixed_values = list(compress(self._own_values, self._is_fixed))
         self._body = self._recorded = self._own_values = None  # no longer needed: let them go
 

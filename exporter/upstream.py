@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import base64
+import contextlib
 import functools
 import http.client
 import io
@@ -299,14 +300,8 @@ class HttpSource:
     def _read_sized(self, response: http.client.HTTPResponse) -> bytes:
         """A plain body of known length (within the cap), read straight into one buffer of that size:
         no chunks to collect and join, which matters at 1.5 MB per scrape."""
-        try:
+        with self._body_errors(received=None):
             return response.read()  # also closes the response: the connection may carry the next fetch
-        except socket.timeout as exc:
-            raise self._timeout() from exc
-        except http.client.IncompleteRead as exc:
-            raise self._truncated(len(exc.partial)) from exc
-        except (OSError, http.client.HTTPException) as exc:
-            raise self._error(f"failed while sending its response ({exc!r})", "error") from exc
 
     def _read_in_chunks(self, response: http.client.HTTPResponse, gzipped: bool) -> bytes:
         """A chunked, gzip-encoded or unsized body, given up as soon as it passes the cap."""
@@ -322,13 +317,23 @@ class HttpSource:
         return body.finish()
 
     def _read_chunk(self, response: http.client.HTTPResponse, received: int) -> bytes:
-        try:  # the response's reader bounds each socket read by the fetch's deadline (_DeadlineReader)
+        with self._body_errors(received):
             # read1 returns whatever one socket read brings instead of waiting to fill the chunk.
             return response.read1(_READ_CHUNK_BYTES)
+
+    @contextlib.contextmanager
+    def _body_errors(self, received: Optional[int]):
+        """Reading a response body: its failures as UpstreamErrors. `received` is what came before
+        this read, None when a single read takes the whole body (then only a cut-short read knows).
+
+        The response's reader bounds each socket read by the fetch's deadline (_DeadlineReader).
+        """
+        try:
+            yield
         except socket.timeout as exc:
             raise self._timeout(received) from exc
-        except http.client.IncompleteRead as exc:  # a chunked body cut short
-            raise self._truncated(received) from exc
+        except http.client.IncompleteRead as exc:  # a body cut short, chunked or sized
+            raise self._truncated(len(exc.partial) if received is None else received) from exc
         except (OSError, http.client.HTTPException) as exc:
             raise self._error(f"failed while sending its response ({exc!r})", "error") from exc
 
