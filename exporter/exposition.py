@@ -12,7 +12,7 @@ import re
 from typing import Dict, List, NamedTuple, Optional, Tuple
 
 from exporter.devices import GpuKey, Mapping, Owner, sample_keys
-from exporter.template import VALUE, BodyTemplate, split_lines
+from exporter.template import VALUE, BodyTemplate
 
 LABEL_STYLES = {
     # Owner field order follows each style's tradition: the seed appended pod_name, pod_namespace,
@@ -43,6 +43,8 @@ _UNSEEN = object()  # not in a cache, told apart from a cached None (known to be
 # a churning upstream cannot grow them forever. A large MIG node sends ~6,400 series per scrape.
 _MAX_CACHED_LABEL_SETS = 200_000
 _MAX_CACHED_SERIES = 50_000
+# At most this many bodies are rewritten line by line without trying a template (see Rewriter).
+_MAX_BUILD_BACKOFF = 32
 
 
 class Identity(NamedTuple):
@@ -108,14 +110,28 @@ class Rewriter:
         self._series: Dict[str, Optional[_Series]] = {}
         self._template: Optional[BodyTemplate] = None
         self.refills = 0  # rewrites done by refilling the last body's template (see exporter.template)
+        # Building a template costs about a line-by-line rewrite. An upstream whose every body differs
+        # in more than values (timestamps, churning series) would pay it on every scrape for nothing,
+        # so a template that does not fit the very body it was built for makes the next ones wait.
+        self._bodies_before_next_build = 0
+        self._build_backoff = 0
+        self.wasted_template_builds = 0
 
     def rewrite(self, body: bytes) -> RewriteResult:
         template = self._template
         if template is not None:
-            text = template.fill(*split_lines(body))
+            was_built = template.built
+            text = template.fill(body, may_build=self._bodies_before_next_build == 0)
             if text is not None:  # the same series as last time, new plain values: no line loop
                 self.refills += 1
+                self._build_backoff = 0
                 return RewriteResult(text, template.malformed, template.identities)
+            if template.built and not was_built:  # built for this body in vain
+                self.wasted_template_builds += 1
+                self._build_backoff = min(2 * self._build_backoff or 1, _MAX_BUILD_BACKOFF)
+                self._bodies_before_next_build = self._build_backoff
+            elif not template.built:
+                self._bodies_before_next_build = max(0, self._bodies_before_next_build - 1)
         return self._rewrite_lines(body)
 
     def _rewrite_lines(self, body: bytes) -> RewriteResult:

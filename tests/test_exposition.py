@@ -378,7 +378,6 @@ def test_new_values_for_the_same_series_are_refilled_into_the_last_rewrite():
     ('X{gpu="0"}\t1', 'X{gpu="0"}\t2'),  # no space before the value
     ('X{gpu="0"} 1', 'X{gpu="0"} '),  # the value gone
     ('X{gpu="0"} 1', 'X{gpu="0"} 1_000'),  # Python reads it, Prometheus does not
-    ('X{gpu="0",a="\x00"} 1', 'X{gpu="0",a="\x00"} 2'),  # the template's own slot byte in a label
     ('# HELP X some help', '# HELP X some \\q'),  # a comment is compared whole
 ])
 def test_bodies_the_template_must_not_refill_take_the_line_by_line_way(before, after):
@@ -390,13 +389,17 @@ def test_bodies_the_template_must_not_refill_take_the_line_by_line_way(before, a
     assert result == Rewriter(mapping).rewrite((after + "\n").encode())
 
 
-def test_an_owner_name_holding_the_slot_byte_gets_no_template():
-    mapping = build_mapping([Device("ns", "p", "c\x00", "nvidia.com/gpu", "0")])
+@pytest.mark.parametrize("owner_container, label", [("c\x00", "a"), ("c", "a\x00")])
+def test_nul_bytes_in_owner_names_and_labels_are_refilled_like_any_text(owner_container, label):
+    """An earlier template marked each value's place with a NUL byte and had to refuse bodies and
+    owners that held one; the template now keeps fixed text and gaps apart, so they refill too."""
+    mapping = build_mapping([Device("ns", "p", owner_container, "nvidia.com/gpu", "0")])
     rewriter = Rewriter(mapping)
-    rewriter.rewrite(b'X{gpu="0"} 1\n')
-    result = rewriter.rewrite(b'X{gpu="0"} 2\n')
-    assert rewriter.refills == 0
-    assert result.text == b'X{gpu="0",namespace="ns",pod="p",container="c\x00"} 2\n'
+    rewriter.rewrite(b'X{gpu="0",l="%s"} 1\n' % label.encode())
+    result = rewriter.rewrite(b'X{gpu="0",l="%s"} 2\n' % label.encode())
+    assert rewriter.refills == 1
+    assert result == Rewriter(mapping).rewrite(b'X{gpu="0",l="%s"} 2\n' % label.encode())
+    assert result.text.endswith(b'container="%s"} 2\n' % owner_container.encode())
 
 
 def test_one_bad_value_after_thousands_of_integers_is_checked_in_linear_time():
