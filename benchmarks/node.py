@@ -109,8 +109,9 @@ def family_catalogue() -> List[Family]:
     return list(seen.values())
 
 
-def fixture_gpus() -> List[Gpu]:
-    """The 8 GPUs of the real H100 scrape, in index order."""
+def fixture_gpus(count: int = 8) -> List[Gpu]:
+    """The 8 GPUs of the real H100 scrape, in index order; more (a 32-GPU node of the largest
+    shape) are copies of them with their own index, UUID and PCI address."""
     gpus: dict = {}
     for line in H100_FIXTURE.read_text(encoding="utf-8").splitlines():
         if line.startswith("#") or "{" not in line:
@@ -118,7 +119,10 @@ def fixture_gpus() -> List[Gpu]:
         labels = dict(_SAMPLE_LABELS.findall(line))
         index = int(labels["gpu"])
         gpus.setdefault(index, Gpu(index, labels["UUID"], labels["pci_bus_id"], labels["modelName"], labels["Hostname"]))
-    return [gpus[index] for index in sorted(gpus)]
+    real = [gpus[index] for index in sorted(gpus)]
+    copies = [real[index % len(real)] for index in range(len(real), count)]
+    return real + [gpu._replace(index=index, uuid=f"{gpu.uuid[:-4]}{index:04x}", pci_bus_id=f"{gpu.pci_bus_id[:-7]}{index:02X}:00.0")
+                   for index, gpu in enumerate(copies, start=len(real))]
 
 
 class Node:
@@ -126,8 +130,8 @@ class Node:
 
     def __init__(self, shape: Shape):
         catalogue = family_catalogue()
-        gpus = fixture_gpus()
-        if shape.families > len(catalogue) or shape.gpus > len(gpus) or shape.instances_per_gpu > len(MIG_INSTANCE_IDS):
+        gpus = fixture_gpus(shape.gpus)
+        if shape.families > len(catalogue) or shape.instances_per_gpu > len(MIG_INSTANCE_IDS):
             raise ValueError(f"shape {shape} is larger than the fixtures allow")
         self.shape = shape
         self.families = catalogue[: shape.families]
@@ -178,7 +182,9 @@ def _value(family: Family, number: int, series: int, generation: int) -> str:
 
 
 SIZES: dict = {
-    "large": Shape(gpus=8, instances_per_gpu=7, families=100),
+    "xlarge": Shape(gpus=32, instances_per_gpu=7, families=100),  # 25,600 series
+    "large": Shape(gpus=8, instances_per_gpu=7, families=100),  # 6,400 series: 8 H100s, 7 MIG instances each
+    "whole": Shape(gpus=8, instances_per_gpu=0, families=100),  # 800 series: 8 whole GPUs
     "typical": Shape(gpus=8, instances_per_gpu=0, families=40),
     "small": Shape(gpus=2, instances_per_gpu=2, families=10),
 }

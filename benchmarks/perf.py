@@ -1,12 +1,21 @@
-"""Benchmark: what a scrape through the exporter costs beyond scraping dcgm-exporter directly.
+"""Benchmark: what the exporter costs a user, and where it stands against its performance goals.
 
-Run from the repository root: `python benchmarks/perf.py` (about two minutes on 2 cores), or
+Run from the repository root: `python benchmarks/perf.py` (about five minutes on 2 cores), or
 `python benchmarks/perf.py --size small` for a quick run that only checks that everything works.
-It starts a simulated dcgm-exporter (HTTP, loopback) serving a synthetic node built from the real
-scrapes in tests/data/dcgm (see benchmarks/node.py), a gRPC kubelet on a unix socket where every GPU
-instance belongs to a pod, and the real exporter process; then alternates scrapes through the exporter
-with direct scrapes of the simulated dcgm-exporter over one kept-alive connection each, and prints
-latencies, the exporter's peak RSS and CPU, and an in-process rewrite vs prometheus_client comparison.
+
+For each node size it starts a simulated dcgm-exporter on loopback that answers like the real one
+(Go's net/http: chunked, no Content-Length; `--upstream-render-ms` adds its render time), a gRPC
+kubelet on a unix socket where every GPU instance belongs to a pod, and the real exporter process.
+It measures, in one run:
+
+- idle CPU (no scrapes; the kubelet is still listed every refresh interval), from the exporter's
+  /proc/PID/task/*/schedstat (nanoseconds, unlike the 10 ms ticks of /proc/PID/stat);
+- scrapes with new values every time (dcgm-exporter collects every 30 s; Prometheus scrapes every
+  15-30 s and asks for gzip), with and without gzip, and with an unchanged body: the latency a client
+  sees, the exporter's CPU per scrape, and its own mean rewrite time (from its /metrics);
+- peak RSS (VmHWM), and what a user pays in millicores at a 15 s and a 1 s scrape interval;
+- in this process: prometheus_client parse + render of the same body, and gzip of the answer alone,
+  the references for the ratios.
 """
 
 from __future__ import annotations
@@ -15,15 +24,16 @@ import argparse
 import gzip
 import http.client
 import os
+import re
 import shutil
 import statistics
-import subprocess
 import sys
 import tempfile
 import threading
 import time
+import zlib
 from pathlib import Path
-from typing import Callable, List, NamedTuple
+from typing import Callable, Dict, List, NamedTuple
 from urllib.parse import urlsplit
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -36,24 +46,26 @@ from exporter.devices import build_mapping  # noqa: E402
 from exporter.exposition import Rewriter  # noqa: E402
 from exporter.fake_dcgm import FakeDcgmExporter  # noqa: E402
 from exporter.fake_kubelet import FakeKubelet  # noqa: E402
-# Distinct bodies served in turn when values move, one request after the other. Between two
-# exporter fetches come 0, 1 or 2 direct ones (see measure), so with 5 bodies the exporter never
-# gets the body it fetched last time: every "changing body" scrape is a real rewrite.
-_CHANGING_BODIES = 5
+
+# Distinct bodies served in turn, so that every "new values" scrape brings values the exporter has
+# not seen last time (the direct scrapes in between take bodies too; 7 is prime to both).
+_CHANGING_BODIES = 7
 _CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
+_GZIP_LEVEL = 1  # what the exporter uses (exporter/scrape.py)
 
 
 class Plan(NamedTuple):
-    large: Shape
-    typical: Shape
+    sizes: Dict[str, Shape]
     scrapes: int  # per variant, per side
     warmup: int
+    idle_seconds: float
     repeats: int  # in-process timings
 
 
 PLANS = {
-    "full": Plan(SIZES["large"], SIZES["typical"], scrapes=200, warmup=10, repeats=7),
-    "small": Plan(SIZES["small"], Shape(gpus=2, instances_per_gpu=0, families=5), scrapes=10, warmup=2, repeats=2),
+    "full": Plan({"800": SIZES["whole"], "6,400": SIZES["large"], "25,600": SIZES["xlarge"]},
+                 scrapes=150, warmup=10, idle_seconds=60, repeats=7),
+    "small": Plan({"60": SIZES["small"]}, scrapes=10, warmup=2, idle_seconds=1, repeats=2),
 }
 
 
@@ -63,7 +75,7 @@ class Client:
     def __init__(self, url: str, gzip_requested: bool):
         parts = urlsplit(url)
         self._path = parts.path
-        self._connection = http.client.HTTPConnection(parts.hostname, parts.port, timeout=30)
+        self._connection = http.client.HTTPConnection(parts.hostname, parts.port, timeout=60)
         self._headers = {"Accept-Encoding": "gzip"} if gzip_requested else {}
 
     def get(self) -> bytes:
@@ -80,9 +92,20 @@ class Client:
 
 
 def cpu_seconds(pid: int) -> float:
-    """utime + stime of a process, from /proc/PID/stat (fields 14 and 15, after the command name)."""
+    """utime + stime of a whole process, exited threads included, from /proc/PID/stat (10 ms ticks)."""
     fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
     return (int(fields[11]) + int(fields[12])) / _CLOCK_TICKS
+
+
+def thread_cpu_seconds(pid: int) -> float:
+    """CPU time of the process's live threads in nanosecond resolution (idle: no thread comes or goes)."""
+    total = 0
+    for task in Path(f"/proc/{pid}/task").iterdir():
+        try:
+            total += int((task / "schedstat").read_text().split()[0])
+        except (OSError, ValueError):
+            pass  # a thread that ended between the listing and the read
+    return total / 1e9
 
 
 def peak_rss_mib(pid: int) -> float:
@@ -92,16 +115,37 @@ def peak_rss_mib(pid: int) -> float:
     return float("nan")
 
 
+def self_counter(client: Client, name: str) -> float:
+    match = re.search(rb"^%s (\S+)$" % name.encode(), client.get(), re.MULTILINE)
+    return float(match.group(1)) if match else float("nan")
+
+
 def percentile(values: List[float], fraction: float) -> float:
     ordered = sorted(values)
     return ordered[min(len(ordered) - 1, round(fraction * (len(ordered) - 1)))]
 
 
-def measure(direct: Client, through: Client, pid: int, plan: Plan) -> dict:
+class Variant(NamedTuple):
+    direct_p50: float
+    p50: float
+    p99: float
+    cpu_per_scrape: float
+    rewrite_mean: float  # seconds per rewrite inside the server; nan when nothing was rewritten
+
+    def line(self, label: str) -> str:
+        rewrite = "" if self.rewrite_mean != self.rewrite_mean else f" | rewrite in server {self.rewrite_mean * 1e3:5.2f} ms"
+        return (f"  {label:<22} exporter p50 {self.p50 * 1e3:6.2f} ms p99 {self.p99 * 1e3:6.2f} ms "
+                f"(p99/p50 {self.p99 / self.p50:4.2f}) | direct p50 {self.direct_p50 * 1e3:6.2f} ms | "
+                f"exporter CPU {self.cpu_per_scrape * 1e3:6.2f} ms/scrape{rewrite}")
+
+
+def measure(direct: Client, through: Client, metrics: Client, pid: int, plan: Plan) -> Variant:
     """Interleaved scrapes (the order flips every round so neither side always goes first)."""
     for _ in range(plan.warmup):
         direct.get(), through.get()
     times: dict = {"direct": [], "exporter": []}
+    rewrites, rewrite_seconds = (self_counter(metrics, f"pod_gpu_exporter_{name}_total")
+                                 for name in ("rewrites", "rewrite_seconds"))
     cpu_before = cpu_seconds(pid)
     for round_number in range(plan.scrapes):
         order = (("direct", direct), ("exporter", through))
@@ -110,54 +154,67 @@ def measure(direct: Client, through: Client, pid: int, plan: Plan) -> dict:
             client.get()
             times[side].append(time.perf_counter() - started)
     cpu = (cpu_seconds(pid) - cpu_before) / plan.scrapes
-    return {"times": times, "cpu": cpu}
+    rewrites = self_counter(metrics, "pod_gpu_exporter_rewrites_total") - rewrites
+    rewrite_seconds = self_counter(metrics, "pod_gpu_exporter_rewrite_seconds_total") - rewrite_seconds
+    exporter = times["exporter"]
+    return Variant(statistics.median(times["direct"]), statistics.median(exporter), percentile(exporter, 0.99),
+                   cpu, rewrite_seconds / rewrites if rewrites else float("nan"))
 
 
-def report_variant(label: str, result: dict, side: str = "exporter") -> None:
-    direct, through = result["times"]["direct"], result["times"]["exporter"]
-    d50, e50 = statistics.median(direct), statistics.median(through)
-    print(f"  {label:<27} direct p50 {d50 * 1e3:6.2f} ms  p99 {percentile(direct, 0.99) * 1e3:6.2f} ms | "
-          f"{side} p50 {e50 * 1e3:6.2f} ms  p99 {percentile(through, 0.99) * 1e3:6.2f} ms | "
-          f"p50 ratio {e50 / d50:4.2f} | {side} CPU {result['cpu'] * 1e3:6.2f} ms/scrape")
+def measure_idle(pid: int, seconds: float) -> float:
+    """Millicores while nobody scrapes."""
+    before = thread_cpu_seconds(pid)
+    time.sleep(seconds)
+    return (thread_cpu_seconds(pid) - before) / seconds * 1000
 
 
-def run_scenario(title: str, shape: Shape, gzip_requested: bool, plan: Plan, workdir: Path) -> None:
+class SizeResult(NamedTuple):
+    series: int
+    idle_millicores: float
+    new_values_gzip: Variant
+    new_values_plain: Variant
+    peak_rss_mib: float
+
+
+def run_size(label: str, shape: Shape, plan: Plan, args: argparse.Namespace, workdir: Path) -> SizeResult:
     node = Node(shape)
     bodies = [node.render(generation) for generation in range(_CHANGING_BODIES)]
-    print(f"\n== {title}: {describe(node, bodies[0])}, {len(node.allocations())} pods holding GPUs"
-          + (", gzip requested from the exporter" if gzip_requested else ""))
-    socket_path = workdir / f"kubelet-{title.replace(' ', '-')}.sock"
+    print(f"\n== {label} series: {describe(node, bodies[0])}, {len(node.allocations())} pods holding GPUs")
+    socket_path = workdir / f"kubelet-{len(bodies[0])}.sock"
     with FakeKubelet(str(socket_path)) as kubelet, FakeDcgmExporter(bodies[0]) as dcgm:
+        dcgm.chunked = not args.upstream_sized
+        dcgm.render_seconds = args.upstream_render_ms / 1000
         kubelet.set_devices(node.allocations())
         exporter = start_exporter(["--dcgm.url", dcgm.url, "--kubelet.socket", str(socket_path)])
+        pid = exporter.proc.pid
+        clients: List[Client] = []
         try:
-            direct = Client(dcgm.url, gzip_requested)
-            through = Client(exporter.url("/gpu/metrics"), gzip_requested)
-            check_attribution(through.get(), node)
-            report_variant("unchanged body (cached)", measure(direct, through, exporter.proc.pid, plan))
-            if not gzip_requested:
-                report_floor(dcgm, plan)
+            metrics = Client(exporter.url("/metrics"), False)
+            plain, gzipped = Client(exporter.url("/gpu/metrics"), False), Client(exporter.url("/gpu/metrics"), True)
+            direct = Client(dcgm.url, False)
+            clients = [metrics, plain, gzipped, direct]
+            check_attribution(plain.get(), node)
+            idle = measure_idle(pid, plan.idle_seconds)
+            print(f"  idle: {idle:.3f} millicores over {plan.idle_seconds:.0f} s (no scrapes; the kubelet is "
+                  "listed every 5 s)")
+            unchanged = measure(direct, plain, metrics, pid, plan)
+            print(unchanged.line("unchanged body"))
             dcgm.body = _cycle(bodies)
-            report_variant("changing body", measure(direct, through, exporter.proc.pid, plan))
-            print(f"  exporter peak RSS (VmHWM): {peak_rss_mib(exporter.proc.pid):.1f} MiB")
-            direct.close(), through.close()
+            new_plain = measure(direct, plain, metrics, pid, plan)
+            print(new_plain.line("new values"))
+            new_gzip = measure(direct, gzipped, metrics, pid, plan)
+            print(new_gzip.line("new values, gzip"))
+            rss = peak_rss_mib(pid)
+            print(f"  peak RSS (VmHWM): {rss:.1f} MiB")
+            for interval in (15, 1):
+                paid = idle + new_gzip.cpu_per_scrape / interval * 1000
+                print(f"  a user pays at a {interval:>2} s scrape interval (gzip, new values every scrape, idle "
+                      f"included): {paid:6.2f} millicores")
         finally:
+            for client in clients:
+                client.close()
             exporter.stop()
-
-
-def report_floor(dcgm: FakeDcgmExporter, plan: Plan) -> None:
-    """The same alternation against benchmarks/relay.py: receive all, send it on, nothing else."""
-    relay = subprocess.Popen([sys.executable, str(Path(__file__).resolve().parent / "relay.py"),
-                              str(urlsplit(dcgm.url).port)], stdout=subprocess.PIPE)
-    try:
-        port = int(relay.stdout.readline())
-        direct, through = Client(dcgm.url, False), Client(f"http://127.0.0.1:{port}/metrics", False)
-        result = measure(direct, through, relay.pid, plan)
-        direct.close(), through.close()
-    finally:
-        relay.kill()
-        relay.wait()
-    report_variant("bare relay (the floor)", result, side="relay")
+    return SizeResult(node.series, idle, new_gzip, new_plain, rss)
 
 
 def _cycle(bodies: List[bytes]) -> Callable[[], bytes]:
@@ -176,29 +233,34 @@ def _cycle(bodies: List[bytes]) -> Callable[[], bytes]:
 def check_attribution(text: bytes, node: Node) -> None:
     """Fail loudly rather than time an exporter that attributes nothing."""
     attributed = sum(1 for line in text.splitlines() if b',pod="' in line and line.startswith(b"DCGM_FI_"))
-    expected = len(node.families) * len(node.gpus) * max(1, len(node.instances))
+    expected = len(node.families) * len(node.gpus) * max(1, len(node.instances))  # MIG: instance samples only
     if attributed != expected:
         raise SystemExit(f"benchmark setup broken: {attributed} attributed series, expected {expected}")
-    print(f"  attributed series: {attributed} (every instance sample carries its pod)")
 
 
-def median_time(action: Callable[[], object], repeats: int) -> float:
+def cpu_time(action: Callable[[], object], repeats: int) -> float:
+    """Median CPU seconds of this process per call."""
     timings = []
     for _ in range(repeats):
-        started = time.perf_counter()
+        started = time.process_time()
         action()
-        timings.append(time.perf_counter() - started)
+        timings.append(time.process_time() - started)
     return statistics.median(timings)
 
 
-def in_process_comparison(shape: Shape, plan: Plan) -> None:
-    """The rewriter against a prometheus_client parse + render of the same text, in this process."""
+class InProcess(NamedTuple):
+    parse_render: float
+    refill: float
+    gzip_answer: float
+
+
+def in_process(shape: Shape, plan: Plan) -> InProcess:
+    """prometheus_client parse + render of a body, the rewriter's refill of it, and gzip of the answer."""
     from prometheus_client import CollectorRegistry, generate_latest
     from prometheus_client.parser import text_string_to_metric_families
 
     node = Node(shape)
-    mapping = build_mapping(node.allocations())
-    bodies = [node.render(generation) for generation in range(plan.repeats + 1)]
+    bodies = [node.render(generation) for generation in range(plan.repeats + 2)]
     text = bodies[0].decode()
 
     class Families:
@@ -207,39 +269,73 @@ def in_process_comparison(shape: Shape, plan: Plan) -> None:
 
     registry = CollectorRegistry()
     registry.register(Families())
-    client_time = median_time(lambda: generate_latest(registry), plan.repeats)
-    cold_time = median_time(lambda: Rewriter(mapping).rewrite(bodies[0]), plan.repeats)
-    warm = Rewriter(mapping)
+    parse_render = cpu_time(lambda: generate_latest(registry), plan.repeats)
+    warm = Rewriter(build_mapping(node.allocations()))
     warm.rewrite(bodies[0])
     pending = iter(bodies[1:])
-    warm_time = median_time(lambda: warm.rewrite(next(pending)), plan.repeats)
-    print(f"\n== in-process, {describe(node, bodies[0])}")
-    print(f"  prometheus_client parse+render: {client_time * 1e3:7.2f} ms")
-    print(f"  rewrite, new values (same series):   {warm_time * 1e3:7.2f} ms  "
-          f"({client_time / warm_time:.1f}x faster than parse+render)")
-    print(f"  rewrite, first sight (nothing cached):   {cold_time * 1e3:7.2f} ms  "
-          f"({client_time / cold_time:.1f}x faster than parse+render)")
+    refill = cpu_time(lambda: warm.rewrite(next(pending)), plan.repeats)
+    answer = warm.rewrite(bodies[0]).text
+    gzip_answer = cpu_time(lambda: _gzip(answer), plan.repeats)
+    return InProcess(parse_render, refill, gzip_answer)
+
+
+def _gzip(data: bytes) -> bytes:
+    compressor = zlib.compressobj(_GZIP_LEVEL, zlib.DEFLATED, 16 + zlib.MAX_WBITS)
+    return compressor.compress(data) + compressor.flush()
+
+
+def summary(results: Dict[str, SizeResult], references: InProcess, reference_label: str) -> None:
+    middle = results[reference_label]
+    per_series = {label: result.new_values_plain.cpu_per_scrape / result.series for label, result in results.items()}
+    print("\n== against the goals (issue 13)")
+    print(f"  new-values rewrite inside the server at {reference_label} series: "
+          f"{middle.new_values_plain.rewrite_mean * 1e3:.2f} ms (goal <= 2.5 ms)")
+    print(f"  in this process at {reference_label}: prometheus_client parse+render {references.parse_render * 1e3:.1f} ms CPU, "
+          f"refill {references.refill * 1e3:.2f} ms ({references.parse_render / references.refill:.0f}x)")
+    print(f"  exporter CPU per new-values scrape vs parse+render: "
+          f"{references.parse_render / middle.new_values_plain.cpu_per_scrape:.0f}x cheaper (goal >= 80x)")
+    print("  CPU per series, new values: " + ", ".join(
+        f"{label}: {value * 1e6:.3f} us" for label, value in per_series.items())
+        + f"; largest / smallest {per_series[list(results)[-1]] / per_series[next(iter(results))]:.2f}x (goal <= 1.3x)")
+    print("  p99/p50 with new values (gzip): " + ", ".join(
+        f"{label}: {result.new_values_gzip.p99 / result.new_values_gzip.p50:.2f}" for label, result in results.items())
+        + " (goal <= 2.5)")
+    print("  peak RSS: " + ", ".join(f"{label}: {result.peak_rss_mib:.1f} MiB" for label, result in results.items())
+          + " (goal <= 64 MiB at 6,400, <= 100 MiB at 25,600)")
+    print("  idle: " + ", ".join(f"{label}: {result.idle_millicores:.3f}" for label, result in results.items())
+          + " millicores (goal <= 0.5)")
+    gzip_extra = middle.new_values_gzip.cpu_per_scrape - middle.new_values_plain.cpu_per_scrape
+    print(f"  gzip at {reference_label}: {gzip_extra * 1e3:.2f} ms more exporter CPU per scrape; compressing the answer "
+          f"alone takes {references.gzip_answer * 1e3:.2f} ms, so {(gzip_extra - references.gzip_answer) * 1e3:+.2f} ms "
+          "beside the compression")
 
 
 def main(argv: List[str]) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--size", choices=sorted(PLANS), default="full",
-                        help="full: the figures in the README's Performance section; small: a quick check that it runs")
+                        help="full: the figures in docs/performance.md; small: a quick check that it runs")
     parser.add_argument("--scrapes", type=int, help="scrapes per side and variant (default: by --size)")
+    parser.add_argument("--idle-seconds", type=float, help="how long idle CPU is measured (default: by --size)")
+    parser.add_argument("--upstream-render-ms", type=float, default=0.0,
+                        help="time the simulated dcgm-exporter takes to render each answer (default 0)")
+    parser.add_argument("--upstream-sized", action="store_true",
+                        help="answer with a Content-Length instead of chunked as Go's server does")
     args = parser.parse_args(argv)
     plan = PLANS[args.size]
     if args.scrapes:
         plan = plan._replace(scrapes=args.scrapes)
-    print(f"python {sys.version.split()[0]}, {os.cpu_count()} CPUs, {plan.scrapes} scrapes per side and variant, "
-          "latencies of the whole HTTP request as the client sees it")
+    if args.idle_seconds is not None:
+        plan = plan._replace(idle_seconds=args.idle_seconds)
+    print(f"python {sys.version.split()[0]}, {os.cpu_count()} CPUs, {plan.scrapes} scrapes per side and variant; "
+          f"upstream answers {'with a Content-Length' if args.upstream_sized else 'chunked'}, "
+          f"render delay {args.upstream_render_ms:g} ms; latencies of the whole HTTP request as the client sees it")
     workdir = Path(tempfile.mkdtemp(prefix="pgx-bench-", dir="/tmp"))  # unix socket paths must be short
     try:
-        run_scenario("large", plan.large, False, plan, workdir)
-        run_scenario("typical", plan.typical, False, plan, workdir)
-        run_scenario("large gzip", plan.large, True, plan, workdir)
+        results = {label: run_size(label, shape, plan, args, workdir) for label, shape in plan.sizes.items()}
     finally:
         shutil.rmtree(workdir, ignore_errors=True)
-    in_process_comparison(plan.large, plan)
+    reference_label = "6,400" if "6,400" in plan.sizes else next(iter(plan.sizes))
+    summary(results, in_process(plan.sizes[reference_label], plan), reference_label)
     return 0
 
 

@@ -70,11 +70,18 @@ class FakeDcgmExporter:
     Content-Length promised all of it), "unsized" (the body without Content-Length, ended by closing
     the connection, so a client learns its size only by reading it). `hang` wins over `status`,
     `status` over the others.
+
+    Also settable: `chunked` (answer with Transfer-Encoding: chunked and no Content-Length, as the real
+    dcgm-exporter's Go server does for a large answer written in one piece: one chunk, then the last,
+    empty one) and `render_seconds` (how long each answer takes to render before its first byte; the
+    real one gathers and formats every sample on every request).
     """
 
     def __init__(self, body: Body, host: str = "127.0.0.1", port: int = 0) -> None:
         self.body = body
         self.status = 200
+        self.chunked = False
+        self.render_seconds = 0.0
         self._fault: Optional[str] = None
         self._address = (host, port)
         self._requests = 0
@@ -169,12 +176,29 @@ class FakeDcgmExporter:
             body = self._render()
             self._send(handler, 200, body, send_bytes=len(body) // 2)
             handler.close_connection = True
+        elif self.chunked:
+            self._send_chunked(handler, self._render())
         else:
             self._send(handler, 200, self._render())
 
     def _render(self) -> bytes:
+        if self.render_seconds:
+            self._stopped.wait(self.render_seconds)
         body = self.body
         return body() if callable(body) else body
+
+    @staticmethod
+    def _send_chunked(handler: _Handler, body: bytes) -> None:
+        handler.send_response(200)
+        handler.send_header("Content-Type", CONTENT_TYPE)
+        handler.send_header("Transfer-Encoding", "chunked")
+        handler.end_headers()
+        if body:
+            handler.wfile.write(b"%x\r\n" % len(body))
+            handler.wfile.write(body)
+            handler.wfile.write(b"\r\n")
+        handler.wfile.write(b"0\r\n\r\n")
+        handler.wfile.flush()
 
     @staticmethod
     def _send(handler: _Handler, status: int, body: bytes, send_bytes: Optional[int] = None,

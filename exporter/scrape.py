@@ -96,6 +96,7 @@ class Scraper:
         self._cached: Optional[_Cached] = None
         self.scrapes = 0
         self.rewrites = 0  # upstream bodies actually rewritten (the rest were answered from the cache)
+        self.rewrite_seconds = 0.0  # time spent in those rewrites, garbage collection included
         self.upstream_failures = 0
         self.malformed_lines = 0
 
@@ -154,7 +155,9 @@ class Scraper:
         with self._rewrite_lock:
             cached = self._cached
             if cached is None or cached.mapping is not mapping or cached.body != body:
+                started = time.perf_counter()
                 cached = self._cached = self._rewritten(body, mapping, cached)
+                self.rewrite_seconds += time.perf_counter() - started
                 self.rewrites += 1
             return cached
 

@@ -120,6 +120,22 @@ def test_http_body_is_byte_exact(fake, l4_body):
     assert source.describe() == fake.url
 
 
+def test_http_chunked_answer_like_go_is_byte_exact_over_a_kept_alive_connection(fake, l4_body):
+    """The real dcgm-exporter (Go's net/http, one large write, no length) answers chunked."""
+    fake.chunked = True
+    source = HttpSource(fake.url, timeout_seconds=5)
+    assert [source.fetch(), source.fetch()] == [l4_body, l4_body]
+    assert fake.requests == 2
+
+
+def test_http_render_delay_is_waited_for(fake, l4_body):
+    fake.render_seconds = 0.2
+    source = HttpSource(fake.url, timeout_seconds=5)
+    started = time.monotonic()
+    assert source.fetch() == l4_body
+    assert time.monotonic() - started >= 0.2
+
+
 def test_http_callable_body_is_called_per_request(fake):
     bodies = iter([b"a 1\n", b"a 2\n"])
     fake.body = lambda: next(bodies)
