@@ -97,15 +97,16 @@ def cpu_seconds(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / _CLOCK_TICKS
 
 
-def thread_cpu_seconds(pid: int) -> float:
-    """CPU time of the process's live threads in nanosecond resolution (idle: no thread comes or goes)."""
-    total = 0
+def thread_cpu_seconds(pid: int) -> Dict[str, int]:
+    """CPU nanoseconds of each live thread, from /proc/PID/task/*/schedstat (the 10 ms ticks of
+    /proc/PID/stat are too coarse for an idle process)."""
+    threads = {}
     for task in Path(f"/proc/{pid}/task").iterdir():
         try:
-            total += int((task / "schedstat").read_text().split()[0])
+            threads[task.name] = int((task / "schedstat").read_text().split()[0])
         except (OSError, ValueError):
             pass  # a thread that ended between the listing and the read
-    return total / 1e9
+    return threads
 
 
 def peak_rss_mib(pid: int) -> float:
@@ -162,10 +163,13 @@ def measure(direct: Client, through: Client, metrics: Client, pid: int, plan: Pl
 
 
 def measure_idle(pid: int, seconds: float) -> float:
-    """Millicores while nobody scrapes."""
+    """Millicores while nobody scrapes: what each thread alive at the end used over the period (a
+    thread that ended meanwhile, a closed connection's, would take its whole past with it)."""
     before = thread_cpu_seconds(pid)
     time.sleep(seconds)
-    return (thread_cpu_seconds(pid) - before) / seconds * 1000
+    after = thread_cpu_seconds(pid)
+    used = sum(total - before.get(thread, 0) for thread, total in after.items())
+    return used / 1e9 / seconds * 1000
 
 
 class SizeResult(NamedTuple):
@@ -189,14 +193,16 @@ def run_size(label: str, shape: Shape, plan: Plan, args: argparse.Namespace, wor
         pid = exporter.proc.pid
         clients: List[Client] = []
         try:
+            first = Client(exporter.url("/gpu/metrics"), False)
+            check_attribution(first.get(), node)
+            first.close()  # the exporter closes connections idle for 30 s: new ones after the idle time
+            idle = measure_idle(pid, plan.idle_seconds)
+            print(f"  idle: {idle:.3f} millicores over {plan.idle_seconds:.0f} s (no scrapes; the kubelet is "
+                  "listed every 5 s)")
             metrics = Client(exporter.url("/metrics"), False)
             plain, gzipped = Client(exporter.url("/gpu/metrics"), False), Client(exporter.url("/gpu/metrics"), True)
             direct = Client(dcgm.url, False)
             clients = [metrics, plain, gzipped, direct]
-            check_attribution(plain.get(), node)
-            idle = measure_idle(pid, plan.idle_seconds)
-            print(f"  idle: {idle:.3f} millicores over {plan.idle_seconds:.0f} s (no scrapes; the kubelet is "
-                  "listed every 5 s)")
             unchanged = measure(direct, plain, metrics, pid, plan)
             print(unchanged.line("unchanged body"))
             dcgm.body = _cycle(bodies)
@@ -293,10 +299,10 @@ def summary(results: Dict[str, SizeResult], references: InProcess, reference_lab
     print(f"  in this process at {reference_label}: prometheus_client parse+render {references.parse_render * 1e3:.1f} ms CPU, "
           f"refill {references.refill * 1e3:.2f} ms ({references.parse_render / references.refill:.0f}x)")
     print(f"  exporter CPU per new-values scrape vs parse+render: "
-          f"{references.parse_render / middle.new_values_plain.cpu_per_scrape:.0f}x cheaper (goal >= 80x)")
+          f"{_ratio(references.parse_render, middle.new_values_plain.cpu_per_scrape)} cheaper (goal >= 80x)")
     print("  CPU per series, new values: " + ", ".join(
         f"{label}: {value * 1e6:.3f} us" for label, value in per_series.items())
-        + f"; largest / smallest {per_series[list(results)[-1]] / per_series[next(iter(results))]:.2f}x (goal <= 1.3x)")
+        + f"; largest / smallest {_ratio(per_series[list(results)[-1]], per_series[next(iter(results))])} (goal <= 1.3x)")
     print("  p99/p50 with new values (gzip): " + ", ".join(
         f"{label}: {result.new_values_gzip.p99 / result.new_values_gzip.p50:.2f}" for label, result in results.items())
         + " (goal <= 2.5)")
@@ -308,6 +314,11 @@ def summary(results: Dict[str, SizeResult], references: InProcess, reference_lab
     print(f"  gzip at {reference_label}: {gzip_extra * 1e3:.2f} ms more exporter CPU per scrape; compressing the answer "
           f"alone takes {references.gzip_answer * 1e3:.2f} ms, so {(gzip_extra - references.gzip_answer) * 1e3:+.2f} ms "
           "beside the compression")
+
+
+def _ratio(numerator: float, denominator: float) -> str:
+    # /proc/PID/stat counts CPU in 10 ms ticks: a short run (--size small) may see none.
+    return f"{numerator / denominator:.2f}x" if denominator else "n/a (too few scrapes to count CPU)"
 
 
 def main(argv: List[str]) -> int:

@@ -7,23 +7,26 @@ last rewrite with the new values put where the old ones were. The template keeps
 its rewrite cut into fixed pieces around the values of plain samples (the slots), and a refill is
 a handful of C-level passes with no per-line Python work:
 
-1. the new body is split into lines, the slot lines picked out, and each one's value sliced off
-   where the last body's value began;
+1. one regular-expression pass takes what follows the labels on every line, and the values of the
+   lines that were plain samples last time are picked out of it;
 2. those values put between the last body's fixed pieces must give the new body exactly (one join,
    one comparison): that proves every other byte, comments and heads included, is unchanged;
 3. the values must all be plain numbers (are_plain_values);
 4. they are put between the fixed pieces of the last rewrite (one join), once per owner of their line.
 
+Samples without labels (`name 5`) are kept as fixed text: dcgm-exporter sends none, and a body
+whose such values change is rewritten line by line.
+
 Anything else (a new series, a gone GPU, a comment that changed, an odd value) goes the line-by-line
 way in exposition.Rewriter, which then leaves the next template. A refill makes only a few
-containers (a list and three tuples): an earlier template made a tuple per line, which set the
+containers (a list and two tuples): an earlier template made a tuple per line, which set the
 garbage collector off several times per scrape, a third of the refill's cost.
 """
 
 from __future__ import annotations
 
 import re
-from operator import getitem, itemgetter
+from operator import itemgetter
 from typing import Callable, List, Optional, Sequence, Tuple
 
 # A sample value as the 0.0.4 text format writes it (Go's ParseFloat syntax without hex forms).
@@ -35,6 +38,11 @@ VALUE = r"[-+]?(?:(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+)(?:[eE][-+]?[0-9]+)?|(?i:inf|i
 _PLAIN_VALUE = re.compile(VALUE, re.ASCII)
 _PLAIN_VALUE_LINES = re.compile(rb"(?:%s\n)*%s" % (VALUE.encode(), VALUE.encode()))
 _TWO_DOTS = re.compile(rb"\.[0-9]*\.")
+# What follows the first "} " of a line, up to its newline: a sample's value on dcgm-exporter's
+# lines, which all carry labels. Its literal start lets the engine skip from one "} " to the next
+# at memchr speed, and only the values become objects: splitting the body into lines instead
+# copied all of it into one object a line, and cost twice as much on a 6 MB body.
+_AFTER_LABELS = re.compile(rb"\} ([^\n]*)\n")
 
 
 def are_plain_values(values: Tuple[bytes, ...]) -> bool:
@@ -52,14 +60,14 @@ def are_plain_values(values: Tuple[bytes, ...]) -> bool:
 
 
 def _picker(indices: Sequence[int]) -> Callable[[Sequence[bytes]], Tuple[bytes, ...]]:
-    """A C-level `lambda items: tuple(items[i] for i in indices)` (itemgetter alone returns a bare
-    item, not a tuple, for one index)."""
-    if list(indices) == list(range(len(indices))):
-        return tuple
+    """A C-level `lambda items: tuple(items[i] for i in indices)` (itemgetter returns a bare item,
+    not a tuple, for one index, and takes no empty list)."""
+    if not indices:
+        return lambda items: ()
     if len(indices) == 1:
         only = indices[0]
         return lambda items: (items[only],)
-    return itemgetter(*indices) if indices else (lambda items: ())
+    return itemgetter(*indices)
 
 
 class _Interleaver:
@@ -90,8 +98,8 @@ class BodyTemplate:
         self._body: Optional[bytes] = body
         self._recorded: Optional[Tuple[List[str], List[int], List[Optional[str]]]] = (out, ends, rests)
         self._line_count = body.count(b"\n") + 1
-        self._pick_slot_lines: Callable[[Sequence[bytes]], Tuple[bytes, ...]] = tuple
-        self._value_slices: Tuple[slice, ...] = ()
+        self._token_count = 0
+        self._pick_slots: Callable[[Sequence[bytes]], Tuple[bytes, ...]] = tuple
         self._pick_outputs: Callable[[Sequence[bytes]], Tuple[bytes, ...]] = tuple
         self._input: Optional[_Interleaver] = None  # built on the first body with as many lines
         self._output: Optional[_Interleaver] = None
@@ -103,14 +111,14 @@ class BodyTemplate:
     def fill(self, body: bytes, may_build: bool = True) -> Optional[bytes]:
         """The rewrite of body, or None if this template does not fit it (or is not built yet and
         may not be)."""
-        lines = body.split(b"\n")
-        if len(lines) != self._line_count:
-            return None
         if self._input is None:
-            if not may_build:
+            if not may_build or body.count(b"\n") + 1 != self._line_count:
                 return None
             self._build()
-        values = tuple(map(getitem, self._pick_slot_lines(lines), self._value_slices))
+        tokens = _AFTER_LABELS.findall(body)
+        if len(tokens) != self._token_count:
+            return None
+        values = self._pick_slots(tokens)
         if self._input.join(values) != body:
             return None  # some byte other than a sample's value changed
         if values and not are_plain_values(values):
@@ -120,39 +128,39 @@ class BodyTemplate:
     def _build(self) -> None:
         """Cut the last body and its rewrite into fixed pieces around the values of plain samples."""
         out, ends, rests = self._recorded
-        lines = self._body.split(b"\n")
+        body = self._body
+        token_at = {match.start(1): number for number, match in enumerate(_AFTER_LABELS.finditer(body))}
         input_pieces: List[bytes] = []
         output_pieces: List[str] = []
-        slot_lines: List[int] = []  # the lines whose value is a gap, in order
-        value_slices: List[slice] = []  # where the value starts in each of them
+        slot_tokens: List[int] = []  # for each slot, the number of its token in the body
         output_slots: List[int] = []  # for each value written out, the slot it comes from
         pending_input: List[bytes] = []
         pending_output: List[str] = []
-        start = 0
-        for number, (line, end, rest) in enumerate(zip(lines, ends, rests)):
+        start = offset = 0
+        for line, end, rest in zip(body.split(b"\n"), ends, rests):
             value = _slot_value(rest)
             emitted = out[start:end]
-            start = end
-            if value is None:  # the line comes back as it was: fixed text on both sides
+            # A plain value is ASCII: as many bytes as characters.
+            token = None if value is None else token_at.get(offset + len(line) - len(value))
+            start, offset = end, offset + len(line) + 1
+            if token is None:  # no plain value right after the labels: fixed text on both sides
                 pending_input.append(line + b"\n")
                 pending_output.extend([text + "\n" for text in emitted])
                 continue
-            head = line[: len(line) - len(value)]  # a plain value is ASCII: as many bytes as characters
-            input_pieces.append(b"".join(pending_input) + head)
+            input_pieces.append(b"".join(pending_input) + line[: len(line) - len(value)])
             pending_input = [b"\n"]
-            value_slices.append(slice(len(head), None))
-            slot_lines.append(number)
+            slot_tokens.append(token)
             for text in emitted:  # each output line ends with the value, which becomes a gap
                 output_pieces.append("".join(pending_output) + text[: len(text) - len(value)])
                 pending_output = ["\n"]
-                output_slots.append(len(slot_lines) - 1)
+                output_slots.append(len(slot_tokens) - 1)
         # The last line has no newline after it (it is normally empty): take back the one added.
         input_pieces.append(b"".join(pending_input)[:-1])
         output_pieces.append("".join(pending_output))
+        self._token_count = len(token_at)
         self._input = _Interleaver(input_pieces)
         self._output = _Interleaver([piece.encode("utf-8") for piece in output_pieces])
-        self._pick_slot_lines = _picker(slot_lines)
-        self._value_slices = tuple(value_slices)
+        self._pick_slots = _picker(slot_tokens)
         self._pick_outputs = _picker(output_slots)
         self._body = self._recorded = None  # no longer needed: let them go
 

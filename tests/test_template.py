@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -67,3 +68,21 @@ def test_a_template_that_fits_is_built_once_and_refilled_after():
     for scrape in range(20):
         rewriter.rewrite(body(scrape))
     assert (rewriter.refills, rewriter.wasted_template_builds) == (19, 0)
+
+
+@pytest.mark.parametrize("lines, refilled", [
+    # "} " inside a label value: the value does not follow the first "} ", so the line is fixed text.
+    (['X{gpu="0",a="} "} {v}', 'X{gpu="0",a="b"} {v}'], False),
+    (['# HELP X has } and } in it', 'X{gpu="0"} {v}'], True),  # a comment's "} " is fixed text
+    (['X {v}', 'X{gpu="0"} {v}'], False),  # a sample without labels is fixed text too
+    (['X{gpu="0"} 1', 'X{gpu="0",i="1"} {v}'], True),  # fixed values that do not change are fine
+    (['X{gpu="0"} {v}', 'Y{gpu="0"} {v}', 'last{gpu="0"} 7'], True),  # no newline after the last line
+])
+def test_what_counts_as_a_value_to_refill(lines, refilled):
+    def text(value):
+        return "\n".join(lines).replace("{v}", value).encode() + (b"" if "last" in lines[-1] else b"\n")
+    rewriter = Rewriter(MAPPING)
+    rewriter.rewrite(text("1"))
+    result = rewriter.rewrite(text("2"))
+    assert result == Rewriter(MAPPING).rewrite(text("2"))
+    assert rewriter.refills == int(refilled)
