@@ -47,7 +47,9 @@ def serve(config: Config, on_ready: Optional[Callable[[str], None]] = None) -> i
 
     try:
         web_config = _load_web_config(config.web_config_file)
-        source = FileSource(config.dcgm_file) if config.dcgm_file else HttpSource(config.dcgm_url, config.dcgm_timeout_seconds)
+        source = (FileSource(config.dcgm_file, config.dcgm_max_body_bytes, config.dcgm_timeout_seconds)
+                  if config.dcgm_file else
+                  HttpSource(config.dcgm_url, config.dcgm_timeout_seconds, config.dcgm_max_body_bytes))
     except ConfigError as exc:
         print(f"pod-gpu-metrics-exporter: error: {exc}", file=sys.stderr)
         return EXIT_USAGE
