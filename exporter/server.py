@@ -18,6 +18,7 @@ from prometheus_client.platform_collector import PlatformCollector
 from prometheus_client.process_collector import ProcessCollector
 
 from exporter.config import HEALTH_PATH, INDEX_PATH, SELF_METRICS_PATH
+from exporter.connections import ConnectionTable
 from exporter.logs import log
 from exporter.scrape import ScrapeBody
 from exporter.webconfig import WWW_AUTHENTICATE
@@ -30,10 +31,16 @@ TEXT_FORMAT = "text/plain; version=0.0.4; charset=utf-8"
 REQUEST_TIMEOUT_SECONDS = 30
 REQUEST_HEAD_TIMEOUT_SECONDS = 10
 REQUEST_HEAD_MAX_BYTES = 64 * 1024
-TLS_HANDSHAKE_TIMEOUT_SECONDS = 10
-# Each connection holds a thread; past this many at once, new ones are closed straight away, so a
-# flood of idle connections cannot exhaust memory. Prometheus needs one per server scraping us.
+# The whole handshake, however its bytes trickle (CPython bounds do_handshake by one deadline).
+TLS_HANDSHAKE_TIMEOUT_SECONDS = 5
+# Each connection holds a thread; past this many at once, the longest-idle connection is closed to
+# make room (exporter.connections), so a flood of idle connections can neither exhaust memory nor
+# lock out scrapes. Prometheus needs one per server scraping us.
 MAX_CONNECTIONS = 64
+# The first bytes of a plain HTTP request, which Go's TLS servers answer with a 400 instead of a
+# reset (net/http: tlsRecordHeaderLooksLikeHTTP); a TLS connection starts with 0x16.
+_PLAIN_HTTP_STARTS = (b"GET /", b"HEAD ", b"POST ", b"PUT /", b"OPTIO")
+_PLAIN_HTTP_ANSWER = b"HTTP/1.0 400 Bad Request\r\n\r\nClient sent an HTTP request to an HTTPS server.\n"
 # Below ~1 KiB gzip costs more than it saves.
 _GZIP_MIN_BYTES = 1024
 
@@ -49,7 +56,8 @@ class ExporterHTTPServer(ThreadingHTTPServer):
                  family: Optional[socket.AddressFamily] = None):
         self.app = app
         self.ssl_context = ssl_context
-        self._connection_slots = threading.BoundedSemaphore(MAX_CONNECTIONS)
+        self.connections = ConnectionTable(MAX_CONNECTIONS)
+        app.count_connections(self.connections)
         if family is None:
             family = socket.AF_INET6 if host == "" or ":" in host else socket.AF_INET
         self.address_family = family
@@ -77,21 +85,21 @@ class ExporterHTTPServer(ThreadingHTTPServer):
         return cls(host, port, app, ssl_context, family=socket.AF_INET)
 
     def process_request(self, request, client_address):
-        if not self._connection_slots.acquire(blocking=False):
-            log("debug", "too many connections: closing a new one", client=client_address[0])
+        if not self.connections.admit(request, client_address[0]):
             self.shutdown_request(request)
             return
         try:
             super().process_request(request, client_address)
         except BaseException:
-            self._connection_slots.release()
+            self.connections.release(request)
             raise
 
     def process_request_thread(self, request, client_address):
+        self.connections.bind(request)
         try:
             super().process_request_thread(request, client_address)
         finally:
-            self._connection_slots.release()
+            self.connections.release(request)
 
     @property
     def bound_address(self) -> str:
@@ -103,10 +111,15 @@ class ExporterHTTPServer(ThreadingHTTPServer):
             # The handshake runs here, in the request's own thread, so a slow client cannot stall accept().
             request.settimeout(TLS_HANDSHAKE_TIMEOUT_SECONDS)
             try:
-                request = self.ssl_context.wrap_socket(request, server_side=True)
+                if _answered_plain_http(request):
+                    return
+                # The certificates in force now (a re-read web config), else those of start-up.
+                context = getattr(self.app.web_config, "ssl_context", lambda: None)() or self.ssl_context
+                request = context.wrap_socket(request, server_side=True)
             except (ssl.SSLError, OSError) as exc:
                 log("debug", "TLS handshake failed", client=client_address[0], error=str(exc))
                 return
+            self.connections.replace(request)
             # The raw socket the mixin shuts down afterwards is detached by wrap_socket: close ours.
             with request:
                 super().finish_request(request, client_address)
@@ -117,6 +130,14 @@ class ExporterHTTPServer(ThreadingHTTPServer):
         log("debug", "connection error", client=client_address[0], exc_info=True)
 
 
+def _answered_plain_http(request: socket.socket) -> bool:
+    """Answer 400 to a plain HTTP request sent to the TLS port, as exporter-toolkit does."""
+    if request.recv(5, socket.MSG_PEEK) not in _PLAIN_HTTP_STARTS:
+        return False
+    request.sendall(_PLAIN_HTTP_ANSWER)
+    return True
+
+
 class App:
     """What the routes serve; kept apart from the HTTP plumbing so handlers stay small."""
 
@@ -124,12 +145,23 @@ class App:
         self.scraper = scraper
         self.attribution = attribution
         self.telemetry_path = telemetry_path
-        self.web_config = web_config
+        # A WebConfig, or a ReloadingWebConfig that keeps one current (its `current()`), or None.
+        self._web_config = web_config
         self.registry = CollectorRegistry()
         self.registry.register(ProcessCollector(registry=None))
         self.registry.register(PlatformCollector(registry=None))
-        self.registry.register(_SelfCollector(scraper, attribution))
+        self._self_collector = _SelfCollector(scraper, attribution)
+        self.registry.register(self._self_collector)
         self.requests_lock = threading.Lock()
+
+    @property
+    def web_config(self):
+        """The web config in force now: asked for on every request and every new TLS connection."""
+        config = self._web_config
+        return config.current() if hasattr(config, "current") else config
+
+    def count_connections(self, connections: ConnectionTable) -> None:
+        self._self_collector._connections = connections
 
     def index_page(self) -> bytes:
         path = html.escape(self.telemetry_path)
@@ -150,6 +182,7 @@ class _SelfCollector:
     def __init__(self, scraper, attribution):
         self._scraper = scraper
         self._attribution = attribution
+        self._connections = None  # the server's ConnectionTable, once a server serves this app
 
     def collect(self):
         yield _counter("pod_gpu_exporter_scrapes", "Scrapes of the telemetry path answered.", self._scraper.scrapes)
@@ -158,6 +191,9 @@ class _SelfCollector:
         yield _counter("pod_gpu_exporter_malformed_lines", "Upstream lines dropped as malformed, over all scrapes.", self._scraper.malformed_lines)
         yield _counter("pod_gpu_exporter_kubelet_list_calls", "PodResources List calls made to the kubelet.", self._attribution.list_calls)
         yield _counter("pod_gpu_exporter_kubelet_list_failures", "PodResources List calls that failed.", self._attribution.list_failures)
+        if self._connections is not None:
+            yield _counter("pod_gpu_exporter_http_connections_refused", "New connections closed at once because every connection slot was answering a request.", self._connections.refused)
+            yield _counter("pod_gpu_exporter_http_idle_connections_closed", "Idle connections closed to make room for new ones when every slot was taken.", self._connections.evicted)
 
 
 def _counter(name: str, documentation: str, value: float) -> CounterMetricFamily:
@@ -231,6 +267,7 @@ class RequestHandler(BaseHTTPRequestHandler):
         self.rfile = io.BufferedReader(self._head_reader)
 
     def handle_one_request(self):
+        self.server.connections.idle()  # waiting for a request: the first to go if slots run out
         self._head_reader.expect_request()
         try:
             super().handle_one_request()
@@ -249,6 +286,7 @@ class RequestHandler(BaseHTTPRequestHandler):
 
     def _serve(self, send_body: bool):
         self._head_reader.head_received()
+        self.server.connections.busy()
         app = self.server.app
         path = self.path.split("?", 1)[0]
         if self.headers.get("Content-Length", "0") not in ("", "0") or self.headers.get("Transfer-Encoding"):
@@ -322,8 +360,23 @@ def _encode(body: "bytes | ScrapeBody", accept_encoding: str):
 
 
 def _accepts_gzip(accept_encoding: str) -> bool:
+    """RFC 9110 section 12.5.3: names and parameters are case-insensitive, q=0 means "not
+    acceptable", and an explicit gzip entry wins over `*` whatever their order."""
+    weights = {}
     for item in accept_encoding.split(","):
-        coding, _, params = item.strip().partition(";")
-        if coding.strip().lower() in ("gzip", "*"):
-            return params.replace(" ", "") not in ("q=0", "q=0.0", "q=0.00", "q=0.000")
-    return False
+        coding, *params = [part.strip().lower() for part in item.split(";")]
+        weights.setdefault(coding, _quality(params))
+    if "gzip" in weights:
+        return weights["gzip"] > 0
+    return weights.get("x-gzip", weights.get("*", 0.0)) > 0
+
+
+def _quality(params) -> float:
+    for param in params:
+        name, _, value = param.partition("=")
+        if name.strip() == "q":
+            try:
+                return min(max(float(value.strip()), 0.0), 1.0)
+            except ValueError:
+                return 0.0  # an unreadable weight: not a clear yes
+    return 1.0

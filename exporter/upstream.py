@@ -438,11 +438,8 @@ class FileSource:
                                 f"{self.timeout_seconds:g}s (see --dcgm.timeout): is its writer rewriting it "
                                 "in place all the time?", reason="timeout")
         try:
-            # O_NONBLOCK: opening a FIFO without a writer would otherwise wait for one forever.
-            with open(os.open(self.path, os.O_RDONLY | os.O_NONBLOCK), "rb") as handle:
+            with open(self._open_regular(), "rb") as handle:
                 before = os.fstat(handle.fileno())
-                if not stat.S_ISREG(before.st_mode):
-                    raise self._not_regular(before.st_mode)
                 if before.st_size > self.max_bytes:
                     raise self._too_large()
                 # One byte more than expected tells "grew while read" from "read to the end".
@@ -466,6 +463,16 @@ class FileSource:
         # middle of a write() shows a stable size that almost never ends on one.
         whole = unchanged and len(data) == after.st_size and (data.endswith(b"\n") or not data)
         return data, whole, after.st_mtime_ns
+
+    def _open_regular(self) -> int:
+        """A descriptor of the file, refused unless it is a regular file (O_NONBLOCK: opening a
+        FIFO without a writer would otherwise wait for one forever)."""
+        descriptor = os.open(self.path, os.O_RDONLY | os.O_NONBLOCK)
+        mode = os.fstat(descriptor).st_mode
+        if not stat.S_ISREG(mode):
+            os.close(descriptor)
+            raise self._not_regular(mode)
+        return descriptor
 
     def _not_regular(self, mode: int) -> UpstreamError:
         kind = "a FIFO" if stat.S_ISFIFO(mode) else "a directory" if stat.S_ISDIR(mode) else "not a regular file"
