@@ -136,16 +136,17 @@ def test_label_values_new_on_every_scrape_keep_memory_flat(owned, run_exporter):
 
 
 def test_a_last_line_cut_inside_its_value_is_dropped_and_counted(owned, dcgm, run_exporter):
-    text = L4.decode()
-    last = [line for line in text.splitlines() if line.startswith("DCGM_FI_DEV_GPU_TEMP")][0]
-    cut_body = (text.rstrip("\n") + "\n" + last[:-1]).encode()  # "… 71" sent as "… 7", no newline
-    dcgm.body, dcgm.fault = cut_body, "unsized"  # ended by closing: nothing says it was cut
+    lines = L4.decode().splitlines()
+    last = [line for line in lines if line.startswith("DCGM_FI_DEV_GPU_TEMP{")][0]
+    assert len(last.rsplit(" ", 1)[1]) >= 2, "the premise: a value of two digits or more"
+    lines.remove(last)  # its family's only sample, now sent last and cut: "… 71" arrives as "… 7"
+    dcgm.body, dcgm.fault = ("\n".join(lines) + "\n" + last[:-1]).encode(), "unsized"  # ended by closing
     exporter = run_exporter(["--dcgm.url", dcgm.url, "--kubelet.socket", owned.socket_path])
     served = get(exporter)
     assert gauge(served, "pod_gpu_exporter_dcgm_up") == "1"
     assert gauge(served, "pod_gpu_exporter_malformed_lines") == "1"
-    temperatures = [line for line in served.splitlines() if line.startswith("DCGM_FI_DEV_GPU_TEMP{")]
-    assert len(temperatures) == 1 and temperatures[0].endswith(" " + last.rsplit(" ", 1)[1])
+    assert not [line for line in served.splitlines() if line.startswith("DCGM_FI_DEV_GPU_TEMP{")]
+    assert 'DCGM_FI_DEV_POWER_USAGE{' in served  # the rest is served
 
 
 def test_a_series_repeated_with_its_labels_reordered_is_served_once(owned, dcgm, run_exporter):
