@@ -44,11 +44,10 @@ _UNSEEN = object()  # not in a cache, told apart from a cached None (known to be
 # them with series that will not come back, and they are cut back to the last rewrite's.
 _CACHE_SLACK_ENTRIES = 1024
 # Bodies past either limit (a large MIG node sends ~6,600 lines, 1.8 MB) are rewritten a slice at a
-# time without per-line state (Rewriter._rewrite_streamed): a line costs ~0.6 KiB of Python objects
-# while it is rewritten, so a foreign 8 MiB answer of tiny lines would otherwise need ~330 MiB.
+# time without per-line state (exporter.streamed): a line costs ~0.6 KiB of Python objects while it
+# is rewritten, so a foreign 8 MiB answer of tiny lines would otherwise need ~330 MiB.
 STREAM_MIN_BYTES = 4 * 1024 * 1024
 STREAM_MIN_LINES = 32_768
-_STREAM_SLICE_BYTES = 64 * 1024  # ~4,000 lines at most per slice: a few MiB of transient objects
 
 
 class Identity(NamedTuple):
@@ -126,8 +125,11 @@ class Rewriter:
                 self.refills += 1
                 return RewriteResult(text, template.malformed, template.identities)
         if len(body) > STREAM_MIN_BYTES or body.count(b"\n") > STREAM_MIN_LINES:
+            # Imported here: exporter.streamed builds on this module, and only such bodies need it.
+            from exporter.streamed import rewrite_streamed
+
             self._template = None
-            return self._rewrite_streamed(body)
+            return rewrite_streamed(self, body)
         return self._rewrite_lines(body)
 
     def _rewrite_lines(self, body: bytes) -> RewriteResult:
@@ -188,55 +190,6 @@ class Rewriter:
         if len(self._series) > 2 * len(written) + _CACHE_SLACK_ENTRIES:
             self._series = {series.head: series for series in written.values()}
             self._label_sets = {}
-
-    def _rewrite_streamed(self, body: bytes) -> RewriteResult:
-        """The rewrite of a body too large to keep per-line state for, a slice of lines at a time.
-
-        Nothing is cached and no template is left: what stays in memory while it runs is the output
-        and, per series written, two hashes (for repeat detection).
-        """
-        state = _StreamState()
-        parts: List[bytes] = []
-        position, size = 0, len(body)
-        while position < size:
-            end = body.rfind(b"\n", position, position + _STREAM_SLICE_BYTES)
-            if end < 0:  # one line longer than a slice
-                end = body.find(b"\n", position)
-            if end < 0:  # the last line, without its newline: cut short
-                state.malformed += _cut_short(body[position:].decode("utf-8", errors="replace"))
-                break
-            parts.append(self._rewrite_slice(body[position:end], state))
-            position = end + 1
-        identities = frozenset(state.identities)
-        return RewriteResult(b"".join(parts), state.malformed, identities)
-
-    def _rewrite_slice(self, chunk: bytes, state: "_StreamState") -> bytes:
-        text, maybe_undecodable = _decode(chunk)
-        out: List[str] = []
-        for line in text.split("\n"):
-            if not line or line.isspace():
-                continue
-            if maybe_undecodable and _UNDECODABLE.search(line):
-                state.malformed += 1
-                continue
-            line = line.lstrip(" \t")
-            if line[0] == "#":
-                state.malformed += self._copy_comment(line, state.described, state.sampled, out)
-                continue
-            close = line.rfind("}")
-            head, rest = line[: close + 1], line[close + 1 :]
-            if head:
-                series = self._build_series(head, cache=False)
-            else:
-                series, rest = _split_unlabelled(line)
-            if series is None or not _is_value(rest):
-                state.malformed += 1
-            elif state.first_write(series):
-                state.sampled.add(series.name)
-                if series.identity is not None:
-                    state.identities.add(series.identity)
-                out.extend([output + rest for output in series.outputs])
-        return "".join([line + "\n" for line in out]).encode("utf-8")
 
     def _copy_comment(self, line: str, described: set, sampled: set, out: List[str]) -> int:
         """Keep HELP/TYPE lines as written; return 1 when the line must be dropped as malformed."""
@@ -358,29 +311,6 @@ def _is_value(text: str) -> bool:
 def _cut_short(tail: str) -> int:
     """1 when what follows a body's last newline is a line cut short (to be dropped and counted)."""
     return 0 if not tail or tail.isspace() else 1
-
-
-class _StreamState:
-    """What a streamed rewrite keeps from one slice to the next."""
-
-    def __init__(self) -> None:
-        self.malformed = 0
-        self.described: set = set()
-        self.sampled: set = set()
-        self.identities: set = set()
-        # hash(series key) -> hash(first head): two ints per series instead of its strings. A hash
-        # collision can at worst drop a distinct series as a repeat (odds ~1e-8 at 500,000 series).
-        self._written: Dict[int, int] = {}
-
-    def first_write(self, series: _Series) -> bool:
-        """Whether the series is not yet written (then it is recorded); counts exact repeats."""
-        key, head = hash(series.key), hash(_canonical_head(series.head))
-        first = self._written.get(key)
-        if first is None:
-            self._written[key] = head
-            return True
-        self.malformed += int(first == head)
-        return False
 
 
 def _same_head(first: str, again: str) -> bool:

@@ -20,6 +20,7 @@ from prometheus_client.process_collector import ProcessCollector
 from exporter.config import HEALTH_PATH, INDEX_PATH, SELF_METRICS_PATH
 from exporter.connections import ConnectionTable
 from exporter.logs import log
+from exporter.negotiation import encode_for
 from exporter.scrape import ScrapeBody
 from exporter.webconfig import WWW_AUTHENTICATE
 
@@ -41,8 +42,6 @@ MAX_CONNECTIONS = 64
 # reset (net/http: tlsRecordHeaderLooksLikeHTTP); a TLS connection starts with 0x16.
 _PLAIN_HTTP_STARTS = (b"GET /", b"HEAD ", b"POST ", b"PUT /", b"OPTIO")
 _PLAIN_HTTP_ANSWER = b"HTTP/1.0 400 Bad Request\r\n\r\nClient sent an HTTP request to an HTTPS server.\n"
-# Below ~1 KiB gzip costs more than it saves.
-_GZIP_MIN_BYTES = 1024
 
 
 class ExporterHTTPServer(ThreadingHTTPServer):
@@ -316,7 +315,7 @@ class RequestHandler(BaseHTTPRequestHandler):
 
     def _reply(self, status: int, body: "bytes | ScrapeBody", content_type: str, send_body: bool,
                close: bool = False, extra_headers: Optional[dict] = None):
-        parts, encoding = _encode(body, self.headers.get("Accept-Encoding", ""))
+        parts, encoding = encode_for(body, self.headers.get("Accept-Encoding", ""))
         self.send_response(status)
         self.send_header("Content-Type", content_type)
         self.send_header("Content-Length", str(sum(len(part) for part in parts)))
@@ -348,35 +347,3 @@ class RequestHandler(BaseHTTPRequestHandler):
 
     def log_message(self, format, *args):  # noqa: A002 - the base class's signature
         log("debug", "request", client=self.client_address[0], line=format % args)
-
-
-def _encode(body: "bytes | ScrapeBody", accept_encoding: str):
-    """(parts to send, Content-Encoding or None): gzip when the client accepts it and it pays."""
-    if not isinstance(body, ScrapeBody):
-        body = ScrapeBody((body,))
-    if len(body) >= _GZIP_MIN_BYTES and _accepts_gzip(accept_encoding):
-        return body.gzip_parts(), "gzip"
-    return body.parts, None
-
-
-def _accepts_gzip(accept_encoding: str) -> bool:
-    """RFC 9110 section 12.5.3: names and parameters are case-insensitive, q=0 means "not
-    acceptable", and an explicit gzip entry wins over `*` whatever their order."""
-    weights = {}
-    for item in accept_encoding.split(","):
-        coding, *params = [part.strip().lower() for part in item.split(";")]
-        weights.setdefault(coding, _quality(params))
-    if "gzip" in weights:
-        return weights["gzip"] > 0
-    return weights.get("x-gzip", weights.get("*", 0.0)) > 0
-
-
-def _quality(params) -> float:
-    for param in params:
-        name, _, value = param.partition("=")
-        if name.strip() == "q":
-            try:
-                return min(max(float(value.strip()), 0.0), 1.0)
-            except ValueError:
-                return 0.0  # an unreadable weight: not a clear yes
-    return 1.0
