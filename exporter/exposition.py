@@ -39,8 +39,8 @@ _TYPE = re.compile(r"# TYPE[ \t]+([a-zA-Z_:][a-zA-Z0-9_:]*)[ \t]+(counter|gauge|
 _UNDECODABLE = re.compile("[\udc80-\udcff]")  # bytes that were not UTF-8, kept by surrogateescape
 _UNSEEN = object()  # not in a cache, told apart from a cached None (known to be malformed)
 
-# The caches of series and label sets keep what the last rewrite used; once they hold more than
-# twice that (plus this slack), a churning upstream (label values new on every scrape) has filled
+# The caches of series and label sets keep what the last rewrite used; once they hold more entries
+# than twice its lines (plus this slack), a churning upstream (label values new on every scrape) has filled
 # them with series that will not come back, and they are cut back to the last rewrite's.
 _CACHE_SLACK_ENTRIES = 1024
 # Bodies past either limit (a large MIG node sends ~6,600 lines, 1.8 MB) are rewritten a slice at a
@@ -181,13 +181,14 @@ class Rewriter:
         rests.append(None)
         identities = frozenset(series.identity for series in written.values() if series.identity is not None)
         self._template = BodyTemplate(body, out, ends, rests, malformed, identities)
-        self._trim_caches(written)
+        self._trim_caches(len(lines), written)
         return RewriteResult("\n".join(out + [""]).encode("utf-8"), malformed, identities)
 
-    def _trim_caches(self, written: Dict[str, _Series]) -> None:
-        """Cut the caches back to the series of this rewrite once they hold twice as many: bounded by
-        what one answer needs, whatever upstream label values do from scrape to scrape."""
-        if len(self._series) > 2 * len(written) + _CACHE_SLACK_ENTRIES:
+    def _trim_caches(self, lines: int, written: Dict[str, _Series]) -> None:
+        """Cut the caches back to the series of this rewrite once they hold twice as many entries as
+        it had lines: bounded by what one answer needs, whatever label values do from scrape to
+        scrape. (By lines, not series: per-pod copies from dcgm-exporter -k are heads of their own.)"""
+        if len(self._series) > 2 * lines + _CACHE_SLACK_ENTRIES:
             self._series = {series.head: series for series in written.values()}
             self._label_sets = {}
 

@@ -19,10 +19,10 @@ from typing import Callable, List, Optional
 from urllib.parse import unquote, urlsplit
 
 from exporter import __version__
-from exporter.config import redact_url
+from exporter.config import Config, redact_url
 from exporter.errors import ConfigError, UpstreamError
 
-DEFAULT_MAX_BYTES = 8 * 1024 * 1024  # --dcgm.max-body-size
+DEFAULT_MAX_BYTES = Config.dcgm_max_body_bytes  # --dcgm.max-body-size
 _READ_CHUNK_BYTES = 64 * 1024
 # Idle connections kept for reuse. Scrapes beyond this many at once still work: they get a fresh
 # connection, which is closed afterwards instead of being kept.
