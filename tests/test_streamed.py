@@ -44,6 +44,8 @@ def test_a_body_past_the_line_limit_takes_the_streamed_way_and_keeps_no_template
     body = ("\n".join(lines) + "\n").encode()
     rewriter = Rewriter(mapping)
     result = rewriter.rewrite(body)
-    assert result == Rewriter(mapping)._rewrite_lines(body)
-    assert result.text.count(b'pod="p"') == len(lines)
+    owners = 'namespace="ns",pod="p",container="c"'
+    expected = [line.replace("} ", "," + owners + "} ") + "\n" for line in lines]
+    assert result.text.decode() == "".join(expected)
+    assert result.malformed == 0 and [identity.uuid for identity in result.identities] == [uuid]
     assert rewriter._template is None and not rewriter._series  # nothing per line kept
