@@ -15,9 +15,10 @@ _REFUSAL_LOG_INTERVAL_SECONDS = 10.0
 
 
 class _Entry:
-    __slots__ = ("sock", "idle_since", "order")
+    __slots__ = ("key", "sock", "idle_since", "order")
 
     def __init__(self, sock: socket.socket, order: int) -> None:
+        self.key = id(sock)  # of the socket accepted, also once `sock` is its TLS wrapper
         self.sock = sock
         self.idle_since: Optional[float] = time.monotonic()  # None while a request is being answered
         self.order = order
@@ -54,9 +55,10 @@ class ConnectionTable:
                     self.refused += 1
                     self._log_refusal(client)
                     return False
-                del self._entries[id(victim.sock)]
+                del self._entries[victim.key]
                 self.evicted += 1
-            self._entries[id(sock)] = _Entry(sock, next(self._order))
+            entry = _Entry(sock, next(self._order))
+            self._entries[entry.key] = entry
         if victim is not None:
             _shut_down(victim.sock)
         return True

@@ -106,24 +106,37 @@ class ExporterHTTPServer(ThreadingHTTPServer):
         return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
 
     def finish_request(self, request, client_address):
-        if self.ssl_context is not None:
-            # The handshake runs here, in the request's own thread, so a slow client cannot stall accept().
-            request.settimeout(TLS_HANDSHAKE_TIMEOUT_SECONDS)
-            try:
-                if _answered_plain_http(request):
-                    return
-                # The certificates in force now (a re-read web config), else those of start-up.
-                context = getattr(self.app.web_config, "ssl_context", lambda: None)() or self.ssl_context
-                request = context.wrap_socket(request, server_side=True)
-            except (ssl.SSLError, OSError) as exc:
-                log("debug", "TLS handshake failed", client=client_address[0], error=str(exc))
-                return
-            self.connections.replace(request)
-            # The raw socket the mixin shuts down afterwards is detached by wrap_socket: close ours.
-            with request:
-                super().finish_request(request, client_address)
+        if self.ssl_context is None:
+            super().finish_request(request, client_address)
             return
-        super().finish_request(request, client_address)
+        tls = self._tls_handshake(request, client_address[0])
+        if tls is not None:
+            # The raw socket the mixin shuts down afterwards is detached by wrap_socket: close ours.
+            with tls:
+                super().finish_request(tls, client_address)
+
+    def _tls_handshake(self, request: socket.socket, client: str) -> Optional[ssl.SSLSocket]:
+        """The connection over TLS, or None (answered 400 as plain HTTP, or a failed handshake).
+        It runs in the connection's own thread, so a slow client cannot stall accept()."""
+        request.settimeout(TLS_HANDSHAKE_TIMEOUT_SECONDS)  # one deadline for the whole handshake
+        try:
+            if _answered_plain_http(request):
+                return None
+            # The certificates in force now (a re-read web config), else those of start-up.
+            context = getattr(self.app.web_config, "ssl_context", lambda: None)() or self.ssl_context
+            tls = context.wrap_socket(request, server_side=True, do_handshake_on_connect=False)
+        except (ssl.SSLError, OSError) as exc:
+            log("debug", "TLS handshake failed", client=client, error=str(exc))
+            return None
+        # Before the handshake: a stalled one is then closed like any idle connection.
+        self.connections.replace(tls)
+        try:
+            tls.do_handshake()
+        except (ssl.SSLError, OSError) as exc:
+            tls.close()
+            log("debug", "TLS handshake failed", client=client, error=str(exc))
+            return None
+        return tls
 
     def handle_error(self, request, client_address):
         log("debug", "connection error", client=client_address[0], exc_info=True)
