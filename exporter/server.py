@@ -173,7 +173,8 @@ class App:
         return config.current() if hasattr(config, "current") else config
 
     def count_connections(self, connections: ConnectionTable) -> None:
-        self._self_collector._connections = connections
+        """Expose the server's connection counters on /metrics."""
+        self._self_collector.connections = connections
 
     def index_page(self) -> bytes:
         path = html.escape(self.telemetry_path)
@@ -194,7 +195,7 @@ class _SelfCollector:
     def __init__(self, scraper, attribution):
         self._scraper = scraper
         self._attribution = attribution
-        self._connections = None  # the server's ConnectionTable, once a server serves this app
+        self.connections: Optional[ConnectionTable] = None  # the server's, once a server serves this app
 
     def collect(self):
         yield _counter("pod_gpu_exporter_scrapes", "Scrapes of the telemetry path answered.", self._scraper.scrapes)
@@ -203,9 +204,9 @@ class _SelfCollector:
         yield _counter("pod_gpu_exporter_malformed_lines", "Upstream lines dropped as malformed, over all scrapes.", self._scraper.malformed_lines)
         yield _counter("pod_gpu_exporter_kubelet_list_calls", "PodResources List calls made to the kubelet.", self._attribution.list_calls)
         yield _counter("pod_gpu_exporter_kubelet_list_failures", "PodResources List calls that failed.", self._attribution.list_failures)
-        if self._connections is not None:
-            yield _counter("pod_gpu_exporter_http_connections_refused", "New connections closed at once because every connection slot was answering a request.", self._connections.refused)
-            yield _counter("pod_gpu_exporter_http_idle_connections_closed", "Idle connections closed to make room for new ones when every slot was taken.", self._connections.evicted)
+        if self.connections is not None:
+            yield _counter("pod_gpu_exporter_http_connections_refused", "New connections closed at once because every connection slot was answering a request.", self.connections.refused)
+            yield _counter("pod_gpu_exporter_http_idle_connections_closed", "Idle connections closed to make room for new ones when every slot was taken.", self.connections.evicted)
 
 
 def _counter(name: str, documentation: str, value: float) -> CounterMetricFamily:
