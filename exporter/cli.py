@@ -83,8 +83,8 @@ def serve(config: Config, on_ready: Optional[Callable[[str], None]] = None) -> i
     finally:
         # Bounded whatever the kubelet does: SIGTERM must end us well within the pod's grace period.
         # Scrapes still in flight run on daemon threads and are cut when the process exits.
-        attribution.stop(timeout_seconds=0.5)
-        client.close(wait_seconds=0.5)
+        attribution.stop(timeout_seconds=0.2)
+        client.close(wait_seconds=0.3)
         server.server_close()
     log("info", "stopped")
     return EXIT_OK
