@@ -73,19 +73,30 @@ def test_idle_connections_never_lock_out_scrapes_or_healthz(exporter):
             conn.close()
 
 
-def test_when_every_slot_is_answering_new_connections_are_refused_warned_and_counted(exporter, dcgm):
-    dcgm.fault = "hang"  # every scrape waits for --dcgm.timeout (3s)
+def refused_at_once(exporter) -> bool:
+    """Whether a new connection is closed straight away (else it is let go again)."""
+    with connect(exporter) as conn:
+        try:
+            return closed_by_peer(conn, 0.5)
+        except socket.timeout:
+            return False
+
+
+def test_when_every_slot_is_answering_new_connections_are_refused_warned_and_counted(kubelet, dcgm, run_exporter):
+    kubelet.set_devices([AllocatedDevice("ns", "p", "c", "nvidia.com/gpu", L4_UUID)])
+    exporter = run_exporter(["--dcgm.url", dcgm.url, "--kubelet.socket", kubelet.socket_path, "--dcgm.timeout", "5s"])
+    dcgm.fault = "hang"  # every scrape waits for --dcgm.timeout
     busy = [connect(exporter) for _ in range(MAX_CONNECTIONS)]
     try:
         for conn in busy:
             conn.sendall(b"GET /gpu/metrics HTTP/1.1\r\nHost: x\r\n\r\n")
+        # Once every connection's thread has read its request (a few ms), no slot is idle any more.
+        # Not polled: a probe that came too early would take the place of a connection still idle.
         wait_until(lambda: dcgm.requests >= 1)
-        time.sleep(0.5)
-        refused = [connect(exporter) for _ in range(3)]
-        assert all(closed_by_peer(conn, 2) for conn in refused)
-        dcgm.fault = None
-        for conn in busy:  # the scrapes themselves still end with an answer
-            conn.settimeout(10)
+        time.sleep(2)
+        assert [refused_at_once(exporter) for _ in range(4)] == [True] * 4
+        for conn in busy:  # the scrapes themselves still end with an answer (dcgm_up 0)
+            conn.settimeout(20)
             assert conn.recv(12).startswith(b"HTTP/1.1 200")
     finally:
         for conn in busy:
@@ -93,7 +104,7 @@ def test_when_every_slot_is_answering_new_connections_are_refused_warned_and_cou
     warnings = [line for line in exporter.stderr_text().splitlines()
                 if "level=warn" in line and "connection slots" in line]
     assert len(warnings) == 1, "refusals are warned once per interval, not once each"
-    assert counter(exporter, "pod_gpu_exporter_http_connections_refused") >= 3
+    assert counter(exporter, "pod_gpu_exporter_http_connections_refused") >= 4
 
 
 # ---------------------------------------------------------------- 7. Accept-Encoding (RFC 9110)
