@@ -77,21 +77,25 @@ class ConnectionTable:
                 entry.sock = new
 
     def busy(self) -> None:
-        self._set_idle_since(None)
+        """This thread's connection is answering a request: never closed to make room."""
+        self._set_idle_since(None, only_if_busy=False)
 
     def idle(self) -> None:
-        self._set_idle_since(time.monotonic())
+        """This thread's connection waits for a request. Idle since its accept, or since its last
+        answer: the order of connections' threads reaching this point does not matter."""
+        self._set_idle_since(time.monotonic(), only_if_busy=True)
 
     def release(self, sock: socket.socket) -> None:
         with self._lock:
             self._entries.pop(id(sock), None)
         self._local.entry = None
 
-    def _set_idle_since(self, value: Optional[float]) -> None:
+    def _set_idle_since(self, value: Optional[float], only_if_busy: bool) -> None:
         entry = getattr(self._local, "entry", None)
         if entry is not None:
             with self._lock:
-                entry.idle_since = value
+                if entry.idle_since is None or not only_if_busy:
+                    entry.idle_since = value
 
     def __len__(self) -> int:
         with self._lock:
