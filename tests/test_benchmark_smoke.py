@@ -27,3 +27,12 @@ def test_small_benchmark_runs_and_prints_every_figure():
     # One size: three variants, two of them rewriting; the summary's figures are numbers, not nan.
     assert run.stdout.count("exporter p50") == 3 and run.stdout.count("rewrite in server") == 2, run.stdout
     assert "nan" not in run.stdout, run.stdout
+
+
+def test_short_soak_runs_and_prints_rss_over_time():
+    run = subprocess.run([sys.executable, "benchmarks/soak.py", "--scrapes", "30", "--warmup", "10", "--report-every", "10",
+                          "--foreign-mib", "0.5", "--foreign-scrapes", "2"], cwd=str(REPO_ROOT),
+                         capture_output=True, text=True, timeout=300)
+    assert run.returncode == 0, run.stdout + run.stderr
+    assert run.stdout.count("== foreign body:") == 2 and run.stdout.count("dcgm_up 1") == 2, run.stdout
+    assert run.stdout.count("VmRSS") >= 5 and "growth since warm-up" in run.stdout, run.stdout
