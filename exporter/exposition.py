@@ -46,7 +46,7 @@ _CACHE_SLACK_ENTRIES = 1024
 # Bodies past either limit (a large MIG node sends ~6,600 lines, 1.8 MB) are rewritten a slice at a
 # time without per-line state (exporter.streamed): a line costs ~0.6 KiB of Python objects while it
 # is rewritten, so a foreign 8 MiB answer of tiny lines would otherwise need ~330 MiB.
-STREAM_MIN_BYTES = 4 * 1024 * 1024
+STREAM_MIN_BYTES = 8 * 1024 * 1024
 STREAM_MIN_LINES = 32_768
 # At most this many bodies are rewritten line by line without trying a template (see Rewriter).
 _MAX_BUILD_BACKOFF = 32
@@ -97,7 +97,10 @@ class _Series(NamedTuple):
 
     outputs: Tuple[str, ...]  # `name{labels…}` to emit, one per owner (or the stripped original)
     identity: Optional[Identity]
-    key: str  # name, sorted upstream labels and first owner: what makes it one series in a scrape
+    # (name, sorted upstream labels and first owner): what makes it one series in a scrape. A pair,
+    # not one string: the label part is the label set's own object, shared by every family of a
+    # GPU, where a string per series cost ~300 bytes each (8 MB on a 25,600-series node).
+    key: Tuple[str, str]
     head: str  # as received, to tell an exact repeat from an upstream per-pod copy
     name: str  # the metric name, to refuse a TYPE line that comes after its samples
 
@@ -128,13 +131,19 @@ class Rewriter:
     def rewrite(self, body: bytes) -> RewriteResult:
         template = self._template
         if template is not None:
-            was_built = template.built
-            text = template.fill(body, may_build=self._bodies_before_next_build == 0)
+            built_now = not template.built and self._bodies_before_next_build == 0 and template.may_fit(body)
+            if built_now:
+                # A fitting template answers without the caches; they would only speed up the next
+                # line-by-line rewrite, which mostly follows a new mapping (and a new Rewriter) anyway.
+                # Let them go first: the cut pieces take about as much memory again.
+                self._series, self._label_sets = {}, {}
+                template.build()
+            text = template.fill(body) if template.built else None
             if text is not None:  # the same series as last time, new plain values: no line loop
                 self.refills += 1
                 self._build_backoff = 0
                 return RewriteResult(text, template.malformed, template.identities)
-            if template.built and not was_built:  # built for this body in vain
+            if built_now:  # built for this body in vain
                 self.wasted_template_builds += 1
                 self._build_backoff = min(2 * self._build_backoff or 1, _MAX_BUILD_BACKOFF)
                 self._bodies_before_next_build = self._build_backoff
@@ -202,9 +211,12 @@ class Rewriter:
         malformed += _cut_short(tail)
         ends.append(len(out))
         rests.append(None)
+        line_count = len(lines)
+        # The decoded body and its lines are as large as the output that is joined next: let them go.
+        text = lines = line = None
         identities = frozenset(series.identity for series in written.values() if series.identity is not None)
         self._template = BodyTemplate(body, out, ends, rests, malformed, identities)
-        self._trim_caches(len(lines), written)
+        self._trim_caches(line_count, written)
         return RewriteResult("\n".join(out + [""]).encode("utf-8"), malformed, identities)
 
     def _trim_caches(self, lines: int, written: Dict[str, _Series]) -> None:
@@ -285,7 +297,7 @@ class Rewriter:
         if label_set is None:
             return None
         outputs = tuple([f"{name}{{{labels}}}" for labels in label_set.variants])
-        return _Series(outputs, label_set.identity, f"{name}{{{label_set.key_text}}}", head, name)
+        return _Series(outputs, label_set.identity, (name, label_set.key_text), head, name)
 
     def _label_set(self, label_text: str) -> Optional[_LabelSet]:
         try:
@@ -358,7 +370,7 @@ def _split_unlabelled(line: str) -> Tuple[Optional[_Series], str]:
         return None, line
     # `name` and `name{}` are one series; keyed alike so that a repeat is caught either way.
     name = match.group()
-    return _Series((name,), None, name + "{}", name + "{}", name), line[match.end() :]
+    return _Series((name,), None, (name, ""), name + "{}", name), line[match.end() :]
 
 
 def _parse_label_pairs(label_text: str) -> Optional[List[Tuple[str, str, str]]]:

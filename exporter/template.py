@@ -87,8 +87,8 @@ class BodyTemplate:
 
     Made from what the rewrite recorded for each input line i: the output lines it emitted
     (`out[ends[i-1]:ends[i]]`) and, for a sample, the text after its series (`rests[i]`; None
-    for comments, blank and undecodable lines). The pieces are only cut once a later body with as
-    many lines arrives (and the rewriter allows it): cutting costs about a line-by-line rewrite.
+    for comments, blank and undecodable lines). The rewriter has the pieces cut (build) only once a
+    later body with as many lines arrives: cutting costs about a line-by-line rewrite.
     """
 
     def __init__(self, body: bytes, out: List[str], ends: List[int], rests: List[Optional[str]],
@@ -101,20 +101,19 @@ class BodyTemplate:
         self._token_count = 0
         self._pick_slots: Callable[[Sequence[bytes]], Tuple[bytes, ...]] = tuple
         self._pick_outputs: Callable[[Sequence[bytes]], Tuple[bytes, ...]] = tuple
-        self._input: Optional[_Interleaver] = None  # built on the first body with as many lines
+        self._input: Optional[_Interleaver] = None  # set by build()
         self._output: Optional[_Interleaver] = None
 
     @property
     def built(self) -> bool:
         return self._input is not None
 
-    def fill(self, body: bytes, may_build: bool = True) -> Optional[bytes]:
-        """The rewrite of body, or None if this template does not fit it (or is not built yet and
-        may not be)."""
-        if self._input is None:
-            if not may_build or body.count(b"\n") + 1 != self._line_count:
-                return None
-            self._build()
+    def may_fit(self, body: bytes) -> bool:
+        """Whether body has as many lines as the last one: worth building this template for."""
+        return body.count(b"\n") + 1 == self._line_count
+
+    def fill(self, body: bytes) -> Optional[bytes]:
+        """The rewrite of body, or None if this template does not fit it; build() first."""
         tokens = _AFTER_LABELS.findall(body)
         if len(tokens) != self._token_count:
             return None
@@ -125,7 +124,7 @@ class BodyTemplate:
             return None
         return self._output.join(self._pick_outputs(values))
 
-    def _build(self) -> None:
+    def build(self) -> None:
         """Cut the last body and its rewrite into fixed pieces around the values of plain samples."""
         out, ends, rests = self._recorded
         body = self._body
