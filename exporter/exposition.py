@@ -352,7 +352,9 @@ def _cut_short(tail: str) -> int:
 def _same_head(first: str, again: str) -> bool:
     """Whether two heads of one series are the same line (a repeat, malformed), labels in any order,
     rather than copies that differ in upstream owner labels (dcgm-exporter -k, silently merged)."""
-    return first == again or _canonical_head(first) == _canonical_head(again)
+    # Same length first: labels in another order keep it, and per-pod copies (the common case on
+    # shared GPUs) then mostly skip the parse.
+    return first == again or (len(first) == len(again) and _canonical_head(first) == _canonical_head(again))
 
 
 def _canonical_head(head: str) -> str:

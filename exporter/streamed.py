@@ -35,14 +35,15 @@ class _StreamState:
         self.described: set = set()  # as in Rewriter._rewrite_lines
         self.sampled: set = set()
         self.identities: set = set()
-        # hash(series key) -> hash(its first head, labels sorted): two ints per series instead of
+        # hash(series key) -> hash(its first head's length, labels sorted): two ints per series instead of
         # its strings. A collision can at worst drop a distinct series as a repeat (odds ~1e-8 at
         # 500,000 series, the most an 8 MiB answer holds).
         self._written: Dict[int, int] = {}
 
     def first_write(self, series: _Series) -> bool:
         """Whether the series is not yet written (then it is recorded); counts exact repeats."""
-        key, head = hash(series.key), hash(_canonical_head(series.head))
+        # As exposition._same_head decides: the same length and the same labels in any order.
+        key, head = hash(series.key), hash((len(series.head), _canonical_head(series.head)))
         first = self._written.get(key)
         if first is None:
             self._written[key] = head
