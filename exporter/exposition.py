@@ -43,13 +43,21 @@ _UNSEEN = object()  # not in a cache, told apart from a cached None (known to be
 # than twice its lines (plus this slack), a churning upstream (label values new on every scrape) has filled
 # them with series that will not come back, and they are cut back to the last rewrite's.
 _CACHE_SLACK_ENTRIES = 1024
-# Bodies past either limit (a large MIG node sends ~6,600 lines, 1.8 MB) are rewritten a slice at a
-# time without per-line state (exporter.streamed): a line costs ~0.6 KiB of Python objects while it
-# is rewritten, so a foreign 8 MiB answer of tiny lines would otherwise need ~330 MiB.
-STREAM_MIN_BYTES = 8 * 1024 * 1024
+# Bodies past STREAM_MIN_LINES lines are rewritten a slice at a time without per-line state
+# (exporter.streamed): a line costs ~0.6 KiB of Python objects while it is rewritten, so a foreign
+# 8 MiB answer of tiny lines would otherwise need ~330 MiB. Bodies past STREAM_MIN_BYTES keep
+# per-line state (and get a template) only while their lines share label sets, as dcgm-exporter's
+# do (one set per GPU or MIG instance: 256 on a 25,600-series, 6 MB node); a foreign answer of long
+# unique series (kube-state-metrics) needs ~1 KiB a line more for its label sets and is streamed.
+STREAM_MIN_BYTES = 4 * 1024 * 1024
 STREAM_MIN_LINES = 32_768
+LARGE_BODY_MAX_LABEL_SETS = 4096
 # At most this many bodies are rewritten line by line without trying a template (see Rewriter).
 _MAX_BUILD_BACKOFF = 32
+
+
+class _TooManyLabelSets(Exception):
+    """A large body's lines do not share label sets: it is streamed instead (see STREAM_MIN_BYTES)."""
 
 
 class Identity(NamedTuple):
@@ -126,6 +134,7 @@ class Rewriter:
         # so a template that does not fit the very body it was built for makes the next ones wait.
         self._bodies_before_next_build = 0
         self._build_backoff = 0
+        self._label_set_budget: Optional[int] = None  # while a large body is rewritten line by line
         self.wasted_template_builds = 0
 
     def rewrite(self, body: bytes) -> RewriteResult:
@@ -149,9 +158,16 @@ class Rewriter:
                 self._bodies_before_next_build = self._build_backoff
             elif not template.built:
                 self._bodies_before_next_build = max(0, self._bodies_before_next_build - 1)
-        if len(body) > STREAM_MIN_BYTES:
+        if len(body) <= STREAM_MIN_BYTES:
+            return self._rewrite_lines(body)
+        self._label_set_budget = LARGE_BODY_MAX_LABEL_SETS
+        try:
+            return self._rewrite_lines(body)
+        except _TooManyLabelSets:
+            self._series, self._label_sets = {}, {}
             return self._rewrite_streamed(body)
-        return self._rewrite_lines(body)
+        finally:
+            self._label_set_budget = None
 
     def _rewrite_streamed(self, body: bytes) -> RewriteResult:
         # Imported here: exporter.streamed builds on this module, and only such bodies need it.
@@ -304,6 +320,8 @@ class Rewriter:
             return self._label_sets[label_text]
         except KeyError:
             pass
+        if self._label_set_budget is not None and len(self._label_sets) >= self._label_set_budget:
+            raise _TooManyLabelSets()
         label_set = self._label_sets[label_text] = self._build_label_set(label_text)
         return label_set
 

@@ -6,7 +6,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from exporter.devices import build_mapping
-from exporter.exposition import STREAM_MIN_LINES, Rewriter
+from exporter.exposition import STREAM_MIN_BYTES, STREAM_MIN_LINES, Rewriter
 from exporter.podresources import AllocatedDevice
 from exporter.streamed import rewrite_streamed
 from test_exposition_properties import SETTINGS, families, mappings, styles
@@ -49,3 +49,32 @@ def test_a_body_past_the_line_limit_takes_the_streamed_way_and_keeps_no_template
     assert result.text.decode() == "".join(expected)
     assert result.malformed == 0 and [identity.uuid for identity in result.identities] == [uuid]
     assert rewriter._template is None and not rewriter._series  # nothing per line kept
+
+
+def large_body(label_sets: int, value: int) -> bytes:
+    """Over STREAM_MIN_BYTES and under STREAM_MIN_LINES: long lines over `label_sets` label sets."""
+    pad = "x" * 200
+    lines = [f'family_{number % 97}_{number // (97 * label_sets)}{{gpu="{number % label_sets}",pad="{pad}"}} {value + number}'
+             for number in range(20_000)]
+    body = ("\n".join(lines) + "\n").encode()
+    assert len(body) > STREAM_MIN_BYTES and len(lines) < STREAM_MIN_LINES
+    return body
+
+
+def test_a_large_body_whose_lines_share_label_sets_keeps_per_line_state_and_refills():
+    """Like a 25,600-series dcgm-exporter node (6 MB, one label set per GPU or MIG instance)."""
+    mapping = build_mapping([AllocatedDevice("ns", "p", "c", "nvidia.com/gpu", "0")])
+    rewriter = Rewriter(mapping)
+    rewriter.rewrite(large_body(256, 1))
+    second = rewriter.rewrite(large_body(256, 2))
+    assert rewriter.refills == 1
+    assert second == rewrite_streamed(Rewriter(mapping), large_body(256, 2))
+
+
+def test_a_large_body_of_unique_label_sets_is_streamed_after_all():
+    """Like kube-state-metrics behind a wrong --dcgm.url: ~1 KiB more a line for its label sets."""
+    mapping = build_mapping([AllocatedDevice("ns", "p", "c", "nvidia.com/gpu", "0")])
+    rewriter = Rewriter(mapping)
+    result = rewriter.rewrite(large_body(20_000, 1))
+    assert result == rewrite_streamed(Rewriter(mapping), large_body(20_000, 1))
+    assert rewriter._template is None and not rewriter._series and not rewriter._label_sets
