@@ -79,7 +79,7 @@ def serve(config: Config, on_ready: Optional[Callable[[str], None]] = None) -> i
         on_ready(f"{scheme}://{_local_host(server)}{config.telemetry_path}")
     try:
         if not stopping.is_set():
-            server.serve_forever(poll_interval=0.25)
+            server.serve_until_stopped()
     finally:
         # Bounded whatever the kubelet does: SIGTERM must end us well within the pod's grace period.
         # Scrapes still in flight run on daemon threads and are cut when the process exits.
@@ -113,8 +113,7 @@ def _stop_on_signals(server, stopping: threading.Event) -> None:
     def stop(signum, _frame):
         log("info", "shutting down", signal=signal.Signals(signum).name)
         stopping.set()
-        # shutdown() waits for serve_forever to return, so it must run outside the main thread.
-        threading.Thread(target=server.shutdown, daemon=True).start()
+        server.stop()
 
     signal.signal(signal.SIGTERM, stop)
     signal.signal(signal.SIGINT, stop)

@@ -5,6 +5,8 @@ from __future__ import annotations
 import errno
 import html
 import io
+import os
+import selectors
 import socket
 import ssl
 import threading
@@ -55,6 +57,9 @@ class ExporterHTTPServer(ThreadingHTTPServer):
                  family: Optional[socket.AddressFamily] = None):
         self.app = app
         self.ssl_context = ssl_context
+        self._stop_requested = False
+        self._wake_read, self._wake_write = os.pipe()  # stop() writes a byte: serve_until_stopped wakes
+        os.set_blocking(self._wake_write, False)
         self.connections = ConnectionTable(MAX_CONNECTIONS)
         app.count_connections(self.connections)
         if family is None:
@@ -71,6 +76,34 @@ class ExporterHTTPServer(ThreadingHTTPServer):
         except BaseException:
             self.server_close()
             raise
+
+    def serve_until_stopped(self) -> None:
+        """Accept connections until stop(). socketserver's serve_forever wakes every poll_interval
+        to look for a shutdown() request, several times a second in an idle process; this loop
+        sleeps until a connection or stop() arrives."""
+        with selectors.DefaultSelector() as selector:
+            selector.register(self, selectors.EVENT_READ)
+            selector.register(self._wake_read, selectors.EVENT_READ)
+            while not self._stop_requested:
+                for key, _ in selector.select():
+                    if key.fileobj is self and not self._stop_requested:
+                        self._handle_request_noblock()
+
+    def stop(self) -> None:
+        """Make serve_until_stopped return at once; safe to call from a signal handler."""
+        self._stop_requested = True
+        try:
+            os.write(self._wake_write, b"\0")
+        except (BlockingIOError, OSError):
+            pass  # the pipe is full of earlier wake-ups (the loop wakes anyway), or already closed
+
+    def server_close(self) -> None:
+        super().server_close()
+        # Once only: a descriptor number closed twice may by then belong to another file.
+        descriptors, (self._wake_read, self._wake_write) = (self._wake_read, self._wake_write), (-1, -1)
+        for descriptor in descriptors:
+            if descriptor >= 0:
+                os.close(descriptor)
 
     @classmethod
     def listen(cls, host: str, port: int, app: "App", ssl_context: Optional[ssl.SSLContext] = None):
