@@ -31,7 +31,7 @@ EXPORTER = "pod-gpu-metrics-exporter"
 
 def _validator():
     if kv_utils is None:
-        missing_tool("kubernetes-validate", "pip install kubernetes-validate (.ci/deploy-setup.sh does)")
+        missing_tool("kubernetes-validate", "pip install kubernetes-validate (the test extra has it)")
     return kv_utils
 
 
