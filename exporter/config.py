@@ -153,7 +153,7 @@ def parse_config(argv: Sequence[str], environ: Mapping[str, str]) -> Config:
     """Flags over environment over defaults; raises ConfigError naming the flag or variable at fault."""
     args = build_parser().parse_args(list(argv))
     values = {"command": args.command}
-    sources = {"output": "-o"} if args.output is not None else {}
+    sources = {"output": "-o/--output"} if args.output is not None else {}
     for flag, field, kind, _ in _FLAGS:
         raw, source = getattr(args, field), flag
         if raw is None and env_var_name(flag) in environ:

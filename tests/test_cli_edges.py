@@ -29,9 +29,9 @@ def run(args, env=None):
         (["demo", "--dcgm.url", "http://127.0.0.1:9401/metrics"], None, "--dcgm.url"),
         (["demo", "--dcgm.file", "/run/prometheus/dcgm.prom"], None, "--dcgm.file"),
         (["demo"], {"POD_GPU_EXPORTER_DCGM_URL": "http://127.0.0.1:9401/metrics"}, "POD_GPU_EXPORTER_DCGM_URL"),
-        (["demo", "-o", "json"], None, "-o"),
-        (["-o", "json"], None, "-o"),
-        (["serve", "--output", "table"], None, "-o"),
+        (["demo", "-o", "json"], None, "-o/--output"),
+        (["-o", "json"], None, "-o/--output"),
+        (["serve", "--output", "table"], None, "-o/--output"),
     ],
 )
 def test_a_setting_the_command_would_ignore_is_refused(args, env, names):
