@@ -224,7 +224,7 @@ def in_process_comparison(shape: Shape, plan: Plan) -> None:
 def main(argv: List[str]) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--size", choices=sorted(PLANS), default="full",
-                        help="full: the figures in the README's Performance section; small: a quick check that it runs")
+                        help="full: the figures in docs/performance.md; small: a quick check that it runs")
     parser.add_argument("--scrapes", type=int, help="scrapes per side and variant (default: by --size)")
     args = parser.parse_args(argv)
     plan = PLANS[args.size]

@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
+import errno
 import json
 import os
+import platform
 import signal
 import sys
 import threading
 from typing import Callable, Optional, Sequence
 
+from exporter import __version__
 from exporter.attribution import Attribution
 from exporter.config import Config, parse_config
 from exporter.devices import build_mapping
@@ -51,6 +54,7 @@ def serve(config: Config, on_ready: Optional[Callable[[str], None]] = None) -> i
     except ConfigError as exc:
         print(f"pod-gpu-metrics-exporter: error: {exc}", file=sys.stderr)
         return EXIT_USAGE
+    log("info", "starting pod-gpu-metrics-exporter", version=__version__, python=platform.python_version())
     client = PodResourcesClient(config.kubelet_socket, config.kubelet_timeout_seconds)
     attribution = Attribution(
         client.list_devices,
@@ -64,7 +68,7 @@ def serve(config: Config, on_ready: Optional[Callable[[str], None]] = None) -> i
         server = ExporterHTTPServer.listen(config.listen_host, config.listen_port, app,
                                            web_config.ssl_context() if web_config else None)
     except OSError as exc:
-        log("error", "cannot listen", address=config.listen_address, error=exc.strerror or str(exc))
+        _log_listen_failure(config, exc)
         client.close()
         return EXIT_FAILURE
     _stop_on_signals(server)
@@ -82,6 +86,16 @@ def serve(config: Config, on_ready: Optional[Callable[[str], None]] = None) -> i
         server.server_close()
     log("info", "stopped")
     return EXIT_OK
+
+
+def _log_listen_failure(config: Config, exc: OSError) -> None:
+    if exc.errno == errno.EADDRINUSE:
+        # Usually a second exporter, or a dcgm-exporter left on its own default port 9400.
+        log("error", f"cannot listen on {config.listen_address}: address already in use by another process; "
+            "stop it or choose another address with --web.listen-address (env POD_GPU_EXPORTER_WEB_LISTEN_ADDRESS)",
+            address=config.listen_address)
+        return
+    log("error", "cannot listen", address=config.listen_address, error=exc.strerror or str(exc))
 
 
 def _load_web_config(path: Optional[str]):
@@ -131,6 +145,17 @@ def print_mapping(config: Config) -> int:
     finally:
         client.close()
     mapping = build_mapping(devices, _mig_resolver())
+    try:
+        _print_mapping(client.api_version, mapping, config.output)
+        sys.stdout.flush()
+    except BrokenPipeError:
+        # `mapping | head` closed the pipe: what was wanted has been read. Point stdout at
+        # /dev/null so the interpreter's own flush at exit raises nothing either.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+    return EXIT_OK
+
+
+def _print_mapping(api_version: str, mapping, output: str) -> None:
     rows = [
         {
             "namespace": a.owner.namespace,
@@ -142,11 +167,10 @@ def print_mapping(config: Config) -> int:
         }
         for a in mapping.allocations
     ]
-    if config.output == "json":
-        print(json.dumps({"api_version": client.api_version, "allocations": rows}, indent=2))
+    if output == "json":
+        print(json.dumps({"api_version": api_version, "allocations": rows}, indent=2))
     else:
         _print_table(rows)
-    return EXIT_OK
 
 
 def _describe_key(key) -> Optional[str]:

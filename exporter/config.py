@@ -131,7 +131,8 @@ def build_parser() -> argparse.ArgumentParser:
         epilog=(
             "commands:\n"
             "  serve     (default) serve attributed metrics at --web.listen-address + --web.telemetry-path\n"
-            "  demo      serve a simulated GPU node (fake kubelet + fake dcgm-exporter), no cluster needed\n"
+            "  demo      serve a simulated GPU node (fake kubelet + fake dcgm-exporter), no cluster needed;\n"
+            "            listens on 127.0.0.1:9400 unless --web.listen-address says otherwise\n"
             "  mapping   print this node's GPU -> pod table from --kubelet.socket and exit (-o json for JSON)\n"
         ),
     )
@@ -143,7 +144,7 @@ def build_parser() -> argparse.ArgumentParser:
             default = _format_seconds(default)
         shown = "none" if default is None else default
         parser.add_argument(flag, dest=field, metavar=_metavar(kind), help=f"{text} [env {env_var_name(flag)}] (default: {shown})")
-    parser.add_argument("-o", "--output", choices=("table", "json"), default="table", help="mapping: output format (default: table)")
+    parser.add_argument("-o", "--output", choices=("table", "json"), help="mapping: output format (default: table)")
     parser.add_argument("--version", action="version", version=f"%(prog)s {_version()}")
     return parser
 
@@ -151,13 +152,15 @@ def build_parser() -> argparse.ArgumentParser:
 def parse_config(argv: Sequence[str], environ: Mapping[str, str]) -> Config:
     """Flags over environment over defaults; raises ConfigError naming the flag or variable at fault."""
     args = build_parser().parse_args(list(argv))
-    values = {"command": args.command, "output": args.output}
+    values = {"command": args.command}
+    sources = {"output": "-o/--output"} if args.output is not None else {}
     for flag, field, kind, _ in _FLAGS:
         raw, source = getattr(args, field), flag
         if raw is None and env_var_name(flag) in environ:
             raw, source = environ[env_var_name(flag)], env_var_name(flag)
         if raw is None:
             continue
+        sources[field] = source
         try:
             if field == "listen_address":
                 values["listen_host"], values["listen_port"] = parse_listen_address(raw)
@@ -171,7 +174,31 @@ def parse_config(argv: Sequence[str], environ: Mapping[str, str]) -> Config:
     if values.get("telemetry_path") in _BUILT_IN_PATHS:
         raise ConfigError(f"--web.telemetry-path: {values['telemetry_path']} is a built-in route "
                           f"({', '.join(_BUILT_IN_PATHS)}); choose another path, e.g. /gpu/metrics")
+    _refuse_unused_settings(args.command, sources)
+    if args.output is not None:
+        values["output"] = args.output
+    if args.command == "demo":
+        values = {**_DEMO_DEFAULTS, **values}
     return Config(**values)
+
+
+# Settings a command would otherwise silently ignore: a user who passes one expects it to act.
+_UNUSED_BY = {
+    "demo": {"kubelet_socket": "the demo runs its own simulated kubelet; leave out `demo` to serve a real node",
+             "dcgm_url": "the demo runs its own simulated dcgm-exporter; leave out `demo` to serve a real node",
+             "dcgm_file": "the demo runs its own simulated dcgm-exporter; leave out `demo` to serve a real node",
+             "output": "it only shapes the output of `mapping`"},
+    "serve": {"output": "it only shapes the output of `mapping`"},
+}
+# A newcomer's demo stays on this machine unless --web.listen-address says otherwise, and
+# refreshes often enough for changes to show quickly.
+_DEMO_DEFAULTS = {"listen_host": "127.0.0.1", "kubelet_refresh_interval_seconds": 2.0}
+
+
+def _refuse_unused_settings(command: str, sources: Mapping[str, str]) -> None:
+    for field, why in _UNUSED_BY.get(command, {}).items():
+        if field in sources:
+            raise ConfigError(f"{sources[field]} is not used by `{command}` ({why}): drop it")
 
 
 def _metavar(kind) -> str:

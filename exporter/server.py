@@ -5,6 +5,7 @@ from __future__ import annotations
 import errno
 import html
 import io
+import platform
 import socket
 import ssl
 import threading
@@ -13,10 +14,11 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Optional
 
 from prometheus_client import CollectorRegistry, generate_latest
-from prometheus_client.core import CounterMetricFamily
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.platform_collector import PlatformCollector
 from prometheus_client.process_collector import ProcessCollector
 
+from exporter import __version__
 from exporter.config import HEALTH_PATH, INDEX_PATH, SELF_METRICS_PATH
 from exporter.logs import log
 from exporter.scrape import ScrapeBody
@@ -129,6 +131,7 @@ class App:
         self.registry.register(ProcessCollector(registry=None))
         self.registry.register(PlatformCollector(registry=None))
         self.registry.register(_SelfCollector(scraper, attribution))
+        self.registry.register(_BuildInfoCollector())
         self.requests_lock = threading.Lock()
 
     def index_page(self) -> bytes:
@@ -158,6 +161,17 @@ class _SelfCollector:
         yield _counter("pod_gpu_exporter_malformed_lines", "Upstream lines dropped as malformed, over all scrapes.", self._scraper.malformed_lines)
         yield _counter("pod_gpu_exporter_kubelet_list_calls", "PodResources List calls made to the kubelet.", self._attribution.list_calls)
         yield _counter("pod_gpu_exporter_kubelet_list_failures", "PodResources List calls that failed.", self._attribution.list_failures)
+
+
+class _BuildInfoCollector:
+    """pod_gpu_exporter_build_info: which release runs on which Python, as node_exporter's *_build_info does."""
+
+    def collect(self):
+        info = GaugeMetricFamily("pod_gpu_exporter_build_info",
+                                 "A constant 1, labelled with the exporter's version and the Python version running it.",
+                                 labels=["version", "python_version"])
+        info.add_metric([__version__, platform.python_version()], 1)
+        yield info
 
 
 def _counter(name: str, documentation: str, value: float) -> CounterMetricFamily:

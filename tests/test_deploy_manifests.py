@@ -31,7 +31,7 @@ EXPORTER = "pod-gpu-metrics-exporter"
 
 def _validator():
     if kv_utils is None:
-        missing_tool("kubernetes-validate", "pip install kubernetes-validate (.ci/deploy-setup.sh does)")
+        missing_tool("kubernetes-validate", "pip install kubernetes-validate (the test extra has it)")
     return kv_utils
 
 
@@ -163,6 +163,15 @@ def test_dcgm_exporter_listens_where_the_exporter_reads():
     assert listen == f"{url.hostname}:{url.port}" == "127.0.0.1:9401"
     assert args["--dcgm.url"] == Config().dcgm_url  # stated explicitly, equal to the default
     assert args["--kubelet.socket"] == Config().kubelet_socket
+
+
+def test_bundled_dcgm_exporter_sees_gpus_where_the_env_var_is_ignored_when_unprivileged():
+    # Hardened NVIDIA container toolkits honour NVIDIA_VISIBLE_DEVICES only for privileged
+    # containers; the exporter's own container stays unprivileged (test above).
+    dcgm = _container(_pod_spec(_daemonset()), "dcgm-exporter")
+    assert {e["name"]: e["value"] for e in dcgm["env"]}["NVIDIA_VISIBLE_DEVICES"] == "all"
+    assert dcgm["securityContext"]["privileged"] is True
+    assert "nvidia.com/gpu" not in dcgm["resources"].get("limits", {})
 
 
 def test_daemonset_targets_gpu_nodes_and_tolerates_their_taint():
