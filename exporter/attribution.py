@@ -61,6 +61,8 @@ class Attribution:
         try:
             mapping = build_mapping(self._list_devices(), self._resolve_mig)
         except KubeletError as exc:
+            if self._stop.is_set():
+                return False  # cut short by shutting down: not the kubelet's failure
             self.list_failures += 1
             with self._lock:
                 self._up = False
@@ -92,18 +94,29 @@ class Attribution:
             return Snapshot(EMPTY_MAPPING, up, age)
         return Snapshot(mapping, up, age)
 
-    def start(self) -> None:
-        """Refresh once now (so the first scrape is attributed), then in a daemon thread."""
-        self.refresh()
-        self._thread = threading.Thread(target=self._run, name="kubelet-refresher", daemon=True)
+    def start(self, interrupted: Optional[threading.Event] = None) -> None:
+        """Refresh once (so the first scrape is attributed), then every interval, in a daemon thread.
+
+        Returns once the first refresh is done, or as soon as `interrupted` is set: a SIGTERM must
+        not wait for a kubelet that hangs the first List.
+        """
+        first_done = threading.Event()
+        self._thread = threading.Thread(target=self._run, args=(first_done,), name="kubelet-refresher", daemon=True)
         self._thread.start()
+        while not first_done.wait(0.05):
+            if interrupted is not None and interrupted.is_set():
+                return
 
     def stop(self, timeout_seconds: float = 2.0) -> None:
         self._stop.set()
         if self._thread is not None:
             self._thread.join(timeout_seconds)
 
-    def _run(self) -> None:
+    def _run(self, first_done: threading.Event) -> None:
+        try:
+            self.refresh()
+        finally:
+            first_done.set()
         while not self._stop.wait(self._interval):
             try:
                 self.refresh()

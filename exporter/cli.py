@@ -50,7 +50,9 @@ def serve(config: Config, on_ready: Optional[Callable[[str], None]] = None) -> i
 
     try:
         web_config = _load_web_config(config.web_config_file)
-        source = FileSource(config.dcgm_file) if config.dcgm_file else HttpSource(config.dcgm_url, config.dcgm_timeout_seconds)
+        source = (FileSource(config.dcgm_file, config.dcgm_max_body_bytes, config.dcgm_timeout_seconds)
+                  if config.dcgm_file else
+                  HttpSource(config.dcgm_url, config.dcgm_timeout_seconds, config.dcgm_max_body_bytes))
     except ConfigError as exc:
         print(f"pod-gpu-metrics-exporter: error: {exc}", file=sys.stderr)
         return EXIT_USAGE
@@ -66,23 +68,27 @@ def serve(config: Config, on_ready: Optional[Callable[[str], None]] = None) -> i
     app = App(Scraper(source, attribution, config.labels_style), attribution, config.telemetry_path, web_config)
     try:
         server = ExporterHTTPServer.listen(config.listen_host, config.listen_port, app,
-                                           web_config.ssl_context() if web_config else None)
+                                           web_config.current().ssl_context() if web_config else None)
     except OSError as exc:
         _log_listen_failure(config, exc)
         client.close()
         return EXIT_FAILURE
-    _stop_on_signals(server)
-    attribution.start()
-    scheme = "https" if web_config is not None and web_config.tls_enabled else "http"
+    stopping = threading.Event()
+    _stop_on_signals(server, stopping)
+    attribution.start(interrupted=stopping)
+    scheme = "https" if web_config is not None and web_config.current().tls_enabled else "http"
     log("info", "listening", address=server.bound_address, scheme=scheme, telemetry_path=config.telemetry_path,
         dcgm=source.describe(), kubelet_socket=config.kubelet_socket, labels_style=config.labels_style)
     if on_ready is not None:
         on_ready(f"{scheme}://{_local_host(server)}{config.telemetry_path}")
     try:
-        server.serve_forever(poll_interval=0.5)
+        if not stopping.is_set():
+            server.serve_forever(poll_interval=0.25)
     finally:
-        attribution.stop()
-        client.close()
+        # Bounded whatever the kubelet does: SIGTERM must end us well within the pod's grace period.
+        # Scrapes still in flight run on daemon threads and are cut when the process exits.
+        attribution.stop(timeout_seconds=0.2)
+        client.close(wait_seconds=0.3)
         server.server_close()
     log("info", "stopped")
     return EXIT_OK
@@ -102,8 +108,10 @@ def _load_web_config(path: Optional[str]):
     if path is None:
         return None
     from exporter.webconfig import load_web_config
+    from exporter.webconfig_reload import ReloadingWebConfig
 
-    return load_web_config(path)
+    # Checked once here (a bad file stops start-up), then re-read whenever it changes.
+    return ReloadingWebConfig(path, load_web_config(path))
 
 
 def _mig_resolver():
@@ -115,9 +123,10 @@ def _mig_resolver():
     return make_mig_resolver()
 
 
-def _stop_on_signals(server) -> None:
+def _stop_on_signals(server, stopping: threading.Event) -> None:
     def stop(signum, _frame):
         log("info", "shutting down", signal=signal.Signals(signum).name)
+        stopping.set()
         # shutdown() waits for serve_forever to return, so it must run outside the main thread.
         threading.Thread(target=server.shutdown, daemon=True).start()
 

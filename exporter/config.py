@@ -26,6 +26,9 @@ class Config:
     dcgm_url: str = "http://127.0.0.1:9401/metrics"
     dcgm_file: Optional[str] = None
     dcgm_timeout_seconds: float = 5.0
+    # Of one dcgm answer, decoded: 4x the 1.8 MB of a large MIG node (6,400 series), and small enough
+    # that the rewrite of any answer within it stays inside the memory bound (README, Operations).
+    dcgm_max_body_bytes: int = 8 * 1024 * 1024
     kubelet_socket: str = "/var/lib/kubelet/pod-resources/kubelet.sock"
     kubelet_refresh_interval_seconds: float = 5.0
     kubelet_timeout_seconds: float = 5.0
@@ -49,6 +52,7 @@ _FLAGS: Tuple[Tuple[str, str, str, str], ...] = (
     ("--dcgm.url", "dcgm_url", "url", "dcgm-exporter metrics URL to scrape on every request."),
     ("--dcgm.file", "dcgm_file", "text", "Read this legacy dcgm textfile (e.g. /run/prometheus/dcgm.prom) instead of --dcgm.url."),
     ("--dcgm.timeout", "dcgm_timeout_seconds", "duration", "Total time allowed for one dcgm-exporter fetch."),
+    ("--dcgm.max-body-size", "dcgm_max_body_bytes", "size", "Largest dcgm answer accepted, once decoded (e.g. 8MiB, 512KiB); larger ones count as dcgm_up 0. Peak memory grows with it."),
     ("--kubelet.socket", "kubelet_socket", "text", "Kubelet PodResources unix socket."),
     ("--kubelet.refresh-interval", "kubelet_refresh_interval_seconds", "duration", "How often the GPU->pod mapping is refreshed from the kubelet (scrapes never call it)."),
     ("--kubelet.timeout", "kubelet_timeout_seconds", "duration", "Timeout of each kubelet PodResources call."),
@@ -65,6 +69,8 @@ INDEX_PATH = "/"
 _BUILT_IN_PATHS = (SELF_METRICS_PATH, HEALTH_PATH, INDEX_PATH)
 
 _DURATION = re.compile(r"(\d+(?:\.\d+)?)(ms|s|m|h)")
+_SIZE = re.compile(r"(\d+)(B|KiB|MiB|GiB|KB|MB|GB)?")
+_SIZE_UNITS = {None: 1, "B": 1, "KiB": 2**10, "MiB": 2**20, "GiB": 2**30, "KB": 10**3, "MB": 10**6, "GB": 10**9}
 _DURATION_UNITS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0}
 
 
@@ -87,6 +93,36 @@ def parse_duration(text: str) -> float:
     return total
 
 
+def redact_url(url: str) -> str:
+    """The URL with its password replaced by *** (`http://user:***@host/…`), for logs and messages;
+    kept as it is when it holds no credentials."""
+    scheme, separator, rest = url.partition("://")
+    authority = rest.split("/", 1)[0].split("?", 1)[0].split("#", 1)[0]
+    if not separator or "@" not in authority:
+        return url
+    credentials, _, host = authority.rpartition("@")
+    user = credentials.split(":", 1)[0]
+    return f"{scheme}://{user}:***@{host}{rest[len(authority):]}"
+
+
+def parse_size(text: str) -> int:
+    """Byte sizes as exporter-toolkit and Kubernetes users write them: 8MiB, 512KiB, 10MB, 1048576."""
+    match = _SIZE.fullmatch(text.strip())
+    if not match:
+        raise ValueError(f"invalid size {text!r} (examples: 8MiB, 512KiB, 10MB, 1048576)")
+    size = int(match.group(1)) * _SIZE_UNITS[match.group(2)]
+    if size <= 0:
+        raise ValueError(f"size must be positive, got {text!r}")
+    return size
+
+
+def _format_size(size: int) -> str:
+    for unit in ("GiB", "MiB", "KiB"):
+        if size % _SIZE_UNITS[unit] == 0:
+            return f"{size // _SIZE_UNITS[unit]}{unit}"
+    return str(size)
+
+
 def parse_listen_address(text: str) -> Tuple[str, int]:
     """':9400', '0.0.0.0:9400', '[::1]:9400' → (host, port); an empty host means every interface."""
     host, separator, port_text = text.rpartition(":")
@@ -105,10 +141,12 @@ def _convert(kind, value: str, field: str):
         if seconds <= 0:
             raise ValueError(f"duration must be positive, got {value!r}")
         return seconds
+    if kind == "size":
+        return parse_size(value)
     if kind == "path" and not value.startswith("/"):
         raise ValueError(f"path must start with '/', got {value!r}")
     if kind == "url" and not re.match(r"https?://[^/\s]+", value):
-        raise ValueError(f"expected an http:// or https:// URL, got {value!r}")
+        raise ValueError(f"expected an http:// or https:// URL, got {redact_url(value)!r}")
     if isinstance(kind, tuple) and value not in kind:
         raise ValueError(f"invalid choice {value!r} (choose from {', '.join(kind)})")
     return value
@@ -142,6 +180,8 @@ def build_parser() -> argparse.ArgumentParser:
         default = defaults.listen_address if field == "listen_address" else getattr(defaults, field)
         if kind == "duration":
             default = _format_seconds(default)
+        elif kind == "size":
+            default = _format_size(default)
         shown = "none" if default is None else default
         parser.add_argument(flag, dest=field, metavar=_metavar(kind), help=f"{text} [env {env_var_name(flag)}] (default: {shown})")
     parser.add_argument("-o", "--output", choices=("table", "json"), help="mapping: output format (default: table)")
@@ -204,7 +244,7 @@ def _refuse_unused_settings(command: str, sources: Mapping[str, str]) -> None:
 def _metavar(kind) -> str:
     if isinstance(kind, tuple):
         return "{" + ",".join(kind) + "}"
-    return {"duration": "DURATION", "address": "HOST:PORT", "url": "URL", "path": "PATH"}.get(kind, "PATH")
+    return {"duration": "DURATION", "address": "HOST:PORT", "url": "URL", "path": "PATH", "size": "SIZE"}.get(kind, "PATH")
 
 
 def _format_seconds(seconds: float) -> str:

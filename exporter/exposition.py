@@ -39,10 +39,15 @@ _TYPE = re.compile(r"# TYPE[ \t]+([a-zA-Z_:][a-zA-Z0-9_:]*)[ \t]+(counter|gauge|
 _UNDECODABLE = re.compile("[\udc80-\udcff]")  # bytes that were not UTF-8, kept by surrogateescape
 _UNSEEN = object()  # not in a cache, told apart from a cached None (known to be malformed)
 
-# Caches of label text → rendered variants and of series (name + labels) → output lines; bounded so
-# a churning upstream cannot grow them forever. A large MIG node sends ~6,400 series per scrape.
-_MAX_CACHED_LABEL_SETS = 200_000
-_MAX_CACHED_SERIES = 50_000
+# The caches of series and label sets keep what the last rewrite used; once they hold more entries
+# than twice its lines (plus this slack), a churning upstream (label values new on every scrape) has filled
+# them with series that will not come back, and they are cut back to the last rewrite's.
+_CACHE_SLACK_ENTRIES = 1024
+# Bodies past either limit (a large MIG node sends ~6,600 lines, 1.8 MB) are rewritten a slice at a
+# time without per-line state (exporter.streamed): a line costs ~0.6 KiB of Python objects while it
+# is rewritten, so a foreign 8 MiB answer of tiny lines would otherwise need ~330 MiB.
+STREAM_MIN_BYTES = 4 * 1024 * 1024
+STREAM_MIN_LINES = 32_768
 
 
 class Identity(NamedTuple):
@@ -80,6 +85,9 @@ def render_owner_labels(owner: Owner, style: str) -> str:
 class _LabelSet(NamedTuple):
     variants: Tuple[str, ...]  # label text to emit, one per owner (or the stripped original)
     identity: Optional[Identity]
+    # The kept upstream pairs sorted, then the first owner's: the same series whatever order its
+    # labels came in (Prometheus sorts them too, and rejects the second as a duplicate).
+    key_text: str
 
 
 class _Series(NamedTuple):
@@ -87,7 +95,7 @@ class _Series(NamedTuple):
 
     outputs: Tuple[str, ...]  # `name{labels…}` to emit, one per owner (or the stripped original)
     identity: Optional[Identity]
-    key: str  # `name{first output label text}`: what makes it one series in a scrape
+    key: str  # name, sorted upstream labels and first owner: what makes it one series in a scrape
     head: str  # as received, to tell an exact repeat from an upstream per-pod copy
     name: str  # the metric name, to refuse a TYPE line that comes after its samples
 
@@ -116,7 +124,16 @@ class Rewriter:
             if text is not None:  # the same series as last time, new plain values: no line loop
                 self.refills += 1
                 return RewriteResult(text, template.malformed, template.identities)
+        if len(body) > STREAM_MIN_BYTES:
+            return self._rewrite_streamed(body)
         return self._rewrite_lines(body)
+
+    def _rewrite_streamed(self, body: bytes) -> RewriteResult:
+        # Imported here: exporter.streamed builds on this module, and only such bodies need it.
+        from exporter.streamed import rewrite_streamed
+
+        self._template = None
+        return rewrite_streamed(self, body)
 
     def _rewrite_lines(self, body: bytes) -> RewriteResult:
         """The rewrite, line by line; what became of each line is kept as the next template."""
@@ -129,7 +146,16 @@ class Rewriter:
         sampled: set = set()  # metric names with samples written
         written: Dict[str, _Series] = {}  # the series written so far, by key
         known = self._series
-        for line in text.split("\n"):
+        lines = text.split("\n")
+        if len(lines) > STREAM_MIN_LINES + 1:
+            # Counted here rather than before: bytes.count over a 1.8 MB body costs ~1 ms per scrape.
+            del text, lines
+            return self._rewrite_streamed(body)
+        # What follows the last newline: "" in a whole answer; anything else was cut short (a value
+        # "71" may have arrived as "7"), so it is never served. Kept as a line of its own (no
+        # output) so that the template's lines still match the body's.
+        tail = lines.pop()
+        for line in lines:
             rest = None
             if not line or line.isspace():
                 pass
@@ -157,9 +183,21 @@ class Rewriter:
                         malformed += dropped
             ends.append(len(out))
             rests.append(rest)
+        malformed += _cut_short(tail)
+        ends.append(len(out))
+        rests.append(None)
         identities = frozenset(series.identity for series in written.values() if series.identity is not None)
         self._template = BodyTemplate(body, out, ends, rests, malformed, identities)
+        self._trim_caches(len(lines), written)
         return RewriteResult("\n".join(out + [""]).encode("utf-8"), malformed, identities)
+
+    def _trim_caches(self, lines: int, written: Dict[str, _Series]) -> None:
+        """Cut the caches back to the series of this rewrite once they hold twice as many entries as
+        it had lines: bounded by what one answer needs, whatever label values do from scrape to
+        scrape. (By lines, not series: per-pod copies from dcgm-exporter -k are heads of their own.)"""
+        if len(self._series) > 2 * lines + _CACHE_SLACK_ENTRIES:
+            self._series = {series.head: series for series in written.values()}
+            self._label_sets = {}
 
     def _copy_comment(self, line: str, described: set, sampled: set, out: List[str]) -> int:
         """Keep HELP/TYPE lines as written; return 1 when the line must be dropped as malformed."""
@@ -204,7 +242,7 @@ class Rewriter:
         # series once ours replace them, so the first is kept and the rest dropped without complaint.
         first = written.get(series.key)
         if first is not None:
-            return int(first.head == series.head), rest
+            return int(_same_head(first.head, series.head)), rest
         written[series.key] = series
         sampled.add(series.name)
         for output in series.outputs:
@@ -217,31 +255,27 @@ class Rewriter:
         series = self._series.get(head, _UNSEEN)
         if series is not _UNSEEN:
             return series
-        if len(self._series) >= _MAX_CACHED_SERIES:
-            self._series.clear()
         series = self._series[head] = self._build_series(head)
         return series
 
-    def _build_series(self, head: str) -> Optional[_Series]:
+    def _build_series(self, head: str, cache: bool = True) -> Optional[_Series]:
         """`name{labels}` checked and rewritten; None when it breaks the text format."""
         brace = head.find("{")
         name = head[:brace].rstrip(" \t")  # `name {…}` is valid text too
         if brace < 0 or not _METRIC_NAME.fullmatch(name) or is_reserved_name(name):
             return None
-        label_set = self._label_set(head[brace + 1 : -1])
+        label_text = head[brace + 1 : -1]
+        label_set = self._label_set(label_text) if cache else self._build_label_set(label_text)
         if label_set is None:
             return None
         outputs = tuple([f"{name}{{{labels}}}" for labels in label_set.variants])
-        # The key is outputs[0] itself: one string object per series, whose hash Python keeps.
-        return _Series(outputs, label_set.identity, outputs[0], head, name)
+        return _Series(outputs, label_set.identity, f"{name}{{{label_set.key_text}}}", head, name)
 
     def _label_set(self, label_text: str) -> Optional[_LabelSet]:
         try:
             return self._label_sets[label_text]
         except KeyError:
             pass
-        if len(self._label_sets) >= _MAX_CACHED_LABEL_SETS:
-            self._label_sets.clear()
         label_set = self._label_sets[label_text] = self._build_label_set(label_text)
         return label_set
 
@@ -251,6 +285,7 @@ class Rewriter:
             return None
         values = {name: value for name, value, _ in pairs}
         kept = ",".join(span for name, _, span in pairs if name not in UPSTREAM_OWNER_LABELS)
+        key_text = ",".join(sorted(f'{name}="{value}"' for name, value, _ in pairs if name not in UPSTREAM_OWNER_LABELS))
         identity = Identity(
             values.get("UUID") or values.get("uuid", ""),
             values.get("gpu", ""),
@@ -258,12 +293,13 @@ class Rewriter:
             values.get("GPU_I_ID", ""),
         )
         if not any(identity[:3]):
-            return _LabelSet((kept,), None)
+            return _LabelSet((kept,), None, key_text)
         owners = self._owners(sample_keys(*identity))
         if not owners:
-            return _LabelSet((kept,), identity)
+            return _LabelSet((kept,), identity, key_text)
         separator = "," if kept else ""
-        return _LabelSet(tuple(kept + separator + self._owner_text[owner] for owner in owners), identity)
+        variants = tuple(kept + separator + self._owner_text[owner] for owner in owners)
+        return _LabelSet(variants, identity, key_text + "|" + self._owner_text[owners[0]])
 
     def _owners(self, keys: Tuple[GpuKey, ...]) -> Tuple[Owner, ...]:
         found: set = set()
@@ -278,6 +314,27 @@ def _is_value(text: str) -> bool:
     if text[:1] == " " and text[1:].isdigit() and text.isascii():
         return True
     return _VALUE_AND_TIMESTAMP.fullmatch(text) is not None
+
+
+def _cut_short(tail: str) -> int:
+    """1 when what follows a body's last newline is a line cut short (to be dropped and counted)."""
+    return 0 if not tail or tail.isspace() else 1
+
+
+def _same_head(first: str, again: str) -> bool:
+    """Whether two heads of one series are the same line (a repeat, malformed), labels in any order,
+    rather than copies that differ in upstream owner labels (dcgm-exporter -k, silently merged)."""
+    # Same length first: labels in another order keep it, and per-pod copies (the common case on
+    # shared GPUs) then mostly skip the parse.
+    return first == again or (len(first) == len(again) and _canonical_head(first) == _canonical_head(again))
+
+
+def _canonical_head(head: str) -> str:
+    brace = head.find("{")
+    pairs = _parse_label_pairs(head[brace + 1 : -1]) if brace >= 0 else None
+    if pairs is None:
+        return head
+    return head[:brace].rstrip(" \t") + "{" + ",".join(sorted(f'{n}="{v}"' for n, v, _ in pairs)) + "}"
 
 
 def _split_unlabelled(line: str) -> Tuple[Optional[_Series], str]:

@@ -83,9 +83,19 @@ class PodResourcesClient:
                     self._disconnect()  # start the next call with a fresh channel and no backoff
                 raise _translate(exc, self) from exc
 
-    def close(self) -> None:
-        with self._lock:
-            self._disconnect()
+    def close(self, wait_seconds: Optional[float] = None) -> None:
+        """Close the channel. With wait_seconds, a List still running after that long is cancelled
+        (gRPC cancels the calls of a closed channel) instead of waited for: shutting down must not
+        wait up to --kubelet.timeout for a hanging kubelet."""
+        if self._lock.acquire(timeout=-1 if wait_seconds is None else wait_seconds):
+            try:
+                self._disconnect()
+            finally:
+                self._lock.release()
+            return
+        channel = self._channel
+        if channel is not None:
+            channel.close()
 
     def __enter__(self) -> PodResourcesClient:
         return self

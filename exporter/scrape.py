@@ -79,11 +79,57 @@ class _Cached(NamedTuple):
     shared_gzip: _GzipPrefix  # of result.text + allocation_info, what every answer starts with
 
 
+class _SharedFetch:
+    """Scrapes that arrive while a fetch is under way wait for that fetch and share its answer.
+
+    However many scrapes come at once, one upstream body at a time is in memory (up to
+    --dcgm.max-body-size), not one per scrape; the fetch's own deadline bounds the wait.
+    """
+
+    def __init__(self, fetch):
+        self._fetch = fetch
+        self._lock = threading.Lock()
+        self._flight: Optional[dict] = None
+
+    def __call__(self) -> bytes:
+        with self._lock:
+            flight, leading = self._flight, self._flight is None
+            if leading:
+                flight = self._flight = {"done": threading.Event()}
+        if leading:
+            try:
+                flight["body"] = self._fetch()
+            except BaseException as exc:  # handed to every scrape that waited for it
+                flight["error"] = exc
+            finally:
+                with self._lock:
+                    self._flight = None
+                flight["done"].set()
+        else:
+            flight["done"].wait()
+        if "error" in flight:
+            raise flight["error"]
+        return flight["body"]
+
+
+class _Previous(NamedTuple):
+    """What a rewrite may reuse of the last one: not its body or text, which are let go first."""
+
+    mapping: Mapping
+    identities: frozenset
+    allocation_info: bytes
+
+    @classmethod
+    def of(cls, cached: Optional[_Cached]) -> Optional["_Previous"]:
+        return None if cached is None else cls(cached.mapping, cached.result.identities, cached.allocation_info)
+
+
 class Scraper:
     """Builds scrape responses; safe to call from many request threads at once."""
 
     def __init__(self, source, attribution: Attribution, labels_style: str):
         self._source = source
+        self._shared_fetch = _SharedFetch(source.fetch)
         self._attribution = attribution
         self._style = labels_style
         self._reporter = DependencyReporter("dcgm-exporter")
@@ -124,7 +170,7 @@ class Scraper:
 
     def _fetch(self) -> Optional[bytes]:
         try:
-            body = self._source.fetch()
+            body = self._shared_fetch()
         except UpstreamError as exc:
             with self._lock:
                 self.upstream_failures += 1
@@ -154,16 +200,19 @@ class Scraper:
         with self._rewrite_lock:
             cached = self._cached
             if cached is None or cached.mapping is not mapping or cached.body != body:
-                cached = self._cached = self._rewritten(body, mapping, cached)
+                # Let the last body and its rewrite go before the new rewrite is built: at most one
+                # of each in memory, whatever their size.
+                previous, cached, self._cached = _Previous.of(cached), None, None
+                cached = self._cached = self._rewritten(body, mapping, previous)
                 self.rewrites += 1
             return cached
 
-    def _rewritten(self, body: bytes, mapping: Mapping, previous: Optional[_Cached]) -> _Cached:
+    def _rewritten(self, body: bytes, mapping: Mapping, previous: Optional["_Previous"]) -> _Cached:
         rewriter = self._rewriter
         if rewriter is None or rewriter.mapping is not mapping:
             rewriter = self._rewriter = Rewriter(mapping, self._style)
         result = rewriter.rewrite(body)
-        if previous is not None and previous.mapping is mapping and previous.result.identities == result.identities:
+        if previous is not None and previous.mapping is mapping and previous.identities == result.identities:
             allocation_info = previous.allocation_info  # new values of the same GPUs, held by the same pods
         else:
             allocation_info = render_allocation_info(mapping, result.identities, self._style).encode()

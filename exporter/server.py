@@ -20,7 +20,9 @@ from prometheus_client.process_collector import ProcessCollector
 
 from exporter import __version__
 from exporter.config import HEALTH_PATH, INDEX_PATH, SELF_METRICS_PATH
+from exporter.connections import ConnectionTable
 from exporter.logs import log
+from exporter.negotiation import encode_for
 from exporter.scrape import ScrapeBody
 from exporter.webconfig import WWW_AUTHENTICATE
 
@@ -32,12 +34,16 @@ TEXT_FORMAT = "text/plain; version=0.0.4; charset=utf-8"
 REQUEST_TIMEOUT_SECONDS = 30
 REQUEST_HEAD_TIMEOUT_SECONDS = 10
 REQUEST_HEAD_MAX_BYTES = 64 * 1024
-TLS_HANDSHAKE_TIMEOUT_SECONDS = 10
-# Each connection holds a thread; past this many at once, new ones are closed straight away, so a
-# flood of idle connections cannot exhaust memory. Prometheus needs one per server scraping us.
+# The whole handshake, however its bytes trickle (CPython bounds do_handshake by one deadline).
+TLS_HANDSHAKE_TIMEOUT_SECONDS = 5
+# Each connection holds a thread; past this many at once, the longest-idle connection is closed to
+# make room (exporter.connections), so a flood of idle connections can neither exhaust memory nor
+# lock out scrapes. Prometheus needs one per server scraping us.
 MAX_CONNECTIONS = 64
-# Below ~1 KiB gzip costs more than it saves.
-_GZIP_MIN_BYTES = 1024
+# The first bytes of a plain HTTP request, which Go's TLS servers answer with a 400 instead of a
+# reset (net/http: tlsRecordHeaderLooksLikeHTTP); a TLS connection starts with 0x16.
+_PLAIN_HTTP_STARTS = (b"GET /", b"HEAD ", b"POST ", b"PUT /", b"OPTIO")
+_PLAIN_HTTP_ANSWER = b"HTTP/1.0 400 Bad Request\r\n\r\nClient sent an HTTP request to an HTTPS server.\n"
 
 
 class ExporterHTTPServer(ThreadingHTTPServer):
@@ -51,7 +57,8 @@ class ExporterHTTPServer(ThreadingHTTPServer):
                  family: Optional[socket.AddressFamily] = None):
         self.app = app
         self.ssl_context = ssl_context
-        self._connection_slots = threading.BoundedSemaphore(MAX_CONNECTIONS)
+        self.connections = ConnectionTable(MAX_CONNECTIONS)
+        app.count_connections(self.connections)
         if family is None:
             family = socket.AF_INET6 if host == "" or ":" in host else socket.AF_INET
         self.address_family = family
@@ -79,21 +86,21 @@ class ExporterHTTPServer(ThreadingHTTPServer):
         return cls(host, port, app, ssl_context, family=socket.AF_INET)
 
     def process_request(self, request, client_address):
-        if not self._connection_slots.acquire(blocking=False):
-            log("debug", "too many connections: closing a new one", client=client_address[0])
+        if not self.connections.admit(request, client_address[0]):
             self.shutdown_request(request)
             return
         try:
             super().process_request(request, client_address)
         except BaseException:
-            self._connection_slots.release()
+            self.connections.release(request)
             raise
 
     def process_request_thread(self, request, client_address):
+        self.connections.bind(request)
         try:
             super().process_request_thread(request, client_address)
         finally:
-            self._connection_slots.release()
+            self.connections.release(request)
 
     @property
     def bound_address(self) -> str:
@@ -101,22 +108,48 @@ class ExporterHTTPServer(ThreadingHTTPServer):
         return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
 
     def finish_request(self, request, client_address):
-        if self.ssl_context is not None:
-            # The handshake runs here, in the request's own thread, so a slow client cannot stall accept().
-            request.settimeout(TLS_HANDSHAKE_TIMEOUT_SECONDS)
-            try:
-                request = self.ssl_context.wrap_socket(request, server_side=True)
-            except (ssl.SSLError, OSError) as exc:
-                log("debug", "TLS handshake failed", client=client_address[0], error=str(exc))
-                return
-            # The raw socket the mixin shuts down afterwards is detached by wrap_socket: close ours.
-            with request:
-                super().finish_request(request, client_address)
+        if self.ssl_context is None:
+            super().finish_request(request, client_address)
             return
-        super().finish_request(request, client_address)
+        tls = self._tls_handshake(request, client_address[0])
+        if tls is not None:
+            # The raw socket the mixin shuts down afterwards is detached by wrap_socket: close ours.
+            with tls:
+                super().finish_request(tls, client_address)
+
+    def _tls_handshake(self, request: socket.socket, client: str) -> Optional[ssl.SSLSocket]:
+        """The connection over TLS, or None (answered 400 as plain HTTP, or a failed handshake).
+        It runs in the connection's own thread, so a slow client cannot stall accept()."""
+        request.settimeout(TLS_HANDSHAKE_TIMEOUT_SECONDS)  # one deadline for the whole handshake
+        try:
+            if _answered_plain_http(request):
+                return None
+            # The certificates in force now (a re-read web config), else those of start-up.
+            context = getattr(self.app.web_config, "ssl_context", lambda: None)() or self.ssl_context
+            tls = context.wrap_socket(request, server_side=True, do_handshake_on_connect=False)
+        except (ssl.SSLError, OSError) as exc:
+            log("debug", "TLS handshake failed", client=client, error=str(exc))
+            return None
+        # Before the handshake: a stalled one is then closed like any idle connection.
+        self.connections.replace(tls)
+        try:
+            tls.do_handshake()
+        except (ssl.SSLError, OSError) as exc:
+            tls.close()
+            log("debug", "TLS handshake failed", client=client, error=str(exc))
+            return None
+        return tls
 
     def handle_error(self, request, client_address):
         log("debug", "connection error", client=client_address[0], exc_info=True)
+
+
+def _answered_plain_http(request: socket.socket) -> bool:
+    """Answer 400 to a plain HTTP request sent to the TLS port, as exporter-toolkit does."""
+    if request.recv(5, socket.MSG_PEEK) not in _PLAIN_HTTP_STARTS:
+        return False
+    request.sendall(_PLAIN_HTTP_ANSWER)
+    return True
 
 
 class App:
@@ -126,13 +159,25 @@ class App:
         self.scraper = scraper
         self.attribution = attribution
         self.telemetry_path = telemetry_path
-        self.web_config = web_config
+        # A WebConfig, or a ReloadingWebConfig that keeps one current (its `current()`), or None.
+        self._web_config = web_config
         self.registry = CollectorRegistry()
         self.registry.register(ProcessCollector(registry=None))
         self.registry.register(PlatformCollector(registry=None))
-        self.registry.register(_SelfCollector(scraper, attribution))
+        self._self_collector = _SelfCollector(scraper, attribution)
+        self.registry.register(self._self_collector)
         self.registry.register(_BuildInfoCollector())
         self.requests_lock = threading.Lock()
+
+    @property
+    def web_config(self):
+        """The web config in force now: asked for on every request and every new TLS connection."""
+        config = self._web_config
+        return config.current() if hasattr(config, "current") else config
+
+    def count_connections(self, connections: ConnectionTable) -> None:
+        """Expose the server's connection counters on /metrics."""
+        self._self_collector.connections = connections
 
     def index_page(self) -> bytes:
         path = html.escape(self.telemetry_path)
@@ -153,6 +198,7 @@ class _SelfCollector:
     def __init__(self, scraper, attribution):
         self._scraper = scraper
         self._attribution = attribution
+        self.connections: Optional[ConnectionTable] = None  # the server's, once a server serves this app
 
     def collect(self):
         yield _counter("pod_gpu_exporter_scrapes", "Scrapes of the telemetry path answered.", self._scraper.scrapes)
@@ -161,6 +207,9 @@ class _SelfCollector:
         yield _counter("pod_gpu_exporter_malformed_lines", "Upstream lines dropped as malformed, over all scrapes.", self._scraper.malformed_lines)
         yield _counter("pod_gpu_exporter_kubelet_list_calls", "PodResources List calls made to the kubelet.", self._attribution.list_calls)
         yield _counter("pod_gpu_exporter_kubelet_list_failures", "PodResources List calls that failed.", self._attribution.list_failures)
+        if self.connections is not None:
+            yield _counter("pod_gpu_exporter_http_connections_refused", "New connections closed at once because every connection slot was answering a request.", self.connections.refused)
+            yield _counter("pod_gpu_exporter_http_idle_connections_closed", "Idle connections closed to make room for new ones when every slot was taken.", self.connections.evicted)
 
 
 class _BuildInfoCollector:
@@ -245,6 +294,7 @@ class RequestHandler(BaseHTTPRequestHandler):
         self.rfile = io.BufferedReader(self._head_reader)
 
     def handle_one_request(self):
+        self.server.connections.idle()  # waiting for a request: the first to go if slots run out
         self._head_reader.expect_request()
         try:
             super().handle_one_request()
@@ -263,6 +313,7 @@ class RequestHandler(BaseHTTPRequestHandler):
 
     def _serve(self, send_body: bool):
         self._head_reader.head_received()
+        self.server.connections.busy()
         app = self.server.app
         path = self.path.split("?", 1)[0]
         if self.headers.get("Content-Length", "0") not in ("", "0") or self.headers.get("Transfer-Encoding"):
@@ -292,7 +343,7 @@ class RequestHandler(BaseHTTPRequestHandler):
 
     def _reply(self, status: int, body: "bytes | ScrapeBody", content_type: str, send_body: bool,
                close: bool = False, extra_headers: Optional[dict] = None):
-        parts, encoding = _encode(body, self.headers.get("Accept-Encoding", ""))
+        parts, encoding = encode_for(body, self.headers.get("Accept-Encoding", ""))
         self.send_response(status)
         self.send_header("Content-Type", content_type)
         self.send_header("Content-Length", str(sum(len(part) for part in parts)))
@@ -324,20 +375,3 @@ class RequestHandler(BaseHTTPRequestHandler):
 
     def log_message(self, format, *args):  # noqa: A002 - the base class's signature
         log("debug", "request", client=self.client_address[0], line=format % args)
-
-
-def _encode(body: "bytes | ScrapeBody", accept_encoding: str):
-    """(parts to send, Content-Encoding or None): gzip when the client accepts it and it pays."""
-    if not isinstance(body, ScrapeBody):
-        body = ScrapeBody((body,))
-    if len(body) >= _GZIP_MIN_BYTES and _accepts_gzip(accept_encoding):
-        return body.gzip_parts(), "gzip"
-    return body.parts, None
-
-
-def _accepts_gzip(accept_encoding: str) -> bool:
-    for item in accept_encoding.split(","):
-        coding, _, params = item.strip().partition(";")
-        if coding.strip().lower() in ("gzip", "*"):
-            return params.replace(" ", "") not in ("q=0", "q=0.0", "q=0.00", "q=0.000")
-    return False

@@ -1,4 +1,5 @@
-"""Fetching dcgm-exporter's Prometheus text: over HTTP (deadline, size cap) or from the legacy textfile."""
+"""Fetching dcgm-exporter's Prometheus text over HTTP (deadline, size cap); the legacy textfile is
+exporter.textfile's FileSource, re-exported here."""
 
 from __future__ import annotations
 
@@ -7,21 +8,21 @@ import contextlib
 import functools
 import http.client
 import io
-import os
 import queue
 import select
 import socket
 import ssl
-import stat
 import time
 import zlib
 from typing import Callable, List, Optional
 from urllib.parse import unquote, urlsplit
 
 from exporter import __version__
+from exporter.config import Config, redact_url
 from exporter.errors import ConfigError, UpstreamError
+from exporter.textfile import FileSource  # noqa: F401 - the file source, re-exported beside HttpSource
 
-DEFAULT_MAX_BYTES = 32 * 1024 * 1024
+DEFAULT_MAX_BYTES = Config.dcgm_max_body_bytes  # --dcgm.max-body-size
 _READ_CHUNK_BYTES = 64 * 1024
 # Idle connections kept for reuse. Scrapes beyond this many at once still work: they get a fresh
 # connection, which is closed afterwards instead of being kept.
@@ -33,8 +34,6 @@ _HEADERS = {
     "Accept-Encoding": "gzip",
     "User-Agent": f"pod-gpu-metrics-exporter/{__version__}",
 }
-# A file modified less than this long ago may have been rewritten within one timestamp tick.
-_RECENT_WRITE_NS = 100_000_000
 _GZIP_ENCODINGS = ("gzip", "x-gzip")
 _IDENTITY_ENCODINGS = ("", "identity")
 
@@ -49,11 +48,15 @@ class _DeadlineReader(io.RawIOBase):
         # response is read even after the connection lets go of it (a "Connection: close" answer).
         self._raw = sock.makefile("rb", buffering=0)
         self._deadline = deadline
+        self.poll_only = False  # read only what has already arrived (None when nothing has)
 
     def readable(self) -> bool:
         return True
 
     def readinto(self, buffer) -> int:
+        if self.poll_only:
+            self._sock.settimeout(0.0)
+            return self._raw.readinto(buffer)
         remaining = self._deadline - time.monotonic()
         if remaining <= 0:
             raise socket.timeout("the fetch's deadline passed")
@@ -69,7 +72,21 @@ class _DeadlineResponse(http.client.HTTPResponse):
     def __init__(self, sock: socket.socket, *args, deadline: float, **kwargs) -> None:
         super().__init__(sock, *args, **kwargs)
         self.fp.close()  # the plain socket file the base class opened; ours replaces it
-        self.fp = io.BufferedReader(_DeadlineReader(sock, deadline))
+        self._reader = _DeadlineReader(sock, deadline)
+        self.fp = io.BufferedReader(self._reader)
+        self.unread_bytes = False  # bytes came after the answer's end: the connection is out of step
+
+    def _close_conn(self):
+        # Called once the answer is read to its end. Anything already received beyond it (a second
+        # answer nobody asked for) would be taken for the next fetch's answer: note it, so the
+        # connection is discarded rather than reused.
+        if self.fp is not None and not self.fp.closed:
+            self._reader.poll_only = True
+            try:
+                self.unread_bytes = bool(self.fp.peek(1))
+            except OSError:
+                self.unread_bytes = True
+        super()._close_conn()
 
 
 class _ConnectionPool:
@@ -191,9 +208,9 @@ class _Target:
         try:
             port = parts.port
         except ValueError as exc:
-            raise ConfigError(f"--dcgm.url {url!r} has an invalid port: {exc}") from exc
+            raise ConfigError(f"--dcgm.url {redact_url(url)!r} has an invalid port: {exc}") from exc
         if not parts.hostname:
-            raise ConfigError(f"--dcgm.url {url!r} names no host")
+            raise ConfigError(f"--dcgm.url {redact_url(url)!r} names no host")
         path = (parts.path or "/") + (f"?{parts.query}" if parts.query else "")
         headers = dict(_HEADERS)
         if parts.username is not None:  # dcgm-exporter behind basic auth: http://user:pass@host/…
@@ -219,7 +236,7 @@ class HttpSource:
 
     def __init__(self, url: str, timeout_seconds: float, max_bytes: int = DEFAULT_MAX_BYTES) -> None:
         if not url.lower().startswith(("http://", "https://")):
-            raise ConfigError(f"--dcgm.url {url!r} must start with http:// or https://")
+            raise ConfigError(f"--dcgm.url {redact_url(url)!r} must start with http:// or https://")
         if timeout_seconds <= 0:
             raise ConfigError(f"--dcgm.timeout must be positive, got {timeout_seconds!r}")
         if max_bytes <= 0:
@@ -231,7 +248,7 @@ class HttpSource:
         self._connections = _ConnectionPool(self._target.connect, _IDLE_CONNECTIONS)
 
     def describe(self) -> str:
-        return self.url
+        return redact_url(self.url)  # for logs and messages: never the password
 
     def close(self) -> None:
         """Closes idle keep-alive connections; fetching again later opens new ones."""
@@ -246,7 +263,10 @@ class HttpSource:
         except BaseException:
             connection.close()  # never reuse a connection whose answer was not read to its end
             raise
-        self._connections.release(connection)
+        if getattr(response, "unread_bytes", False) or _closed_by_peer(connection):
+            connection.close()  # bytes beyond the answer (or its end): never parsed as the next one
+        else:
+            self._connections.release(connection)
         return body
 
     def _send(self, connection: http.client.HTTPConnection, deadline: float, retry_stale: bool):
@@ -352,92 +372,4 @@ class HttpSource:
                            "dcgm-exporter's /metrics?", "too_large")
 
     def _error(self, what: str, reason: str) -> UpstreamError:
-        return UpstreamError(f"dcgm-exporter at {self.url} {what}", reason=reason)
-
-
-class FileSource:
-    """The legacy dcgm textfile (e.g. /run/prometheus/dcgm.prom), read whole on every fetch.
-
-    Writers that replace the file by rename are always read whole: the open file keeps the inode
-    it opened. Writers that rewrite it in place (truncate, then write) can be caught half way, and
-    no lock tells us when they are done, so a read is accepted only if fstat shows the same size
-    and mtime before and after it, it holds exactly that many bytes, it ends with a newline (a
-    write() stalled part way leaves a stable but cut file), and, when the file changed within the
-    last timestamp tick or so, a second read matches it. Otherwise it is retried a few times, then
-    reported; a torn read is never handed on knowingly.
-    """
-
-    _ATTEMPTS = 4
-    _RETRY_PAUSE_SECONDS = 0.01
-
-    def __init__(self, path: str, max_bytes: int = DEFAULT_MAX_BYTES) -> None:
-        self.path = os.fspath(path)
-        self.max_bytes = int(max_bytes)
-
-    def describe(self) -> str:
-        return self.path
-
-    def fetch(self) -> bytes:
-        whole = False
-        for attempt in range(self._ATTEMPTS):
-            data, whole, mtime_ns = self._read_once()
-            if whole and data and self._settled(data, mtime_ns):
-                return data
-            # Empty is retried too: an in-place rewrite shows it empty between truncate and write.
-            if attempt + 1 < self._ATTEMPTS:
-                time.sleep(self._RETRY_PAUSE_SECONDS * (attempt + 1))
-        if whole:
-            raise UpstreamError(f"dcgm textfile {self.path} is empty: has dcgm-exporter written its "
-                                "first collection yet?", reason="empty")
-        raise UpstreamError(f"dcgm textfile {self.path} was changing or cut short (no final newline) "
-                            f"in {self._ATTEMPTS} reads in a row: if its writer rewrites it in place, "
-                            "writing a temporary file and renaming it over this one avoids that",
-                            reason="truncated")
-
-    def _settled(self, data: bytes, mtime_ns: int) -> bool:
-        """Whether `data` can be trusted although size and mtime did not change while it was read.
-
-        File timestamps tick coarsely (a few ms), so a same-size rewrite inside one tick escapes
-        the fstat check. Only a file modified that recently is read a second time, and the first
-        copy is kept only if the second matches it.
-        """
-        if time.time_ns() - mtime_ns > _RECENT_WRITE_NS:
-            return True
-        again, whole, _ = self._read_once()
-        return whole and again == data
-
-    def _read_once(self):
-        """Returns (bytes, whether they are known to be one whole version of the file, its mtime)."""
-        try:
-            with open(self.path, "rb") as handle:
-                before = os.fstat(handle.fileno())
-                regular = stat.S_ISREG(before.st_mode)
-                if regular and before.st_size > self.max_bytes:
-                    raise self._too_large()
-                # One byte more than expected tells "grew while read" from "read to the end".
-                data = handle.read((before.st_size if regular else self.max_bytes) + 1)
-                after = os.fstat(handle.fileno())
-        except FileNotFoundError as exc:
-            raise UpstreamError(f"dcgm textfile {self.path} does not exist: is dcgm-exporter writing it, "
-                                "and is its folder mounted into this container (see --dcgm.file)?",
-                                reason="absent") from exc
-        except PermissionError as exc:
-            raise UpstreamError(f"dcgm textfile {self.path} is not readable (permission denied): check "
-                                "the file's mode and the user this exporter runs as",
-                                reason="permission") from exc
-        except OSError as exc:
-            raise UpstreamError(f"dcgm textfile {self.path} could not be read ({exc.strerror or exc}): "
-                                "check --dcgm.file", reason="error") from exc
-        if len(data) > self.max_bytes:
-            raise self._too_large()
-        if not regular:
-            return data, True, 0
-        unchanged = (before.st_size, before.st_mtime_ns) == (after.st_size, after.st_mtime_ns)
-        # The text format ends every line, the last included, with "\n"; a writer caught in the
-        # middle of a write() shows a stable size that almost never ends on one.
-        whole = unchanged and len(data) == after.st_size and (data.endswith(b"\n") or not data)
-        return data, whole, after.st_mtime_ns
-
-    def _too_large(self) -> UpstreamError:
-        return UpstreamError(f"dcgm textfile {self.path} is larger than {self.max_bytes} bytes: is "
-                             "--dcgm.file the dcgm-exporter textfile?", reason="too_large")
+        return UpstreamError(f"dcgm-exporter at {self.describe()} {what}", reason=reason)

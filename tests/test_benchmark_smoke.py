@@ -26,3 +26,12 @@ def test_small_benchmark_runs_and_prints_every_figure():
     assert not missing, f"figures missing from the output: {missing}\n{run.stdout}"
     # Three scenarios, each with both variants and a peak RSS; the relay beside the two plain ones.
     assert run.stdout.count("p50 ratio") == 8 and run.stdout.count("peak RSS") == 3, run.stdout
+
+
+def test_short_soak_runs_and_prints_rss_over_time():
+    run = subprocess.run([sys.executable, "benchmarks/soak.py", "--scrapes", "30", "--warmup", "10", "--report-every", "10",
+                          "--foreign-mib", "0.5", "--foreign-scrapes", "2"], cwd=str(REPO_ROOT),
+                         capture_output=True, text=True, timeout=300)
+    assert run.returncode == 0, run.stdout + run.stderr
+    assert run.stdout.count("== foreign body:") == 2 and run.stdout.count("dcgm_up 1") == 2, run.stdout
+    assert run.stdout.count("VmRSS") >= 5 and "growth since warm-up" in run.stdout, run.stdout

@@ -161,7 +161,7 @@ def test_malformed_line_is_dropped_and_counted_rest_served(socket_dir, kubelet, 
     middle = len(lines) // 2
     broken = lines[:middle] + ['DCGM_FI_DEV_BROKEN{gpu="0",UUID="unterminated} 1', "not a metric line at all"] + lines[middle:]
     kubelet.set_devices([AllocatedDevice("ns", "p", "c", "nvidia.com/gpu", L4_UUID)])
-    with FakeDcgmExporter("\n".join(broken).encode()) as dcgm:
+    with FakeDcgmExporter(("\n".join(broken) + "\n").encode()) as dcgm:
         exporter = run_exporter(["--dcgm.url", dcgm.url, "--kubelet.socket", kubelet.socket_path])
         out = scrape(exporter).text
         metrics = scrape(exporter, "/metrics").text

@@ -223,7 +223,8 @@ def test_repeated_lines_never_repeat_a_series(document, mapping, style, data):
     extra = data.draw(st.lists(st.sampled_from(lines), max_size=6))
     copies = [render(s._replace(labels=[(n, "other") if n in UPSTREAM_OWNER_LABELS else (n, v) for n, v in s.labels]),
                      ",", False) for s in data.draw(st.lists(st.sampled_from(samples), max_size=4))] if samples else []
-    result = Rewriter(mapping, style).rewrite("\n".join(lines + extra + copies).encode())
+    # Every line ends with "\n": a last line without it is cut short, dropped and counted.
+    result = Rewriter(mapping, style).rewrite("".join(line + "\n" for line in lines + extra + copies).encode())
     out = result.text.decode()
     list(text_string_to_metric_families(out))
     assert_no_duplicates(output_samples(out))

@@ -96,14 +96,15 @@ def test_a_refused_head_request_sends_no_body_and_the_connection_stays_usable(se
 def test_healthz_needs_no_credentials_but_still_tls(secured):
     response = _get(secured, "/healthz")
     assert response.status_code == 200
-    with pytest.raises(requests.exceptions.ConnectionError):
-        requests.get(secured[1] + "/healthz", timeout=10)
+    plain = requests.get(secured[1] + "/healthz", timeout=10)
+    assert plain.status_code == 400 and plain.text != "ok\n"  # TLS only: plain HTTP gets no answer but 400
 
 
-def test_plain_http_is_refused(secured):
+def test_plain_http_is_refused_with_400_as_exporter_toolkit_does(secured):
     _, http_base, _ = secured
-    with pytest.raises(requests.exceptions.ConnectionError):
-        requests.get(http_base + "/gpu/metrics", auth=(USER, PASSWORD), timeout=10)
+    response = requests.get(http_base + "/gpu/metrics", auth=(USER, PASSWORD), timeout=10)
+    assert response.status_code == 400
+    assert response.text == "Client sent an HTTP request to an HTTPS server.\n"
 
 
 def test_a_client_that_does_not_trust_the_ca_fails_the_handshake(secured):
