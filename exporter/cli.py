@@ -51,15 +51,24 @@ def serve(config: Config, on_ready: Optional[Callable[[str], None]] = None) -> i
     except ConfigError as exc:
         print(f"pod-gpu-metrics-exporter: error: {exc}", file=sys.stderr)
         return EXIT_USAGE
+    resolve_mig = _mig_resolver()
+    try:
+        kubernetes = _start_kubernetes(config, resolve_mig)
+    except ConfigError as exc:
+        print(f"pod-gpu-metrics-exporter: error: {exc}", file=sys.stderr)
+        return EXIT_USAGE
     client = PodResourcesClient(config.kubelet_socket, config.kubelet_timeout_seconds)
     attribution = Attribution(
         client.list_devices,
         config.kubelet_refresh_interval_seconds,
         config.mapping_max_age_seconds,
-        resolve_mig=_mig_resolver(),
+        resolve_mig=resolve_mig,
         describe=config.kubelet_socket,
+        build=kubernetes.build_mapping if kubernetes else None,
     )
-    app = App(Scraper(source, attribution, config.labels_style), attribution, config.telemetry_path, web_config)
+    scraper = Scraper(source, attribution, config.labels_style,
+                      kubernetes_up=(lambda: kubernetes.up) if kubernetes else None)
+    app = App(scraper, attribution, config.telemetry_path, web_config)
     try:
         server = ExporterHTTPServer.listen(config.listen_host, config.listen_port, app,
                                            web_config.ssl_context() if web_config else None)
@@ -78,6 +87,8 @@ def serve(config: Config, on_ready: Optional[Callable[[str], None]] = None) -> i
         server.serve_forever(poll_interval=0.5)
     finally:
         attribution.stop()
+        if kubernetes is not None:
+            kubernetes.stop()
         client.close()
         server.server_close()
     log("info", "stopped")
@@ -90,6 +101,15 @@ def _load_web_config(path: Optional[str]):
     from exporter.webconfig import load_web_config
 
     return load_web_config(path)
+
+
+def _start_kubernetes(config: Config, resolve_mig, wait_seconds: float = 5.0):
+    """The Kubernetes API context, or None when --kubernetes.api is off or finds no config (auto)."""
+    if config.kubernetes_api == "off":
+        return None
+    from exporter.kubernetes import start_kubernetes  # imported lazily: lightkube is only loaded when used
+
+    return start_kubernetes(config, resolve_mig, wait_seconds)
 
 
 def _mig_resolver():
@@ -125,12 +145,17 @@ def print_mapping(config: Config) -> int:
     client = PodResourcesClient(config.kubelet_socket, config.kubelet_timeout_seconds)
     try:
         devices = client.list_devices()
-    except KubeletError as exc:
+        kubernetes = _start_kubernetes(config, _mig_resolver(), config.kubelet_timeout_seconds)
+    except (KubeletError, ConfigError) as exc:
         print(f"pod-gpu-metrics-exporter: error: {exc}", file=sys.stderr)
-        return EXIT_FAILURE
+        return EXIT_USAGE if isinstance(exc, ConfigError) else EXIT_FAILURE
     finally:
         client.close()
-    mapping = build_mapping(devices, _mig_resolver())
+    if kubernetes is not None:
+        mapping = kubernetes.build_mapping(devices, _mig_resolver())
+        kubernetes.stop()
+    else:
+        mapping = build_mapping(devices, _mig_resolver())
     rows = [
         {
             "namespace": a.owner.namespace,
@@ -139,6 +164,8 @@ def print_mapping(config: Config) -> int:
             "resource": a.resource,
             "device_id": a.device_id,
             "matches": _describe_key(a.key),
+            **({"labels": mapping.extra_labels.get((a.owner.namespace, a.owner.pod), "").lstrip(",")}
+               if kubernetes is not None else {}),
         }
         for a in mapping.allocations
     ]
@@ -158,7 +185,10 @@ def _describe_key(key) -> Optional[str]:
 
 def _print_table(rows) -> None:
     columns = ("namespace", "pod", "container", "resource", "device_id", "matches")
-    cells = [[c.upper() for c in columns]] + [[str(row[c] or "(unresolved)") for c in columns] for row in rows]
+    if rows and "labels" in rows[0]:
+        columns += ("labels",)  # the extra labels from the Kubernetes API
+    cells = [[c.upper() for c in columns]]
+    cells += [[str(row[c] or ("-" if c == "labels" else "(unresolved)")) for c in columns] for row in rows]
     widths = [max(len(line[i]) for line in cells) for i in range(len(columns))]
     for line in cells:
         print("  ".join(cell.ljust(width) for cell, width in zip(line, widths)).rstrip())

@@ -201,7 +201,7 @@ def _fill_container(pb, container, held: list[AllocatedDevice], namespace: str) 
         for device in claimed:
             cdi = pb.CDIDevice(name=f"k8s.gpu.nvidia.com/claim={claim_name}-{device.device_id}")
             dynamic.claim_resources.add(cdi_devices=[cdi], driver_name=device.resource,
-                                        pool_name=_NODE, device_name=device.device_id)
+                                        pool_name=device.pool or _NODE, device_name=device.device_id)
 
 
 def _pad(response, pad_bytes: int) -> None:
