@@ -48,6 +48,10 @@ def serve(config: Config, on_ready: Optional[Callable[[str], None]] = None) -> i
     try:
         web_config = _load_web_config(config.web_config_file)
         source = FileSource(config.dcgm_file) if config.dcgm_file else HttpSource(config.dcgm_url, config.dcgm_timeout_seconds)
+        if config.sharing_mode == "process":
+            from exporter.sharing import check_proc_root
+
+            check_proc_root(config.sharing_proc_root)
     except ConfigError as exc:
         print(f"pod-gpu-metrics-exporter: error: {exc}", file=sys.stderr)
         return EXIT_USAGE
@@ -66,8 +70,10 @@ def serve(config: Config, on_ready: Optional[Callable[[str], None]] = None) -> i
         describe=config.kubelet_socket,
         build=kubernetes.build_mapping if kubernetes else None,
     )
+    shares = _process_shares(config, attribution, kubernetes)
     scraper = Scraper(source, attribution, config.labels_style,
-                      kubernetes_up=(lambda: kubernetes.up) if kubernetes else None)
+                      kubernetes_up=(lambda: kubernetes.up) if kubernetes else None,
+                      process_shares=shares.text if shares else None)
     app = App(scraper, attribution, config.telemetry_path, web_config)
     try:
         server = ExporterHTTPServer.listen(config.listen_host, config.listen_port, app,
@@ -78,6 +84,8 @@ def serve(config: Config, on_ready: Optional[Callable[[str], None]] = None) -> i
         return EXIT_FAILURE
     _stop_on_signals(server)
     attribution.start()
+    if shares is not None:
+        shares.start()
     scheme = "https" if web_config is not None and web_config.tls_enabled else "http"
     log("info", "listening", address=server.bound_address, scheme=scheme, telemetry_path=config.telemetry_path,
         dcgm=source.describe(), kubelet_socket=config.kubelet_socket, labels_style=config.labels_style)
@@ -87,6 +95,8 @@ def serve(config: Config, on_ready: Optional[Callable[[str], None]] = None) -> i
         server.serve_forever(poll_interval=0.5)
     finally:
         attribution.stop()
+        if shares is not None:
+            shares.stop()
         if kubernetes is not None:
             kubernetes.stop()
         client.close()
@@ -110,6 +120,17 @@ def _start_kubernetes(config: Config, resolve_mig, wait_seconds: float = 5.0):
     from exporter.kubernetes import start_kubernetes  # imported lazily: lightkube is only loaded when used
 
     return start_kubernetes(config, resolve_mig, wait_seconds)
+
+
+def _process_shares(config: Config, attribution: Attribution, kubernetes):
+    """The per-process share refresher for --sharing.mode process, else None."""
+    if config.sharing_mode != "process":
+        return None
+    from exporter.nvml import open_nvml
+    from exporter.sharing import ProcessShares, pod_index_source
+
+    return ProcessShares(open_nvml, lambda: attribution.current().mapping, pod_index_source(kubernetes),
+                         config.sharing_proc_root, config.kubelet_refresh_interval_seconds, config.labels_style)
 
 
 def _mig_resolver():

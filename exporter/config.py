@@ -16,6 +16,7 @@ LABEL_STYLE_CHOICES = ("kubernetes", "legacy")
 LOG_LEVELS = ("debug", "info", "warn", "error")
 LOG_FORMATS = ("logfmt", "json")
 KUBERNETES_API_CHOICES = ("auto", "on", "off")
+SHARING_MODES = ("device", "process")
 
 
 @dataclass(frozen=True)
@@ -39,6 +40,8 @@ class Config:
     labels_extra: str = ""
     labels_pod_labels: Optional[str] = None
     labels_pod_annotations: Optional[str] = None
+    sharing_mode: str = "device"
+    sharing_proc_root: str = "/proc"
     log_level: str = "info"
     log_format: str = "logfmt"
     output: str = "table"
@@ -68,6 +71,8 @@ _FLAGS: Tuple[Tuple[str, str, str, str], ...] = (
     ("--labels.extra", "labels_extra", "extra", "Comma list of extra labels from the API: pod_uid (adds pod_uid), workload (adds workload_kind, workload)."),
     ("--labels.pod-labels", "labels_pod_labels", "regex", "Regex (full match) of pod label keys to add as label_<key>, sanitised like kube-state-metrics."),
     ("--labels.pod-annotations", "labels_pod_annotations", "regex", "Regex (full match) of pod annotation keys to add as annotation_<key>."),
+    ("--sharing.mode", "sharing_mode", SHARING_MODES, "device = values are device-level; process = also serve each holding container's own memory and SM share of its GPU, from NVML's per-process data (needs NVML, hostPID and the Kubernetes API)."),
+    ("--sharing.proc-root", "sharing_proc_root", "path", "Where the host's processes are seen, for --sharing.mode process: /proc with hostPID: true, or the host's /proc mounted elsewhere (e.g. /host/proc)."),
     ("--log.level", "log_level", LOG_LEVELS, "Only log messages at or above this level."),
     ("--log.format", "log_format", LOG_FORMATS, "Log line format."),
 )

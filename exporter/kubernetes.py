@@ -115,6 +115,14 @@ class KubernetesContext:
         with self._lock:
             return self._pods.get((namespace, name))
 
+    def pods(self) -> Optional[Dict[Tuple[str, str], PodInfo]]:
+        """A copy of the pod cache, (namespace, name) → PodInfo, while it is fresh (the same grace as
+        the extra labels), else None. For per-process shares, on their refresher."""
+        if not self._fresh():
+            return None
+        with self._lock:
+            return dict(self._pods)
+
     def extra_labels_for(self, pods: Iterable[Tuple[str, str]]) -> Dict[Tuple[str, str], str]:
         """(namespace, pod) → the extra label text, for the pods the cache knows. Refresher only.
 

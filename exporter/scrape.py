@@ -84,9 +84,12 @@ class Scraper:
     """Builds scrape responses; safe to call from many request threads at once."""
 
     def __init__(self, source, attribution: Attribution, labels_style: str,
-                 kubernetes_up: Optional[Callable[[], bool]] = None):
+                 kubernetes_up: Optional[Callable[[], bool]] = None,
+                 process_shares: Optional[Callable[[], bytes]] = None):
         self._source = source
         self._kubernetes_up = kubernetes_up  # None: the API is off and its gauge absent
+        # --sharing.mode process: the share series rendered by their refresher; None in device mode.
+        self._process_shares = process_shares
         self._attribution = attribution
         self._style = labels_style
         self._reporter = DependencyReporter("dcgm-exporter")
@@ -122,8 +125,10 @@ class Scraper:
         with self._lock:
             self.scrapes += 1
             self.malformed_lines += malformed
-        status = self._status(body is not None, snapshot, malformed, time.perf_counter() - started)
-        return ScrapeBody(shared, status.encode(), shared_gzip)
+        status = self._status(body is not None, snapshot, malformed, time.perf_counter() - started).encode()
+        if self._process_shares is not None:
+            status += self._process_shares()
+        return ScrapeBody(shared, status, shared_gzip)
 
     def _fetch(self) -> Optional[bytes]:
         try:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Dict, Iterable, List, Mapping as MappingType, NamedTuple, Optional, Tuple
+from typing import Any, Dict, Iterable, List, Mapping as MappingType, NamedTuple, Optional, Tuple
 
 from exporter.cgroups import ProcessOwner
 from exporter.devices import GpuKey, Mapping, Owner
@@ -92,15 +92,33 @@ def compute_shares(devices: Iterable[DeviceProcesses], mapping: Mapping,
     return Shares(tuple(holders), tuple(unattributed))
 
 
-def render_shares(shares: Shares, style: str) -> str:
-    """The share series and the unattributed gauge as exposition text (empty when nothing was read)."""
+def pod_index(pods: Iterable[Tuple[Tuple[str, str], Any]]) -> Dict[str, PodInfo]:
+    """pod UID → PodInfo from the Kubernetes API cache's ((namespace, name), pod) items; a pod there has
+    `uid` and `containers` as (name, "<runtime>://<id>") pairs."""
+    index: Dict[str, PodInfo] = {}
+    for (namespace, name), pod in pods:
+        # containerStatuses[].containerID is "containerd://<id>", "cri-o://<id>" or "docker://<id>";
+        # the cgroup path names the bare ID.
+        containers = {container_id.partition("://")[2] or container_id: container
+                      for container, container_id in pod.containers}
+        index[pod.uid] = PodInfo(namespace, name, containers)
+    return index
+
+
+def render_shares(shares: Shares, style: str, extra_labels: Optional[MappingType[Tuple[str, str], str]] = None) -> str:
+    """The share series and the unattributed gauge as exposition text (empty when nothing was read).
+
+    `extra_labels`: (namespace, pod) → the Kubernetes API's extra label text, appended after the owner
+    labels as on pod_gpu_allocation_info."""
+    extra_labels = extra_labels or {}
     memory = [(share, str(share.memory_bytes)) for share in shares.holders]
     sm = [(share, _ratio(share.sm_ratio)) for share in shares.holders if share.sm_ratio is not None]
     lines: List[str] = []
     for name, rows in ((MEMORY, memory), (SM_UTILIZATION, sm)):
         if rows:
             lines += [f"# HELP {name} {_HELP[name]}", f"# TYPE {name} gauge"]
-            lines += [f"{name}{{{_device_labels(share.device)},{render_owner_labels(share.owner, style)}}} {value}"
+            lines += [f"{name}{{{_device_labels(share.device)},{render_owner_labels(share.owner, style)}"
+                      f"{extra_labels.get((share.owner.namespace, share.owner.pod), '')}}} {value}"
                       for share, value in rows]
     if shares.unattributed:
         lines += [f"# HELP {UNATTRIBUTED} {_HELP[UNATTRIBUTED]}", f"# TYPE {UNATTRIBUTED} gauge"]

@@ -5,13 +5,14 @@ from __future__ import annotations
 import os
 import threading
 import time
-from typing import Any, Callable, Dict, List, Optional
+from typing import Callable, Dict, List, Optional
 
 from exporter.cgroups import ProcessOwner, read_process_owner
 from exporter.devices import Mapping
+from exporter.errors import ConfigError
 from exporter.gpu_processes import DeviceProcesses, NvmlError, NvmlProcessReader
 from exporter.logs import DependencyReporter, log
-from exporter.shares import PodIndex, compute_shares, render_shares
+from exporter.shares import PodIndex, compute_shares, pod_index, render_shares
 
 NVML_UP = "pod_gpu_exporter_nvml_up"
 _NVML_UP_HELP = (f"# HELP {NVML_UP} 1 when NVML answered the last per-process refresh (--sharing.mode process), else 0.\n"
@@ -120,7 +121,8 @@ class ProcessShares:
         owners = self._process_owners(devices)
         if owners is None:
             return ""
-        return render_shares(compute_shares(devices, self._current_mapping(), owners, pods), self._style)
+        mapping = self._current_mapping()
+        return render_shares(compute_shares(devices, mapping, owners, pods), self._style, mapping.extra_labels)
 
     def _process_owners(self, devices: List[DeviceProcesses]) -> Optional[Dict[int, Optional[ProcessOwner]]]:
         """PID → cgroup owner for every process NVML listed; None when none of them can be seen here."""
@@ -142,8 +144,17 @@ class ProcessShares:
         return owners
 
 
-def proc_root_problem(proc_root: str) -> str:
-    """Why --sharing.proc-root cannot be a /proc tree, or "" when it can (checked once at start-up)."""
+def pod_index_source(kubernetes) -> Callable[[], Optional[PodIndex]]:
+    """pod_index() for ProcessShares from the Kubernetes API context (None when the API is off)."""
+    def current() -> Optional[PodIndex]:
+        pods = kubernetes.pods() if kubernetes is not None else None
+        return None if pods is None else pod_index(pods.items())
+
+    return current
+
+
+def check_proc_root(proc_root: str) -> None:
+    """Start-up check of --sharing.proc-root: a missing folder is a configuration mistake (exit 2)."""
     if not os.path.isdir(proc_root):
-        return f"--sharing.proc-root: {proc_root} is not a directory (mount the host's /proc there, or use hostPID)"
-    return ""
+        raise ConfigError(f"--sharing.proc-root: {proc_root} is not a directory (mount the host's /proc there "
+                          "read-only, or run with hostPID: true and keep /proc)")
