@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 import pytest
 
 from exporter.config import Config, env_var_name, parse_config, parse_duration, parse_listen_address
@@ -92,3 +94,21 @@ def test_subcommands_and_output():
     assert parse_config(["demo"], {}).command == "demo"
     assert parse_config(["mapping", "-o", "json"], {}).output == "json"
     assert parse_config(["--labels.style", "legacy", "demo"], {}).command == "demo"
+
+
+def test_sharing_flags_and_their_environment_variables():
+    assert (Config().sharing_mode, Config().sharing_proc_root) == ("device", "/proc")
+    config = parse_config(["--sharing.mode", "process", "--sharing.proc-root", "/host/proc"], {})
+    assert (config.sharing_mode, config.sharing_proc_root) == ("process", "/host/proc")
+    environ = {"POD_GPU_EXPORTER_SHARING_MODE": "process", "POD_GPU_EXPORTER_SHARING_PROC_ROOT": "/host/proc"}
+    assert parse_config([], environ).sharing_proc_root == "/host/proc"
+    assert parse_config(["--sharing.mode", "device"], environ).sharing_mode == "device"  # the flag wins
+
+
+@pytest.mark.parametrize("args, says", [
+    (["--sharing.mode", "pod"], "--sharing.mode: invalid choice 'pod' (choose from device, process)"),
+    (["--sharing.proc-root", "host/proc"], "--sharing.proc-root: path must start with '/'"),
+])
+def test_bad_sharing_flags(args, says):
+    with pytest.raises(ConfigError, match=re.escape(says)):
+        parse_config(args, {})
