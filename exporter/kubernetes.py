@@ -22,7 +22,6 @@ SERVICE_ACCOUNT_DIR = "/var/run/secrets/kubernetes.io/serviceaccount"
 MAX_PODS = 20_000  # far above any node's pod limit (110 by default); bounds memory if a selector is wrong
 _MAX_WORKLOADS = 4096
 _WORKLOAD_RETRY_SECONDS = 60.0
-_REQUEST_TIMEOUT_SECONDS = 10.0
 # Controllers whose own controller is the workload people name: a ReplicaSet's Deployment, a Job's CronJob.
 _PARENT_KINDS = {"ReplicaSet": "Deployment", "Job": "CronJob"}
 
@@ -33,7 +32,6 @@ def in_cluster() -> bool:
 
 def make_client(kubeconfig: Optional[str]):
     """A lightkube client from the kubeconfig, else the pod's service account; ConfigError when neither works."""
-    import httpx2  # lightkube's HTTP library
     from lightkube import Client, ConfigError as LightkubeConfigError, KubeConfig
 
     try:
@@ -41,7 +39,8 @@ def make_client(kubeconfig: Optional[str]):
     except (LightkubeConfigError, OSError, KeyError, ValueError) as exc:
         where = f"kubeconfig {kubeconfig}" if kubeconfig else f"service account in {SERVICE_ACCOUNT_DIR}"
         raise ConfigError(f"--kubernetes.kubeconfig: cannot load {where}: {exc}") from None
-    return Client(config, timeout=httpx2.Timeout(_REQUEST_TIMEOUT_SECONDS), trust_env=False)
+    # lightkube's default timeout (10 s per request; none on a watch's reads, which timeoutSeconds bounds).
+    return Client(config, trust_env=False)
 
 
 def pod_info(pod, spec: LabelSpec) -> PodInfo:
