@@ -11,8 +11,6 @@ from exporter.logs import setup_logging
 from exporter.nvml import open_nvml
 from nvml_node import NODE_ENV, FakeNode, build_fake_nvml, preload
 
-pynvml = pytest.importorskip("pynvml", reason="nvidia-ml-py is part of the test extra")
-
 GPU0 = "GPU-11111111-2222-3333-4444-555555555555"
 GPU1 = "GPU-66666666-7777-8888-9999-aaaaaaaaaaaa"
 MIG_A = "MIG-0a0a0a0a-1b1b-2c2c-3d3d-4e4e4e4e4e4e"

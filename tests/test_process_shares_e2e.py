@@ -21,9 +21,6 @@ from nvml_node import NODE_ENV, FakeNode, build_fake_nvml
 from proc_tree import ProcTree
 from test_end_to_end import assert_parses, scrape
 
-pytest.importorskip("pynvml", reason="nvidia-ml-py is part of the test extra")
-pytest.importorskip("lightkube", reason="the Kubernetes API client is a dependency")
-
 L4_FIXTURE = "dcgm/l4-aws-gpu-operator-default-counters.prom"  # one whole GPU
 L4 = "GPU-c2f76b33-7953-256e-8f33-1343419b1a1c"
 A800_FIXTURE = "dcgm/a800-8gpu-mig-2g20gb-mixed-excerpt.prom"  # GPU 0 in MIG (GI 3, 5, 6), 1-7 whole
