@@ -271,3 +271,49 @@ def test_without_host_pids_or_the_api_no_share_is_guessed(node, tmp_path):
         assert 'pod="a"' in text  # dcgm samples unaffected
     assert no_host_pids.stderr_text().count("hostPID") == 1  # said once, not per refresh
     assert no_api.stderr_text().count("need the Kubernetes API") == 1
+
+
+DOC = Path(__file__).resolve().parents[1] / "docs" / "process-shares.md"
+
+
+def doc_queries() -> List[str]:
+    """The PromQL expressions of the doc's promql block, one per comment-headed paragraph."""
+    block = re.search(r"```promql\n(.*?)```", DOC.read_text(), re.DOTALL).group(1)
+    queries = []
+    for paragraph in block.split("\n\n"):
+        expression = "\n".join(line for line in paragraph.splitlines() if not line.startswith("#")).strip()
+        if expression:
+            queries.append(expression)
+    return queries
+
+
+def test_every_series_of_the_mode_is_documented(node):
+    node.add_pod("a")
+    node.kubelet.set_devices([AllocatedDevice("ml", "a", "main", "nvidia.com/gpu", L4)])
+    node.nvml.gpu(0, L4).process(L4, 10, MIB).sample(L4, 10, 5).write()
+    node.run_in(10, "a")
+    text = shares_served(node.start())
+    served = set(re.findall(r"^# TYPE (pod_gpu_\w+) ", text, re.MULTILINE))
+    documented = DOC.read_text()
+    assert set(SHARE_FAMILIES) <= served
+    assert not sorted(name for name in SHARE_FAMILIES if f"`{name}`" not in documented)
+
+
+def test_the_docs_queries_pass_promtool(tmp_path):
+    import shutil
+    import subprocess
+
+    import yaml
+
+    queries = doc_queries()
+    assert len(queries) >= 5 and "sum by (namespace)" in queries[0]
+    promtool = shutil.which("promtool")
+    if promtool is None:
+        from deploy_tools import missing_tool
+
+        missing_tool("promtool", "apt-get install prometheus (.ci/run does)")
+    rules = {"groups": [{"name": "doc", "rules": [{"record": f"doc:query{n}", "expr": q} for n, q in enumerate(queries)]}]}
+    path = tmp_path / "doc-rules.yml"
+    path.write_text(yaml.safe_dump(rules))
+    result = subprocess.run([promtool, "check", "rules", str(path)], capture_output=True, text=True, timeout=60)
+    assert result.returncode == 0, result.stdout + result.stderr
