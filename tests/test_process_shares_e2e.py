@@ -317,3 +317,38 @@ def test_the_docs_queries_pass_promtool(tmp_path):
     path.write_text(yaml.safe_dump(rules))
     result = subprocess.run([promtool, "check", "rules", str(path)], capture_output=True, text=True, timeout=60)
     assert result.returncode == 0, result.stdout + result.stderr
+
+
+def test_a_real_prometheus_answers_the_docs_namespace_queries(node, tmp_path):
+    from deploy_tools import require_executable
+    from test_prometheus_e2e import _eventually, _Prometheus
+
+    binary = require_executable("prometheus", "apt-get install -y prometheus (.ci/run does)")
+    whole, shared = "GPU-9e5b8fec-61bf-5124-a0a9-079af1b65cc6", "GPU-5022ce43-b44a-987b-71c3-dee05378a618"  # A800 GPUs 1, 2
+    for name, namespace in (("solo", "team-a"), ("left", "team-a"), ("right", "team-b")):
+        node.add_pod(name, namespace=namespace)
+    node.kubelet.set_devices([AllocatedDevice("team-a", "solo", "main", "nvidia.com/gpu", whole),
+                              AllocatedDevice("team-a", "left", "main", "nvidia.com/gpu", f"{shared}::0"),
+                              AllocatedDevice("team-b", "right", "main", "nvidia.com/gpu", f"{shared}::1")])
+    node.nvml.gpu(0, A800_GPU0).gpu(1, whole).gpu(2, shared)  # NVML indices are contiguous
+    node.nvml.process(whole, 10, 5000 * MIB).process(shared, 20, 1000 * MIB).process(shared, 30, 3000 * MIB).write()
+    for pid, pod in ((10, "solo"), (20, "left"), (30, "right")):
+        node.run_in(pid, pod)
+    exporter = node.start(A800_FIXTURE)
+    shares_served(exporter, count=3)
+    prometheus = _Prometheus(binary, tmp_path, {
+        "global": {"scrape_interval": "1s"},
+        "scrape_configs": [{"job_name": "gpu", "metrics_path": "/gpu/metrics", "honor_labels": True,
+                            "static_configs": [{"targets": [exporter.address]}]}]})
+    try:
+        shared_only, everything = doc_queries()[:2]
+
+        def by_namespace(query):
+            result = prometheus.query(query)
+            return {s["metric"]["namespace"]: float(s["value"][1]) for s in result} if len(result) == 2 else None
+
+        assert _eventually(lambda: by_namespace(shared_only), "memory per namespace on shared GPUs") == {
+            "team-a": 1000 * MIB, "team-b": 3000 * MIB}  # the whole GPU held by team-a's solo pod is left out
+        assert by_namespace(everything) == {"team-a": 6000 * MIB, "team-b": 3000 * MIB}
+    finally:
+        prometheus.stop()
