@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 import threading
 import time
-from typing import Callable, Dict, List, Optional
+from typing import Callable, Dict, List, NamedTuple, Optional
 
 from exporter.cgroups import ProcessOwner, read_process_owner
 from exporter.devices import Mapping
@@ -22,9 +22,10 @@ _NVML_UP_HELP = (f"# HELP {NVML_UP} 1 when NVML answered the last per-process re
 _MIN_SAMPLE_WINDOW_SECONDS = 1.0
 
 
-class _Rendered:
-    def __init__(self, text: bytes, at: float):
-        self.text, self.at = text, at
+class _Rendered(NamedTuple):
+    text: bytes  # the share series of one refresh ("" when they could not be had)
+    nvml_up: bool
+    at: float  # monotonic time of the refresh
 
 
 class ProcessShares:
@@ -48,34 +49,26 @@ class ProcessShares:
         self._style = labels_style
         self._clock = clock
         self._reader: Optional[NvmlProcessReader] = None
+        self._invisible_refreshes = 0  # refreshes in a row in which none of NVML's PIDs could be seen
         self._nvml_reporter = DependencyReporter("nvml")
         self._procs_reporter = DependencyReporter("host-processes")
         self._api_reporter = DependencyReporter("kubernetes-api")
-        self._lock = threading.Lock()
-        self._nvml_up = False
-        self._rendered: Optional[_Rendered] = None
+        self._rendered: Optional[_Rendered] = None  # replaced whole, so a scrape reads it without a lock
         self._stop = threading.Event()
         self._thread: Optional[threading.Thread] = None
-        self.refreshes = 0
 
     def refresh(self) -> None:
         """Read NVML and /proc once and install the rendered series (or none, when they cannot be had)."""
-        self.refreshes += 1
         devices = self._read_devices()
-        text = b""
-        if devices is not None:
-            text = self._render(devices).encode()
-        with self._lock:
-            self._nvml_up = devices is not None
-            self._rendered = _Rendered(text, self._clock())
+        text = b"" if devices is None else self._render(devices).encode()
+        self._rendered = _Rendered(text, devices is not None, self._clock())
 
     def text(self) -> bytes:
         """What a scrape appends: the share series while fresh, and nvml_up."""
-        with self._lock:
-            rendered, up = self._rendered, self._nvml_up
+        rendered = self._rendered
         fresh = rendered is not None and self._clock() - rendered.at <= 2 * self._interval
-        series = rendered.text if fresh else b""
-        return series + (_NVML_UP_HELP + f"{NVML_UP} {int(up and fresh)}\n").encode()
+        series, up = (rendered.text, rendered.nvml_up) if fresh else (b"", False)
+        return series + (_NVML_UP_HELP + f"{NVML_UP} {int(up)}\n").encode()
 
     def start(self) -> None:
         self.refresh()
@@ -125,7 +118,8 @@ class ProcessShares:
         return render_shares(compute_shares(devices, mapping, owners, pods), self._style, mapping.extra_labels)
 
     def _process_owners(self, devices: List[DeviceProcesses]) -> Optional[Dict[int, Optional[ProcessOwner]]]:
-        """PID → cgroup owner for every process NVML listed; None when none of them can be seen here."""
+        """PID → cgroup owner for every process NVML listed that can be seen; None when this is not the
+        host's PID namespace (no hostPID): then no share can be told and none is served."""
         pids = {pid for entry in devices for pid in entry.memory_bytes}
         owners: Dict[int, Optional[ProcessOwner]] = {}
         for pid in pids:
@@ -133,14 +127,17 @@ class ProcessShares:
                 owners[pid] = read_process_owner(self._proc_root, pid)
             except OSError:
                 continue  # exited since NVML listed it: counted as unattributed, given to no one
-        if pids and not owners:
-            # Not one of the GPU's processes is visible: this is not the host's PID namespace.
+        # Not one of NVML's PIDs visible: the processes exited since NVML listed them (once), or this
+        # PID namespace is not the host's (again on the next refresh, which NVML lists anew).
+        self._invisible_refreshes = self._invisible_refreshes + 1 if pids and not owners else 0
+        if self._invisible_refreshes >= 2:
             self._procs_reporter.failed(
                 "invisible", "none of the processes NVML reports is visible under --sharing.proc-root: run the pod "
                 "with hostPID: true, or mount the host's /proc and point --sharing.proc-root at it; per-process "
                 "GPU shares are not served meanwhile", proc_root=self._proc_root, processes=len(pids))
             return None
-        self._procs_reporter.succeeded("host processes visible again", proc_root=self._proc_root)
+        if self._invisible_refreshes == 0:
+            self._procs_reporter.succeeded("host processes visible again", proc_root=self._proc_root)
         return owners
 
 

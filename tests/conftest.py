@@ -43,6 +43,38 @@ def dcgm():
     fake.stop()
 
 
+@pytest.fixture(scope="session")
+def fake_nvml_loaded(tmp_path_factory):
+    """The fake libnvidia-ml.so.1 built and loaded into this process, where pynvml finds it by SONAME."""
+    from nvml_node import build_fake_nvml, preload
+
+    library = build_fake_nvml(tmp_path_factory.mktemp("fake-nvml"))
+    preload(library)
+    return library
+
+
+@pytest.fixture
+def nvml_node(fake_nvml_loaded, tmp_path, monkeypatch):
+    """An empty fake NVML node for this test (FAKE_NVML_NODE points at its file)."""
+    from nvml_node import NODE_ENV, FakeNode
+
+    monkeypatch.setenv(NODE_ENV, str(tmp_path / "nvml-node.txt"))
+    return FakeNode(tmp_path / "nvml-node.txt")
+
+
+@pytest.fixture
+def log_stream():
+    """The exporter's log lines (debug and up, logfmt) of this test."""
+    import io
+
+    from exporter.logs import setup_logging
+
+    stream = io.StringIO()
+    setup_logging("debug", "logfmt", stream)
+    yield stream
+    setup_logging("info", "logfmt")
+
+
 @pytest.fixture
 def run_exporter():
     """Start exporter processes; all are stopped (SIGTERM) at the end of the test."""
