@@ -55,12 +55,16 @@ def serve(config: Config, on_ready: Optional[Callable[[str], None]] = None) -> i
     except ConfigError as exc:
         print(f"pod-gpu-metrics-exporter: error: {exc}", file=sys.stderr)
         return EXIT_USAGE
-    resolve_mig = _mig_resolver()
     try:
-        kubernetes = _start_kubernetes(config, resolve_mig)
+        kubernetes = _prepare_kubernetes(config)
     except ConfigError as exc:
         print(f"pod-gpu-metrics-exporter: error: {exc}", file=sys.stderr)
         return EXIT_USAGE
+    resolve_mig = _mig_resolver()
+    if kubernetes is not None:
+        from exporter.kubernetes import start_and_wait
+
+        start_and_wait(kubernetes, resolve_mig, config.kubelet_timeout_seconds)
     client = PodResourcesClient(config.kubelet_socket, config.kubelet_timeout_seconds)
     attribution = Attribution(
         client.list_devices,
@@ -113,13 +117,13 @@ def _load_web_config(path: Optional[str]):
     return load_web_config(path)
 
 
-def _start_kubernetes(config: Config, resolve_mig, wait_seconds: float = 5.0):
-    """The Kubernetes API context, or None when --kubernetes.api is off or finds no config (auto)."""
+def _prepare_kubernetes(config: Config):
+    """The Kubernetes API context (not started), or None when --kubernetes.api is off or finds no config."""
     if config.kubernetes_api == "off":
         return None
-    from exporter.kubernetes import start_kubernetes  # imported lazily: lightkube is only loaded when used
+    from exporter.kubernetes import prepare_kubernetes  # imported lazily: lightkube is only loaded when used
 
-    return start_kubernetes(config, resolve_mig, wait_seconds)
+    return prepare_kubernetes(config)
 
 
 def _process_shares(config: Config, attribution: Attribution, kubernetes):
@@ -165,14 +169,17 @@ def print_mapping(config: Config) -> int:
 
     client = PodResourcesClient(config.kubelet_socket, config.kubelet_timeout_seconds)
     try:
+        kubernetes = _prepare_kubernetes(config)
         devices = client.list_devices()
-        kubernetes = _start_kubernetes(config, _mig_resolver(), config.kubelet_timeout_seconds)
     except (KubeletError, ConfigError) as exc:
         print(f"pod-gpu-metrics-exporter: error: {exc}", file=sys.stderr)
         return EXIT_USAGE if isinstance(exc, ConfigError) else EXIT_FAILURE
     finally:
         client.close()
     if kubernetes is not None:
+        from exporter.kubernetes import start_and_wait
+
+        start_and_wait(kubernetes, _mig_resolver(), config.kubelet_timeout_seconds)
         mapping = kubernetes.build_mapping(devices, _mig_resolver())
         kubernetes.stop()
     else:

@@ -48,25 +48,33 @@ class FakeKubeApi:
         self._compacted = 0  # watches from a version below this get 410 Gone
         self._generation = 0  # bumped to end every open watch
         self._server: Optional[ThreadingHTTPServer] = None
+        self._stopped = False
 
     # --- the test's side -------------------------------------------------------------------------
-    def start(self) -> "FakeKubeApi":
-        server = ThreadingHTTPServer(("127.0.0.1", 0), _handler(self))
+    def start(self, port: int = 0) -> "FakeKubeApi":
+        """Serve on loopback; a stopped server can be started again on its old port (`port`)."""
+        server = ThreadingHTTPServer(("127.0.0.1", port), _handler(self))
         server.daemon_threads = True
-        self._server = server
+        self._server, self._stopped = server, False
         threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.1}, daemon=True).start()
         return self
 
     def stop(self) -> None:
         if self._server is not None:
-            self.close_watches()
+            # Stop accepting first: a watch ended before that would be re-opened at once and outlive us.
             self._server.shutdown()
             self._server.server_close()
+            self._stopped = True  # a watch accepted just before the shutdown ends too
+            self.close_watches()
             self._server = None
 
     @property
+    def port(self) -> int:
+        return self._server.server_address[1]
+
+    @property
     def url(self) -> str:
-        return f"http://127.0.0.1:{self._server.server_address[1]}"
+        return f"http://127.0.0.1:{self.port}"
 
     def request_count(self, verb: Optional[str] = None) -> int:
         with self._cond:
@@ -143,8 +151,10 @@ class FakeKubeApi:
         sent, last_bookmark = since, time.monotonic()
         while time.monotonic() < deadline:
             with self._cond:
+                if self._stopped:
+                    return
                 if self._generation != generation:
-                    if self._compacted > sent:
+                    if self._compacted > sent and not self.gone_as_http:
                         yield {"type": "ERROR", "object": status_object(410, "Expired", "too old resource version")}
                     return
                 pending = [e for e in self._events if e[0] > sent and e[1] == path]

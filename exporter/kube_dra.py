@@ -66,7 +66,7 @@ class DraDevices:
     def __init__(self, get_claim: Callable[[str, str], object], resolve_mig: Optional[MigResolver] = None,
                  clock: Callable[[], float] = time.monotonic):
         self._get_claim = get_claim
-        self._resolve_mig = resolve_mig
+        self.resolve_mig = resolve_mig
         self._clock = clock
         self._lock = threading.Lock()
         self._by_slice: Dict[str, Dict[DeviceRef, SliceDevice]] = {}
@@ -103,7 +103,7 @@ class DraDevices:
 
     def _key_for(self, published: SliceDevice) -> Optional[GpuKey]:
         if published.kind == "mig" or published.uuid.startswith("MIG-"):
-            parent = self._resolve_mig(published.uuid) if self._resolve_mig and published.uuid else None
+            parent = self.resolve_mig(published.uuid) if self.resolve_mig and published.uuid else None
             return GpuKey("UUID", parent[0], parent[1]) if parent else None
         return GpuKey("UUID", published.uuid, "") if published.uuid.startswith("GPU-") else None
 

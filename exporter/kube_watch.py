@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import random
 import threading
+import time
 from typing import Callable, Iterable, Optional
 
 from lightkube import ALL_NS
@@ -14,6 +15,7 @@ from exporter.logs import DependencyReporter, log
 # the last version seen: a connection that died without a FIN is noticed within this bound.
 WATCH_SERVER_TIMEOUT_SECONDS = 290
 LIST_PAGE_SIZE = 500  # pages keep a 5,000-pod list from being decoded into models all at once
+WATCH_CONFIRM_SECONDS = 1.0
 _BACKOFF_FIRST_SECONDS = 0.5
 _BACKOFF_MAX_SECONDS = 30.0
 
@@ -28,7 +30,7 @@ def describe_failure(exc: BaseException, verb: str, resource: str) -> tuple:
         return "forbidden", (f"Kubernetes API forbids {verb} on {resource} (403): the exporter's ClusterRole needs "
                              f"verb '{verb}' on '{resource}' (see daemonset.yaml)")
     if status == 404:
-        return "not_found", f"Kubernetes API does not serve {resource} (404) for {verb}"
+        return "not_found", f"Kubernetes API answered 404 Not Found to {verb} {resource}: {exc}"
     if status is not None:
         return "status", f"Kubernetes API answered {status} to {verb} {resource}: {exc}"
     return "unreachable", f"Kubernetes API unreachable for {verb} {resource}: {type(exc).__name__}: {exc}"
@@ -63,13 +65,26 @@ class ListWatch:
         self._on_reset = on_reset
         self._on_event = on_event
         self._namespace = {"namespace": ALL_NS} if namespaced else {}
-        self._reporter = reporter or DependencyReporter("kubernetes-api")
+        self._reporter = reporter or DependencyReporter("kubernetes-api")  # one per watch: logs once per change
         self._stop = threading.Event()
         self._thread: Optional[threading.Thread] = None
         self._phase = "list"  # the verb under way, named in a 403 message
-        self.healthy = False
+        self._listed_at: Optional[float] = None  # None while failing
+        self._watch_confirmed = False  # an event arrived since the last list
+        self._failed_phase: Optional[str] = None
+        self._attempt = 0
         self.lists = 0
         self.relists_after_gone = 0
+
+    @property
+    def healthy(self) -> bool:
+        """Listed and watching. After a failed watch, a new one counts once it has delivered an event
+        or stayed open for WATCH_CONFIRM_SECONDS: a watch that is refused (403) fails within that."""
+        listed_at = self._listed_at
+        if listed_at is None:
+            return False
+        return (self._failed_phase != "watch" or self._watch_confirmed
+                or time.monotonic() - listed_at >= WATCH_CONFIRM_SECONDS)
 
     def start(self) -> None:
         self._thread = threading.Thread(target=self._run, name=f"watch-{self.resource_name}", daemon=True)
@@ -90,7 +105,7 @@ class ListWatch:
                     log("info", "Kubernetes watch version expired (410 Gone): listing again",
                         resource=self.resource_name)
                     continue
-                self.healthy = False
+                self._listed_at, self._failed_phase, self._attempt = None, self._phase, self._attempt + 1
                 if _status_code(exc) == 404 and self._fallback is not None:
                     log("info", "Kubernetes API does not serve this version: using the older one",
                         resource=self.resource_name, version=self._fallback.__module__.rpartition("_")[2])
@@ -109,8 +124,13 @@ class ListWatch:
         objects = list(listing)
         self._on_reset(objects)
         self.lists += 1
-        self.healthy = True
-        self._reporter.succeeded("Kubernetes API answering again", resource=self.resource_name)
+        self._watch_confirmed, self._listed_at = False, time.monotonic()
+        if self._failed_phase != "watch":
+            self._recovered()
+        else:  # say so only once the new watch has proved itself
+            timer = threading.Timer(WATCH_CONFIRM_SECONDS, self._recovered, (self._attempt,))
+            timer.daemon = True
+            timer.start()
         events: Iterable = self._client.watch(self._resource, fields=self._fields,
                                               resource_version=listing.resourceVersion,
                                               server_timeout=WATCH_SERVER_TIMEOUT_SECONDS, **self._namespace)
@@ -119,6 +139,15 @@ class ListWatch:
         for event_type, obj in events:
             if self._stop.is_set():
                 return
+            if not self._watch_confirmed:
+                self._watch_confirmed = True
+                self._recovered()
             if event_type in ("ADDED", "MODIFIED", "DELETED"):
                 self._on_event(event_type, obj)
             # BOOKMARK: lightkube has already taken its resourceVersion; nothing else to do.
+
+    def _recovered(self, attempt: Optional[int] = None) -> None:
+        if attempt is not None and attempt != self._attempt:
+            return  # it failed again meanwhile
+        self._failed_phase = None
+        self._reporter.succeeded("Kubernetes API answering again", resource=self.resource_name)

@@ -82,9 +82,9 @@ class KubernetesContext:
         self.workload_gets = 0
         self.dra = DraDevices(self._get_claim, resolve_mig, clock)
         node = {"spec.nodeName": node_name}
-        self.pod_watch = ListWatch(client, Pod, "pods", node, self._reset_pods, self._apply_pod, self._reporter)
+        self.pod_watch = ListWatch(client, Pod, "pods", node, self._reset_pods, self._apply_pod)
         self.slice_watch = ListWatch(client, ResourceSlice, "resourceslices", node, self.dra.reset, self.dra.apply,
-                                     self._reporter, namespaced=False, fallback=ResourceSliceV1beta1)
+                                     namespaced=False, fallback=ResourceSliceV1beta1)
 
     def start(self) -> None:
         self.pod_watch.start()
@@ -109,6 +109,10 @@ class KubernetesContext:
 
     def _resolve_dra(self, device):
         return self.dra.resolve(device.resource, getattr(device, "pool", ""), device.device_id, device.claim)
+
+    def pod_count(self) -> int:
+        with self._lock:
+            return len(self._pods)
 
     def pod(self, namespace: str, name: str) -> Optional[PodInfo]:
         with self._lock:
@@ -249,12 +253,8 @@ def node_name(config) -> str:
     return config.kubernetes_node_name or os.environ.get("NODE_NAME") or socket.gethostname()
 
 
-def start_kubernetes(config, resolve_mig=None, wait_seconds: float = 5.0) -> Optional[KubernetesContext]:
-    """The started context, or None when --kubernetes.api rules it out; ConfigError for a bad config.
-
-    Waits up to `wait_seconds` for the first pod list, so that the first mapping already has the extra
-    labels when the API answers; an API that does not answer yet is retried in the background.
-    """
+def prepare_kubernetes(config) -> Optional[KubernetesContext]:
+    """A context ready to start, or None when --kubernetes.api rules it out; ConfigError for a bad config."""
     enabled = config.kubernetes_api == "on" or (
         config.kubernetes_api == "auto" and (config.kubernetes_kubeconfig is not None or in_cluster()))
     spec = label_spec(config)
@@ -266,12 +266,16 @@ def start_kubernetes(config, resolve_mig=None, wait_seconds: float = 5.0) -> Opt
     if config.kubernetes_kubeconfig is None and not in_cluster():
         raise ConfigError("--kubernetes.api on: not running in a pod (no KUBERNETES_SERVICE_HOST and service-account "
                           "token) and no --kubernetes.kubeconfig given")
-    context = KubernetesContext(make_client(config.kubernetes_kubeconfig), node_name(config), spec,
-                                config.mapping_max_age_seconds, resolve_mig)
+    return KubernetesContext(make_client(config.kubernetes_kubeconfig), node_name(config), spec,
+                             config.mapping_max_age_seconds)
+
+
+def start_and_wait(context: KubernetesContext, resolve_mig, wait_seconds: float) -> None:
+    """Start the watches and wait up to `wait_seconds` for the first pod list, so that the first
+    mapping already has the extra labels; an API that does not answer yet is retried in the background."""
+    context.dra.resolve_mig = resolve_mig
     context.start()
     deadline = time.monotonic() + wait_seconds
     while not context.up and time.monotonic() < deadline:
         time.sleep(0.02)
-    log("info", "Kubernetes API in use", node=context.node_name, pod_watch_up=context.up,
-        pods=len(context._pods), extra_labels=config.labels_extra or None)
-    return context
+    log("info", "Kubernetes API in use", node=context.node_name, pod_watch_up=context.up, pods=context.pod_count())
