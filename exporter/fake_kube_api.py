@@ -151,17 +151,16 @@ class FakeKubeApi:
         sent, last_bookmark = since, time.monotonic()
         while time.monotonic() < deadline:
             with self._cond:
-                if self._stopped:
-                    return
-                if self._generation != generation:
-                    if self._compacted > sent and not self.gone_as_http:
-                        yield {"type": "ERROR", "object": status_object(410, "Expired", "too old resource version")}
-                    return
-                pending = [e for e in self._events if e[0] > sent and e[1] == path]
-                if not pending:
-                    self._cond.wait(0.2)
-                    pending = [e for e in self._events if e[0] > sent and e[1] == path]
+                ended = self._stopped or self._generation != generation
+                expired = ended and not self._stopped and self._compacted > sent and not self.gone_as_http
+                pending = [] if ended else [e for e in self._events if e[0] > sent and e[1] == path]
                 current = self._version
+                if not ended and not pending:
+                    self._cond.wait(0.2)  # then look again: the watch may have been ended meanwhile
+            if expired:
+                yield {"type": "ERROR", "object": status_object(410, "Expired", "too old resource version")}
+            if ended:
+                return
             for version, _, kind, obj in pending:
                 sent = version
                 if (namespace is None or obj["metadata"].get("namespace") == namespace) and _selected(obj, selector):
