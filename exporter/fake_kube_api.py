@@ -39,6 +39,8 @@ class FakeKubeApi:
         self.served = set(served_versions)
         self.token: Optional[str] = None  # when set, requests need "Authorization: Bearer <token>"
         self.forbidden: Dict[str, str] = {}  # plural → verb refused with 403 ("list", "watch", "get")
+        self.bookmarks = "requested"  # or "always": BOOKMARK events even when a watch did not ask for them
+        self.bookmarks_sent = 0
         self.gone_as_http = False  # answer a watch from a compacted version with HTTP 410, not an ERROR event
         self.requests: List[Tuple[str, str]] = []  # (verb, plural) of every request
         self._cond = threading.Condition()
@@ -167,6 +169,7 @@ class FakeKubeApi:
                     yield {"type": kind, "object": obj}
             if bookmarks and time.monotonic() - last_bookmark > _BOOKMARK_INTERVAL_SECONDS:
                 last_bookmark, sent = time.monotonic(), max(sent, current)
+                self.bookmarks_sent += 1
                 yield {"type": "BOOKMARK", "object": {"kind": _KINDS.get(plural, "Object"), "apiVersion": api,
                                                       "metadata": {"resourceVersion": str(sent)}}}
 
@@ -238,7 +241,7 @@ def _handler(api: FakeKubeApi):
             self.send_header("Transfer-Encoding", "chunked")
             self.end_headers()
             events = api._watch_events(version, plural, namespace, selector, since,
-                                       query.get("allowWatchBookmarks") == "true",
+                                       query.get("allowWatchBookmarks") == "true" or api.bookmarks == "always",
                                        float(query.get("timeoutSeconds") or _MAX_WATCH_SECONDS))
             try:
                 for event in events:
