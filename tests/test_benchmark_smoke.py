@@ -26,3 +26,20 @@ def test_small_benchmark_runs_and_prints_every_figure():
     assert not missing, f"figures missing from the output: {missing}\n{run.stdout}"
     # Three scenarios, each with both variants and a peak RSS; the relay beside the two plain ones.
     assert run.stdout.count("p50 ratio") == 8 and run.stdout.count("peak RSS") == 3, run.stdout
+
+
+KUBERNETES_LABELS = (
+    "== installed size of the added packages", "total:", "== peak RSS, API off vs on",
+    "API off:", "API on:", "growth:", "API requests during the", "pod node: the pod watch",
+    "start-up to first list done", "churn:", "ms per update", "410 Gone -> relist",
+)
+
+
+def test_small_kubernetes_benchmark_runs_and_prints_every_figure():
+    run = subprocess.run([sys.executable, "benchmarks/kubernetes.py", "--pods", "20", "--scrapes", "10",
+                          "--large-pods", "200", "--churn-seconds", "1"], cwd=str(REPO_ROOT),
+                         capture_output=True, text=True, timeout=180)
+    assert run.returncode == 0, run.stdout + run.stderr
+    missing = [label for label in KUBERNETES_LABELS if label not in run.stdout]
+    assert not missing, f"figures missing from the output: {missing}\n{run.stdout}"
+    assert "API requests during the 10 scrapes: 0" in run.stdout  # scrapes never call the API
