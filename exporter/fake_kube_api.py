@@ -39,6 +39,8 @@ class FakeKubeApi:
         self.served = set(served_versions)
         self.token: Optional[str] = None  # when set, requests need "Authorization: Bearer <token>"
         self.forbidden: Dict[str, str] = {}  # plural → verb refused with 403 ("list", "watch", "get")
+        self.bookmarks = "requested"  # or "always": BOOKMARK events even when a watch did not ask for them
+        self.bookmarks_sent = 0
         self.gone_as_http = False  # answer a watch from a compacted version with HTTP 410, not an ERROR event
         self.requests: List[Tuple[str, str]] = []  # (verb, plural) of every request
         self._cond = threading.Condition()
@@ -151,23 +153,23 @@ class FakeKubeApi:
         sent, last_bookmark = since, time.monotonic()
         while time.monotonic() < deadline:
             with self._cond:
-                if self._stopped:
-                    return
-                if self._generation != generation:
-                    if self._compacted > sent and not self.gone_as_http:
-                        yield {"type": "ERROR", "object": status_object(410, "Expired", "too old resource version")}
-                    return
-                pending = [e for e in self._events if e[0] > sent and e[1] == path]
-                if not pending:
-                    self._cond.wait(0.2)
-                    pending = [e for e in self._events if e[0] > sent and e[1] == path]
+                ended = self._stopped or self._generation != generation
+                expired = ended and not self._stopped and self._compacted > sent and not self.gone_as_http
+                pending = [] if ended else [e for e in self._events if e[0] > sent and e[1] == path]
                 current = self._version
+                if not ended and not pending:
+                    self._cond.wait(0.2)  # then look again: the watch may have been ended meanwhile
+            if expired:
+                yield {"type": "ERROR", "object": status_object(410, "Expired", "too old resource version")}
+            if ended:
+                return
             for version, _, kind, obj in pending:
                 sent = version
                 if (namespace is None or obj["metadata"].get("namespace") == namespace) and _selected(obj, selector):
                     yield {"type": kind, "object": obj}
             if bookmarks and time.monotonic() - last_bookmark > _BOOKMARK_INTERVAL_SECONDS:
                 last_bookmark, sent = time.monotonic(), max(sent, current)
+                self.bookmarks_sent += 1
                 yield {"type": "BOOKMARK", "object": {"kind": _KINDS.get(plural, "Object"), "apiVersion": api,
                                                       "metadata": {"resourceVersion": str(sent)}}}
 
@@ -239,7 +241,7 @@ def _handler(api: FakeKubeApi):
             self.send_header("Transfer-Encoding", "chunked")
             self.end_headers()
             events = api._watch_events(version, plural, namespace, selector, since,
-                                       query.get("allowWatchBookmarks") == "true",
+                                       query.get("allowWatchBookmarks") == "true" or api.bookmarks == "always",
                                        float(query.get("timeoutSeconds") or _MAX_WATCH_SECONDS))
             try:
                 for event in events:

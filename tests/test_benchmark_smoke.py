@@ -28,11 +28,18 @@ def test_small_benchmark_runs_and_prints_every_figure():
     assert run.stdout.count("p50 ratio") == 8 and run.stdout.count("peak RSS") == 3, run.stdout
 
 
-def test_process_shares_benchmark_runs_and_prints_every_figure():
-    run = subprocess.run([sys.executable, "benchmarks/process_shares.py", "--iterations", "5"], cwd=str(REPO_ROOT),
-                         capture_output=True, text=True, timeout=120)
+KUBERNETES_LABELS = (
+    "== installed size of the added packages", "total:", "== peak RSS, API off vs on",
+    "API off:", "API on:", "growth:", "API requests during the", "pod node: the pod watch",
+    "start-up to first list done", "churn:", "ms per update", "410 Gone -> relist",
+)
+
+
+def test_small_kubernetes_benchmark_runs_and_prints_every_figure():
+    run = subprocess.run([sys.executable, "benchmarks/kubernetes.py", "--pods", "20", "--scrapes", "10",
+                          "--large-pods", "200", "--churn-seconds", "1"], cwd=str(REPO_ROOT),
+                         capture_output=True, text=True, timeout=180)
     assert run.returncode == 0, run.stdout + run.stderr
-    for label in ("series served: 32 memory, 32 SM, 8 unattributed gauges", "NVML calls per refresh:",
-                  "whole refresh (NVML + /proc + shares)", "NVML reading", "/proc/<pid>/cgroup of 50 PIDs",
-                  "shares computed and rendered", "real /proc: cgroup of"):
-        assert label in run.stdout, f"{label!r} missing from:\n{run.stdout}"
+    missing = [label for label in KUBERNETES_LABELS if label not in run.stdout]
+    assert not missing, f"figures missing from the output: {missing}\n{run.stdout}"
+    assert "API requests during the 10 scrapes: 0" in run.stdout  # scrapes never call the API

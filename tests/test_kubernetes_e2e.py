@@ -285,3 +285,25 @@ def test_bad_kubernetes_flags_stop_start_up_with_exit_2(args, message):
                           cwd=str(REPO_ROOT), env=exporter_env(), capture_output=True, text=True, timeout=60)
     assert done.returncode == 2, done.stderr
     assert message in done.stderr and len(done.stderr.strip().splitlines()) == 1, done.stderr
+
+
+def test_every_api_request_is_granted_by_the_daemonset_cluster_role(node, api, run_exporter):
+    from test_deploy_manifests import cluster_role_grants
+
+    kubelet = node[0]
+    add_owner(api, "replicasets", "web", "infer-5d4f", ("Deployment", "infer"))
+    add_owner(api, "jobs", "ml", "small-29001", ("CronJob", "small"))
+    add_pod(api, "web", "infer-1", owner=("ReplicaSet", "infer-5d4f"))
+    add_pod(api, "ml", "small-a", owner=("Job", "small-29001"))
+    api.put("resource.k8s.io/v1", "resourceslices", resource_slice({"gpu-h100-a": {"type": "gpu", "uuid": UUID3}}))
+    api.put("resource.k8s.io/v1", "resourceclaims", claim("batch", "train-gpu", "gpu-h100-a"))
+    exporter = start(run_exporter, node, "--labels.extra", "pod_uid,workload")
+    wait_until(lambda: 'workload="small"' in scrape(exporter) and 'workload="infer"' in scrape(exporter))
+    groups = {"pods": "", "replicasets": "apps", "jobs": "batch", "resourceslices": "resource.k8s.io",
+              "resourceclaims": "resource.k8s.io"}
+    made = {(groups[plural], plural, verb) for verb, plural in api.requests}
+    assert {(plural, verb) for _, plural, verb in made} >= {("pods", "list"), ("pods", "watch"),
+                                                           ("replicasets", "get"), ("jobs", "get"),
+                                                           ("resourceslices", "list"), ("resourceclaims", "get")}
+    grants = cluster_role_grants()
+    assert all(verb in grants.get((group, plural), ()) for group, plural, verb in made), made
