@@ -352,3 +352,22 @@ def test_a_real_prometheus_answers_the_docs_namespace_queries(node, tmp_path):
         assert by_namespace(everything) == {"team-a": 6000 * MIB, "team-b": 3000 * MIB}
     finally:
         prometheus.stop()
+
+
+def test_share_series_carry_the_apis_extra_labels_like_allocation_info(node):
+    pod = node.add_pod("a")
+    node.kubelet.set_devices([AllocatedDevice("ml", "a", "main", "nvidia.com/gpu", L4)])
+    node.nvml.gpu(0, L4).process(L4, 10, MIB).sample(L4, 10, 40).write()
+    node.run_in(10, "a")
+    exporter = node.start(extra=["--labels.extra", "pod_uid"])
+    uid = pod["metadata"]["uid"]
+    want = holder_labels("a") + f',pod_uid="{uid}"'
+
+    def with_extras():
+        text = scrape(exporter).text
+        return text if want in series(text, "pod_gpu_container_memory_used_bytes") else None
+
+    text = wait_until(with_extras)
+    assert series(text, "pod_gpu_container_sm_utilization_ratio") == {want: "0.4"}
+    info = series(text, "pod_gpu_allocation_info")
+    assert any(f'container="main",pod_uid="{uid}"' in labels for labels in info), info  # after the owner labels, as here
