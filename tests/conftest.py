@@ -44,13 +44,30 @@ def dcgm():
 
 
 @pytest.fixture(scope="session")
-def fake_nvml_loaded(tmp_path_factory):
-    """The fake libnvidia-ml.so.1 built and loaded into this process, where pynvml finds it by SONAME."""
-    from nvml_node import build_fake_nvml, preload
+def fake_nvml_library(tmp_path_factory):
+    """The fake libnvidia-ml.so.1 (tests/fake_nvml/fake_nvml.c), built once with the system compiler."""
+    from nvml_node import build_fake_nvml
 
-    library = build_fake_nvml(tmp_path_factory.mktemp("fake-nvml"))
-    preload(library)
-    return library
+    return build_fake_nvml(tmp_path_factory.mktemp("fake-nvml"))
+
+
+@pytest.fixture(scope="session")
+def fake_nvml_loaded(fake_nvml_library):
+    """The fake loaded into this process, where pynvml finds it by SONAME."""
+    from nvml_node import preload
+
+    preload(fake_nvml_library)
+    return fake_nvml_library
+
+
+@pytest.fixture
+def gpu_node(tmp_path, socket_dir, fake_nvml_library, run_exporter):
+    """A GPU node for the real exporter process in --sharing.mode process (tests/shared_node.py)."""
+    from shared_node import SharedNode
+
+    node = SharedNode(tmp_path, socket_dir, fake_nvml_library.parent, run_exporter)
+    yield node
+    node.stop()
 
 
 @pytest.fixture
