@@ -15,8 +15,12 @@ from exporter.logs import DependencyReporter, log
 from exporter.shares import PodIndex, compute_shares, pod_index, render_shares
 
 NVML_UP = "pod_gpu_exporter_nvml_up"
+REFRESH_DURATION = "pod_gpu_exporter_process_shares_refresh_duration_seconds"
 _NVML_UP_HELP = (f"# HELP {NVML_UP} 1 when NVML answered the last per-process refresh (--sharing.mode process), else 0.\n"
                  f"# TYPE {NVML_UP} gauge\n")
+# What a refresh costs on this node (NVML calls go to the driver): measured, since no benchmark can.
+_REFRESH_DURATION_HELP = (f"# HELP {REFRESH_DURATION} Time the last per-process refresh took: NVML, /proc and the "
+                          f"shares (--sharing.mode process).\n# TYPE {REFRESH_DURATION} gauge\n")
 # The per-process SM samples asked of NVML go back at least this far, so a short refresh interval
 # still finds the driver's latest sample.
 _MIN_SAMPLE_WINDOW_SECONDS = 1.0
@@ -26,6 +30,7 @@ class _Rendered(NamedTuple):
     text: bytes  # the share series of one refresh ("" when they could not be had)
     nvml_up: bool
     at: float  # monotonic time of the refresh
+    duration_seconds: float
 
 
 class ProcessShares:
@@ -59,16 +64,20 @@ class ProcessShares:
 
     def refresh(self) -> None:
         """Read NVML and /proc once and install the rendered series (or none, when they cannot be had)."""
+        started = time.perf_counter()
         devices = self._read_devices()
         text = b"" if devices is None else self._render(devices).encode()
-        self._rendered = _Rendered(text, devices is not None, self._clock())
+        self._rendered = _Rendered(text, devices is not None, self._clock(), time.perf_counter() - started)
 
     def text(self) -> bytes:
-        """What a scrape appends: the share series while fresh, and nvml_up."""
+        """What a scrape appends: the share series while fresh, nvml_up, and the last refresh's duration."""
         rendered = self._rendered
         fresh = rendered is not None and self._clock() - rendered.at <= 2 * self._interval
         series, up = (rendered.text, rendered.nvml_up) if fresh else (b"", False)
-        return series + (_NVML_UP_HELP + f"{NVML_UP} {int(up)}\n").encode()
+        status = _NVML_UP_HELP + f"{NVML_UP} {int(up)}\n"
+        if rendered is not None:
+            status += _REFRESH_DURATION_HELP + f"{REFRESH_DURATION} {rendered.duration_seconds:.6f}\n"
+        return series + status.encode()
 
     def start(self) -> None:
         self.refresh()

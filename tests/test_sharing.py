@@ -3,6 +3,8 @@ served, when it is withheld, and that each reason is logged once."""
 
 from __future__ import annotations
 
+import re
+
 from exporter.devices import build_mapping
 from exporter.nvml import open_nvml
 from exporter.shares import PodInfo
@@ -37,6 +39,11 @@ def lines(shares):
     return shares.text().decode().splitlines()
 
 
+def nvml_up(shares) -> str:
+    (line,) = [line for line in lines(shares) if line.startswith("pod_gpu_exporter_nvml_up ")]
+    return line.rpartition(" ")[2]
+
+
 def test_a_lone_process_that_exits_mid_refresh_is_unattributed_not_a_missing_host_pid(nvml_node, tmp_path, log_stream):
     nvml_node.gpu(0, UUID).process(UUID, 10, 4096).write()
     proc = ProcTree(tmp_path / "proc")  # NVML listed PID 10; its /proc entry is already gone
@@ -56,7 +63,7 @@ def test_without_host_pids_nothing_is_served_and_the_reason_is_logged_once(nvml_
     shares = make_shares(proc.root)
     for _ in range(5):
         shares.refresh()
-    assert lines(shares)[-1] == "pod_gpu_exporter_nvml_up 1"
+    assert nvml_up(shares) == "1"
     assert not any(line.startswith("pod_gpu_container_") for line in lines(shares))
     assert log_stream.getvalue().count("hostPID: true") == 1
     proc.container_process(10, UID, CID)  # now deployed with hostPID
@@ -74,7 +81,7 @@ def test_shares_older_than_two_intervals_are_withheld(nvml_node, tmp_path):
     clock.now += 10.0  # two intervals: still served
     assert f"{MEMORY_A} 4096" in lines(shares) and "pod_gpu_exporter_nvml_up 1" in lines(shares)
     clock.now += 0.1  # the refresher has stalled (a hung NVML call)
-    assert lines(shares)[-1] == "pod_gpu_exporter_nvml_up 0" and MEMORY_A not in shares.text().decode()
+    assert nvml_up(shares) == "0" and MEMORY_A not in shares.text().decode()
 
 
 def test_without_the_pod_index_no_share_is_served(nvml_node, tmp_path, log_stream):
@@ -83,7 +90,7 @@ def test_without_the_pod_index_no_share_is_served(nvml_node, tmp_path, log_strea
     shares = make_shares(tmp_path / "proc", pods=None)
     for _ in range(3):
         shares.refresh()
-    assert lines(shares)[-1] == "pod_gpu_exporter_nvml_up 1" and "pod_gpu_container_" not in shares.text().decode()
+    assert nvml_up(shares) == "1" and "pod_gpu_container_" not in shares.text().decode()
     assert log_stream.getvalue().count("need the Kubernetes API") == 1
 
 
@@ -93,7 +100,8 @@ def test_nvml_that_cannot_list_gpus_reads_nvml_up_0(nvml_node, tmp_path, log_str
     shares = make_shares(tmp_path / "proc")
     shares.refresh()
     shares.refresh()
-    assert lines(shares) == ["# HELP pod_gpu_exporter_nvml_up 1 when NVML answered the last per-process refresh "
-                             "(--sharing.mode process), else 0.", "# TYPE pod_gpu_exporter_nvml_up gauge",
-                             "pod_gpu_exporter_nvml_up 0"]
+    assert lines(shares)[:3] == ["# HELP pod_gpu_exporter_nvml_up 1 when NVML answered the last per-process refresh "
+                                 "(--sharing.mode process), else 0.", "# TYPE pod_gpu_exporter_nvml_up gauge",
+                                 "pod_gpu_exporter_nvml_up 0"]
+    assert re.fullmatch(r"pod_gpu_exporter_process_shares_refresh_duration_seconds \d+\.\d+", lines(shares)[-1])
     assert log_stream.getvalue().count("NVML failed") == 1 and "GPU is lost" in log_stream.getvalue()
