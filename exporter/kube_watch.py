@@ -59,7 +59,7 @@ class ListWatch:
                  reporter: Optional[DependencyReporter] = None, namespaced: bool = True, fallback=None):
         self._client = client
         self._resource = resource
-        self._fallback = fallback  # an older API version to use when the server does not serve this one
+        self._fallback = fallback  # () → an older API version's resource, for a server that lacks this one
         self.resource_name = resource_name  # for messages and RBAC hints: "pods", "resourceslices"
         self._fields = fields
         self._on_reset = on_reset
@@ -107,9 +107,9 @@ class ListWatch:
                     continue
                 self._listed_at, self._failed_phase, self._attempt = None, self._phase, self._attempt + 1
                 if _status_code(exc) == 404 and self._fallback is not None:
+                    self._resource, self._fallback = self._fallback(), None
                     log("info", "Kubernetes API does not serve this version: using the older one",
-                        resource=self.resource_name, version=self._fallback.__module__.rpartition("_")[2])
-                    self._resource, self._fallback = self._fallback, None
+                        resource=self.resource_name, version=self._resource.__module__.rpartition("_")[2])
                     continue
                 reason, message = describe_failure(exc, self._phase, self.resource_name)
                 self._reporter.failed(f"{self.resource_name}:{reason}", message, resource=self.resource_name)

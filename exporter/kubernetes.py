@@ -58,6 +58,13 @@ def pod_info(pod, spec: LabelSpec) -> PodInfo:
     )
 
 
+def _slice_v1beta1():
+    # Kubernetes 1.32-1.33 serve DRA as v1beta1 only; imported only there (each API version's models cost RSS).
+    from lightkube.resources.resource_v1beta1 import ResourceSlice
+
+    return ResourceSlice
+
+
 class KubernetesContext:
     """This node's pods and DRA devices, kept by watches; labels and DRA keys computed on the refresher."""
 
@@ -65,7 +72,6 @@ class KubernetesContext:
                  resolve_mig=None, clock: Callable[[], float] = time.monotonic):
         from lightkube.resources.core_v1 import Pod
         from lightkube.resources.resource_v1 import ResourceSlice
-        from lightkube.resources.resource_v1beta1 import ResourceSlice as ResourceSliceV1beta1
 
         self.node_name = node_name
         self._client = client
@@ -84,7 +90,7 @@ class KubernetesContext:
         node = {"spec.nodeName": node_name}
         self.pod_watch = ListWatch(client, Pod, "pods", node, self._reset_pods, self._apply_pod)
         self.slice_watch = ListWatch(client, ResourceSlice, "resourceslices", node, self.dra.reset, self.dra.apply,
-                                     namespaced=False, fallback=ResourceSliceV1beta1)
+                                     namespaced=False, fallback=_slice_v1beta1)
 
     def start(self) -> None:
         self.pod_watch.start()
