@@ -85,6 +85,7 @@ class KubernetesContext:
         self._healthy_until: Optional[float] = None
         self._reporter = DependencyReporter("kubernetes-api")
         self._full_logged = False
+        self._unseen_logged: set = set()
         self.workload_gets = 0
         self.dra = DraDevices(self._get_claim, resolve_mig, clock)
         node = {"spec.nodeName": node_name}
@@ -132,14 +133,23 @@ class KubernetesContext:
         """
         if not self._spec.enabled or not self._fresh():
             return {}
-        extras = {}
+        extras: Dict[Tuple[str, str], str] = {}
+        pods = list(pods)
+        self._unseen_logged &= set(pods)  # forget pods that are gone, so the set stays bounded
         for namespace, name in pods:
             info = self.pod(namespace, name)
             if info is None:
+                self._log_unseen_once(namespace, name)
                 continue  # not seen yet (the kubelet can be quicker than the watch): next refresh
             workload = self._workload(namespace, name, info) if self._spec.workload else None
             extras[(namespace, name)] = render_extra_labels(self._spec, info, workload)
         return extras
+
+    def _log_unseen_once(self, namespace: str, name: str) -> None:
+        if (namespace, name) not in self._unseen_logged:
+            self._unseen_logged.add((namespace, name))
+            log("info", "a pod holding a GPU is not (yet) known to the API server watch: its samples lack the "
+                "extra labels until it is", namespace=namespace, pod=name, node=self.node_name)
 
     def _fresh(self) -> bool:
         now = self._clock()
