@@ -1,4 +1,8 @@
-"""One resource kind kept in step with the API server: list, watch from the list's version, relist on 410."""
+"""One resource kind kept in step with the API server: list, watch from the list's version, relist on 410.
+
+Works with a lightkube Client it is given; imports nothing of lightkube itself, so that the exporter
+with the API off never loads it.
+"""
 
 from __future__ import annotations
 
@@ -6,8 +10,6 @@ import random
 import threading
 import time
 from typing import Callable, Iterable, Optional
-
-from lightkube import ALL_NS
 
 from exporter.logs import DependencyReporter, log
 
@@ -64,7 +66,7 @@ class ListWatch:
         self._fields = fields
         self._on_reset = on_reset
         self._on_event = on_event
-        self._namespace = {"namespace": ALL_NS} if namespaced else {}
+        self._namespace = {"namespace": "*"} if namespaced else {}  # "*": lightkube's ALL_NS, every namespace
         self._reporter = reporter or DependencyReporter("kubernetes-api")  # one per watch: logs once per change
         self._stop = threading.Event()
         self._thread: Optional[threading.Thread] = None

@@ -278,12 +278,13 @@ def prepare_kubernetes(config) -> Optional[KubernetesContext]:
                              config.mapping_max_age_seconds)
 
 
-def start_and_wait(context: KubernetesContext, resolve_mig, wait_seconds: float) -> None:
-    """Start the watches and wait up to `wait_seconds` for the first pod list, so that the first
-    mapping already has the extra labels; an API that does not answer yet is retried in the background."""
+def start_and_wait(context: KubernetesContext, resolve_mig, wait_seconds: float, slices: bool = False) -> None:
+    """Start the watches and wait up to `wait_seconds` for the first pod list (and ResourceSlice list,
+    with `slices`), so that the first mapping already has the extra labels; an API that does not
+    answer yet is retried in the background."""
     context.dra.resolve_mig = resolve_mig
     context.start()
     deadline = time.monotonic() + wait_seconds
-    while not context.up and time.monotonic() < deadline:
+    while not (context.up and (context.slice_watch.healthy or not slices)) and time.monotonic() < deadline:
         time.sleep(0.02)
     log("info", "Kubernetes API in use", node=context.node_name, pod_watch_up=context.up, pods=context.pod_count())

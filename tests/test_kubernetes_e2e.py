@@ -83,6 +83,8 @@ def test_api_off_serves_exactly_the_kubelet_only_scrape(node, run_exporter, api)
                                  "--labels.pod-labels", ".*"])
         assert status_free(scrape(exporter)) == expected, mode
         assert "kubernetes_api_up" not in scrape(exporter)
+        # Nor is the client library loaded (its msgspec extension would be mapped): no memory spent on it.
+        assert "msgspec" not in open(f"/proc/{exporter.proc.pid}/maps").read()
     assert api.request_count() == 0
 
 
