@@ -179,8 +179,9 @@ def print_mapping(config: Config) -> int:
     if kubernetes is not None:
         from exporter.kubernetes import start_and_wait
 
-        start_and_wait(kubernetes, _mig_resolver(), config.kubelet_timeout_seconds)
-        mapping = kubernetes.build_mapping(devices, _mig_resolver())
+        resolve_mig = _mig_resolver()
+        start_and_wait(kubernetes, resolve_mig, config.kubelet_timeout_seconds, slices=True)
+        mapping = kubernetes.build_mapping(devices, resolve_mig)
         kubernetes.stop()
     else:
         mapping = build_mapping(devices, _mig_resolver())

@@ -1,4 +1,8 @@
-"""One resource kind kept in step with the API server: list, watch from the list's version, relist on 410."""
+"""One resource kind kept in step with the API server: list, watch from the list's version, relist on 410.
+
+Works with a lightkube Client it is given; imports nothing of lightkube itself, so that the exporter
+with the API off never loads it.
+"""
 
 from __future__ import annotations
 
@@ -6,8 +10,6 @@ import random
 import threading
 import time
 from typing import Callable, Iterable, Optional
-
-from lightkube import ALL_NS
 
 from exporter.logs import DependencyReporter, log
 
@@ -59,12 +61,12 @@ class ListWatch:
                  reporter: Optional[DependencyReporter] = None, namespaced: bool = True, fallback=None):
         self._client = client
         self._resource = resource
-        self._fallback = fallback  # an older API version to use when the server does not serve this one
+        self._fallback = fallback  # () → an older API version's resource, for a server that lacks this one
         self.resource_name = resource_name  # for messages and RBAC hints: "pods", "resourceslices"
         self._fields = fields
         self._on_reset = on_reset
         self._on_event = on_event
-        self._namespace = {"namespace": ALL_NS} if namespaced else {}
+        self._namespace = {"namespace": "*"} if namespaced else {}  # "*": lightkube's ALL_NS, every namespace
         self._reporter = reporter or DependencyReporter("kubernetes-api")  # one per watch: logs once per change
         self._stop = threading.Event()
         self._thread: Optional[threading.Thread] = None
@@ -107,9 +109,9 @@ class ListWatch:
                     continue
                 self._listed_at, self._failed_phase, self._attempt = None, self._phase, self._attempt + 1
                 if _status_code(exc) == 404 and self._fallback is not None:
+                    self._resource, self._fallback = self._fallback(), None
                     log("info", "Kubernetes API does not serve this version: using the older one",
-                        resource=self.resource_name, version=self._fallback.__module__.rpartition("_")[2])
-                    self._resource, self._fallback = self._fallback, None
+                        resource=self.resource_name, version=self._resource.__module__.rpartition("_")[2])
                     continue
                 reason, message = describe_failure(exc, self._phase, self.resource_name)
                 self._reporter.failed(f"{self.resource_name}:{reason}", message, resource=self.resource_name)

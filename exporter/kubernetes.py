@@ -58,6 +58,13 @@ def pod_info(pod, spec: LabelSpec) -> PodInfo:
     )
 
 
+def _slice_v1beta1():
+    # Kubernetes 1.32-1.33 serve DRA as v1beta1 only; imported only there (each API version's models cost RSS).
+    from lightkube.resources.resource_v1beta1 import ResourceSlice
+
+    return ResourceSlice
+
+
 class KubernetesContext:
     """This node's pods and DRA devices, kept by watches; labels and DRA keys computed on the refresher."""
 
@@ -65,7 +72,6 @@ class KubernetesContext:
                  resolve_mig=None, clock: Callable[[], float] = time.monotonic):
         from lightkube.resources.core_v1 import Pod
         from lightkube.resources.resource_v1 import ResourceSlice
-        from lightkube.resources.resource_v1beta1 import ResourceSlice as ResourceSliceV1beta1
 
         self.node_name = node_name
         self._client = client
@@ -79,12 +85,13 @@ class KubernetesContext:
         self._healthy_until: Optional[float] = None
         self._reporter = DependencyReporter("kubernetes-api")
         self._full_logged = False
+        self._unseen_logged: set = set()
         self.workload_gets = 0
         self.dra = DraDevices(self._get_claim, resolve_mig, clock)
         node = {"spec.nodeName": node_name}
         self.pod_watch = ListWatch(client, Pod, "pods", node, self._reset_pods, self._apply_pod)
         self.slice_watch = ListWatch(client, ResourceSlice, "resourceslices", node, self.dra.reset, self.dra.apply,
-                                     namespaced=False, fallback=ResourceSliceV1beta1)
+                                     namespaced=False, fallback=_slice_v1beta1)
 
     def start(self) -> None:
         self.pod_watch.start()
@@ -134,14 +141,23 @@ class KubernetesContext:
         """
         if not self._spec.enabled or not self._fresh():
             return {}
-        extras = {}
+        extras: Dict[Tuple[str, str], str] = {}
+        pods = list(pods)
+        self._unseen_logged &= set(pods)  # forget pods that are gone, so the set stays bounded
         for namespace, name in pods:
             info = self.pod(namespace, name)
             if info is None:
+                self._log_unseen_once(namespace, name)
                 continue  # not seen yet (the kubelet can be quicker than the watch): next refresh
             workload = self._workload(namespace, name, info) if self._spec.workload else None
             extras[(namespace, name)] = render_extra_labels(self._spec, info, workload)
         return extras
+
+    def _log_unseen_once(self, namespace: str, name: str) -> None:
+        if (namespace, name) not in self._unseen_logged:
+            self._unseen_logged.add((namespace, name))
+            log("info", "a pod holding a GPU is not (yet) known to the API server watch: its samples lack the "
+                "extra labels until it is", namespace=namespace, pod=name, node=self.node_name)
 
     def _fresh(self) -> bool:
         now = self._clock()
@@ -270,12 +286,13 @@ def prepare_kubernetes(config) -> Optional[KubernetesContext]:
                              config.mapping_max_age_seconds)
 
 
-def start_and_wait(context: KubernetesContext, resolve_mig, wait_seconds: float) -> None:
-    """Start the watches and wait up to `wait_seconds` for the first pod list, so that the first
-    mapping already has the extra labels; an API that does not answer yet is retried in the background."""
+def start_and_wait(context: KubernetesContext, resolve_mig, wait_seconds: float, slices: bool = False) -> None:
+    """Start the watches and wait up to `wait_seconds` for the first pod list (and ResourceSlice list,
+    with `slices`), so that the first mapping already has the extra labels; an API that does not
+    answer yet is retried in the background."""
     context.dra.resolve_mig = resolve_mig
     context.start()
     deadline = time.monotonic() + wait_seconds
-    while not context.up and time.monotonic() < deadline:
+    while not (context.up and (context.slice_watch.healthy or not slices)) and time.monotonic() < deadline:
         time.sleep(0.02)
     log("info", "Kubernetes API in use", node=context.node_name, pod_watch_up=context.up, pods=context.pod_count())
