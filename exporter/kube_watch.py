@@ -52,8 +52,8 @@ class ListWatch:
 
     `on_reset(objects)` replaces the cache with a full list; `on_event(type, object)` applies one
     ADDED/MODIFIED/DELETED event. A 410 Gone (the version fell out of the server's window) relists at
-    once; any other failure relists after a growing, jittered pause. `healthy` is True from a
-    successful list until the next failure.
+    once; any other failure (after reporting it, once per kind) relists after a growing, jittered
+    pause. See `healthy` for when the watch counts as up.
     """
 
     def __init__(self, client, resource, resource_name: str, fields: Optional[dict],
@@ -100,7 +100,7 @@ class ListWatch:
         while not self._stop.is_set():
             try:
                 self._list_then_watch()
-                pause = _BACKOFF_FIRST_SECONDS  # the server closed a healthy watch: go on at once
+                return  # only when stopped: lightkube reopens a watch the server ends, from its last version
             except Exception as exc:  # noqa: BLE001 - every failure is reported and retried, never fatal
                 if _status_code(exc) == 410:  # not a failure: the cache stays good until the relist replaces it
                     self.relists_after_gone += 1
