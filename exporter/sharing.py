@@ -80,7 +80,8 @@ class ProcessShares:
         return series + status.encode()
 
     def start(self) -> None:
-        self.refresh()
+        """Refresh now and then every interval, all on the refresher's thread: NVML calls have no
+        timeout, so a hung driver must not keep the server from serving the dcgm samples."""
         self._thread = threading.Thread(target=self._run, name="process-shares-refresher", daemon=True)
         self._thread.start()
 
@@ -90,11 +91,13 @@ class ProcessShares:
             self._thread.join(timeout_seconds)
 
     def _run(self) -> None:
-        while not self._stop.wait(self._interval):
+        while True:
             try:
                 self.refresh()
             except Exception:  # a bug must not end the refresher for good
                 log("error", "unexpected error refreshing per-process GPU shares", exc_info=True)
+            if self._stop.wait(self._interval):
+                return
 
     def _read_devices(self) -> Optional[List[DeviceProcesses]]:
         if self._reader is None:

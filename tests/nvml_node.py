@@ -60,6 +60,10 @@ class FakeNode:
         self.lines.append(f"fail {function} {code} {device_uuid}".rstrip())
         return self
 
+    def hang(self, function: str, milliseconds: int) -> "FakeNode":
+        self.lines.append(f"hang {function} {milliseconds}")
+        return self
+
     def write(self) -> "FakeNode":
         # Written to a temporary file and renamed: the exporter may read it at any moment.
         temporary = self.path.with_suffix(".tmp")

@@ -182,3 +182,14 @@ def test_share_series_carry_the_apis_extra_labels_like_allocation_info(gpu_node)
     assert series(text, "pod_gpu_container_sm_utilization_ratio") == {want: "0.4"}
     info = series(text, "pod_gpu_allocation_info")
     assert any(f'container="main",pod_uid="{uid}"' in labels for labels in info), info  # after the owner labels, as here
+
+
+def test_a_hung_nvml_never_holds_up_the_dcgm_samples(gpu_node):
+    gpu_node.add_pod("a")
+    gpu_node.kubelet.set_devices([AllocatedDevice("ml", "a", "main", "nvidia.com/gpu", L4)])
+    gpu_node.nvml.gpu(0, L4).process(L4, 10, MIB).hang("nvmlDeviceGetCount", 60_000).write()  # a wedged driver
+    gpu_node.run_in(10, "a")
+    exporter = gpu_node.start()  # its first refresh is stuck in NVML from the start
+    text = scrape(exporter).text
+    assert 'pod="a"' in text and "pod_gpu_exporter_dcgm_up 1" in text
+    assert "pod_gpu_exporter_nvml_up 0" in text and "pod_gpu_container_memory_used_bytes" not in text

@@ -12,6 +12,7 @@
  *                                                      <age ms> before the call (default 0)
  *   fail <function name> <nvml return code> [<uuid>]   that entry point answers that error (for
  *                                                      that device only, when a UUID is given)
+ *   hang <function name> <ms>                          that entry point takes this long to answer
  * A missing FAKE_NVML_NODE file makes nvmlInit answer NVML_ERROR_DRIVER_NOT_LOADED, as on a node
  * without the driver. Built at test time: cc -shared -fPIC -o libnvidia-ml.so.1 fake_nvml.c
  */
@@ -19,6 +20,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/time.h>
+#include <time.h>
 
 typedef int nvmlReturn_t;
 enum {
@@ -47,6 +49,7 @@ struct device {
 struct process { int device; enum kind kind; unsigned int pid; unsigned long long used; };
 struct sample { int device; unsigned int pid, sm; unsigned long long age_ms; };
 struct failure { char function[64]; int code; char uuid[96]; };
+struct hang { char function[64]; long ms; };
 
 static struct device devices[MAX_DEVICES];
 static int device_count, gpu_count;
@@ -56,6 +59,8 @@ static struct sample samples[MAX_PROCESSES];
 static int sample_count;
 static struct failure failures[MAX_FAILURES];
 static int failure_count;
+static struct hang hangs[MAX_FAILURES];
+static int hang_count;
 static int initialised;
 
 static int find_device(const char *uuid) {
@@ -121,13 +126,18 @@ static void parse_failure(char *rest) {
     if (sscanf(rest, "%63s %d %95s", f->function, &f->code, f->uuid) >= 2) failure_count++;
 }
 
+static void parse_hang(char *rest) {
+    struct hang *h = &hangs[hang_count];
+    if (sscanf(rest, "%63s %ld", h->function, &h->ms) == 2) hang_count++;
+}
+
 /* Reads the node file; returns 0 when it cannot be read. */
 static int load_node(void) {
     const char *path = getenv("FAKE_NVML_NODE");
     FILE *file = path ? fopen(path, "r") : NULL;
     char line[512], word[16];
     if (!file) return 0;
-    device_count = gpu_count = process_count = sample_count = failure_count = 0;
+    device_count = gpu_count = process_count = sample_count = failure_count = hang_count = 0;
     while (fgets(line, sizeof line, file)) {
         int used = 0;
         if (sscanf(line, "%15s %n", word, &used) != 1 || word[0] == '#') continue;
@@ -137,6 +147,7 @@ static int load_node(void) {
         else if (strcmp(word, "process") == 0 && process_count < MAX_PROCESSES) parse_process(rest);
         else if (strcmp(word, "sample") == 0 && sample_count < MAX_PROCESSES) parse_sample(rest);
         else if (strcmp(word, "fail") == 0 && failure_count < MAX_FAILURES) parse_failure(rest);
+        else if (strcmp(word, "hang") == 0 && hang_count < MAX_FAILURES) parse_hang(rest);
     }
     fclose(file);
     return 1;
@@ -150,7 +161,15 @@ static int injected_for(const char *function, const struct device *d) {
     }
     return NVML_SUCCESS;
 }
-static int injected(const char *function) { return injected_for(function, NULL); }
+/* Every entry point's first step: the delay injected for it, then the error injected for it. */
+static int injected(const char *function) {
+    for (int i = 0; i < hang_count; i++) {
+        if (strcmp(hangs[i].function, function) != 0) continue;
+        struct timespec pause = {hangs[i].ms / 1000, (hangs[i].ms % 1000) * 1000000L};
+        nanosleep(&pause, NULL);
+    }
+    return injected_for(function, NULL);
+}
 
 #define CHECK(function)                                         \
     do {                                                        \
