@@ -193,3 +193,16 @@ def test_a_hung_nvml_never_holds_up_the_dcgm_samples(gpu_node):
     text = scrape(exporter).text
     assert 'pod="a"' in text and "pod_gpu_exporter_dcgm_up 1" in text
     assert "pod_gpu_exporter_nvml_up 0" in text and "pod_gpu_container_memory_used_bytes" not in text
+
+
+def test_a_proc_root_that_is_not_a_directory_stops_start_up_with_exit_2(tmp_path):
+    import subprocess
+
+    from exporter_process import REPO_ROOT, exporter_command, exporter_env
+
+    result = subprocess.run(exporter_command() + ["--sharing.mode", "process", "--sharing.proc-root", str(tmp_path / "none")],
+                            cwd=str(REPO_ROOT), env=exporter_env(), capture_output=True, text=True, timeout=60)
+    assert result.returncode == 2
+    assert result.stderr.strip().splitlines() == [
+        f"pod-gpu-metrics-exporter: error: --sharing.proc-root: {tmp_path / 'none'} is not a directory (mount the "
+        "host's /proc there read-only, or run with hostPID: true and keep /proc)"]
