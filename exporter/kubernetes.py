@@ -282,8 +282,14 @@ def prepare_kubernetes(config) -> Optional[KubernetesContext]:
     if config.kubernetes_kubeconfig is None and not in_cluster():
         raise ConfigError("--kubernetes.api on: not running in a pod (no KUBERNETES_SERVICE_HOST and service-account "
                           "token) and no --kubernetes.kubeconfig given")
-    return KubernetesContext(make_client(config.kubernetes_kubeconfig), node_name(config), spec,
-                             config.mapping_max_age_seconds)
+    try:
+        client = make_client(config.kubernetes_kubeconfig)
+    except ImportError as exc:  # a dependency, but an install with --no-deps can lack it
+        if config.kubernetes_api == "on":
+            raise ConfigError(f"--kubernetes.api on: the client library is missing ({exc}): pip install lightkube") from None
+        log("warn", "Kubernetes API not used: the client library is missing (pip install lightkube)", error=str(exc))
+        return None
+    return KubernetesContext(client, node_name(config), spec, config.mapping_max_age_seconds)
 
 
 def start_and_wait(context: KubernetesContext, resolve_mig, wait_seconds: float, slices: bool = False) -> None:

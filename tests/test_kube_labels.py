@@ -6,9 +6,8 @@ import re
 
 import pytest
 
-from exporter.devices import Owner
+from exporter.devices import Owner, build_mapping
 from exporter.exposition import Rewriter, render_allocation_info
-from exporter.devices import build_mapping
 from exporter.kube_labels import (LabelSpec, PodInfo, allowed_items, compile_key_pattern, parse_extra,
                                   render_extra_labels, sanitise_label_name)
 from exporter.podresources import AllocatedDevice

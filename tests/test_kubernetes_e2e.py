@@ -310,3 +310,18 @@ def test_every_api_request_is_granted_by_the_daemonset_cluster_role(node, api, r
                                                            ("resourceslices", "list"), ("resourceclaims", "get")}
     grants = cluster_role_grants()
     assert all(verb in grants.get((group, plural), ()) for group, plural, verb in made), made
+
+
+def test_a_5000_pod_node_is_listed_in_pages_and_watched(node, api, run_exporter):
+    """Functional only: memory and CPU at this size are figures of benchmarks/kubernetes.py."""
+    for i in range(5000):
+        add_pod(api, "filler", f"pod-{i:04d}", labels={"team": "filler"})
+    add_pod(api, "web", "infer-1", labels={"team": "vision"})
+    add_pod(api, "other", "elsewhere", node="gpu-node-2", labels={"team": "x"})
+    exporter = start(run_exporter, node, "--labels.pod-labels", "team")
+    wait_until(lambda: 'label_team="vision"' in scrape(exporter), 60)
+    pages = api.request_count("list")
+    assert pages >= 11 + 1, pages  # 5,001 pods of this node in pages of 500, plus the ResourceSlice list
+    add_pod(api, "web", "infer-2", labels={"team": "late"})
+    wait_until(lambda: 'pod="infer-2",container="vllm",label_team="late"}' in scrape(exporter))
+    assert api.request_count("list") == pages  # a watch event, not a relist
