@@ -135,7 +135,10 @@ find_fixture() {
 start_fake_node() {
     local sockdir=$1 fixture deadline=$((SECONDS + 30))
     fixture=$(find_fixture)
-    python3 "$root/.ci/fake_node.py" "$sockdir" "$fixture" >"$work/fake_node.out" 2>"$work/fake_node.err" &
+    # The fakes import grpc: the project's venv (made by .ci/run) has it, a bare system python3 may not.
+    local python=python3
+    [[ -x "$root/.venv/bin/python" ]] && python="$root/.venv/bin/python"
+    "$python" "$root/.ci/fake_node.py" "$sockdir" "$fixture" >"$work/fake_node.out" 2>"$work/fake_node.err" &
     fake_pid=$!
     until grep -q '^ready ' "$work/fake_node.out"; do
         if ! kill -0 "$fake_pid" 2>/dev/null || ((SECONDS > deadline)); then
