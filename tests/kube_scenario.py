@@ -29,3 +29,23 @@ def devices():
 def status_free(text: str) -> str:
     """The scrape without the two gauges whose values move between scrapes."""
     return re.sub(r"(?m)^(pod_gpu_exporter_(?:scrape_duration|mapping_age)_seconds) .*$", r"\1 X", text)
+
+
+def resource_slice(devices_by_name):
+    """This node's ResourceSlice of NVIDIA's DRA driver: device name → its string attributes."""
+    return {"apiVersion": "resource.k8s.io/v1", "kind": "ResourceSlice",
+            "metadata": {"name": f"{NODE}-gpu.nvidia.com-abcde"},
+            "spec": {"driver": "gpu.nvidia.com", "nodeName": NODE, "pool": {"name": POOL, "generation": 1,
+                     "resourceSliceCount": 1},
+                     "devices": [{"name": name, "attributes": {key: {"string": value} for key, value in attrs.items()}}
+                                 for name, attrs in devices_by_name.items()]}}
+
+
+def claim(namespace, name, device, admin=False):
+    """A ResourceClaim allocated one device of this node's pool (through adminAccess with `admin`)."""
+    result = {"request": "gpu", "driver": "gpu.nvidia.com", "pool": POOL, "device": device}
+    if admin:
+        result["adminAccess"] = True
+    return {"apiVersion": "resource.k8s.io/v1", "kind": "ResourceClaim", "metadata": {"name": name, "namespace": namespace},
+            "spec": {"devices": {"requests": []}},
+            "status": {"allocation": {"devices": {"results": [result]}}}}

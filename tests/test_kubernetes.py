@@ -11,8 +11,7 @@ from exporter.fake_kube_api import FakeKubeApi, make_pod, write_kubeconfig
 from exporter.kube_labels import LabelSpec
 from exporter.kubernetes import KubernetesContext, make_client
 from exporter.podresources import AllocatedDevice
-from kube_scenario import NODE, POOL, UUID0
-from test_kubernetes_e2e import claim, resource_slice
+from kube_scenario import NODE, POOL, UUID0, claim, resource_slice
 
 MIG = "MIG-3a9c2f4e-1b2c-5d6e-8f90-123456789abc"
 MIG_DEVICE = "gpu-0-mig-19-4-1"  # the driver's name: profile 19, placement start 4, size 1 — no GI ID

@@ -18,7 +18,7 @@ from exporter.fake_kubelet import FakeKubelet
 from exporter.podresources import AllocatedDevice
 from exporter_process import REPO_ROOT, exporter_env
 from fixtures import FIXTURES_DIR, fixture_bytes
-from kube_scenario import H100, NODE, POOL, UUID1, UUID3, devices, status_free
+from kube_scenario import H100, NODE, POOL, UUID1, UUID3, claim, devices, resource_slice, status_free
 
 FAST = ["--kubelet.refresh-interval", "200ms"]
 
@@ -220,24 +220,6 @@ def test_watch_expired_410_relists(node, api, run_exporter, as_http):
     wait_until(lambda: 'label_team="b"' in scrape(exporter), 30)
     assert api.request_count("list") > lists
     assert "410 Gone" in exporter.stderr_text()
-
-
-def resource_slice(devices_by_name):
-    return {"apiVersion": "resource.k8s.io/v1", "kind": "ResourceSlice",
-            "metadata": {"name": f"{NODE}-gpu.nvidia.com-abcde"},
-            "spec": {"driver": "gpu.nvidia.com", "nodeName": NODE, "pool": {"name": POOL, "generation": 1,
-                     "resourceSliceCount": 1},
-                     "devices": [{"name": name, "attributes": {key: {"string": value} for key, value in attrs.items()}}
-                                 for name, attrs in devices_by_name.items()]}}
-
-
-def claim(namespace, name, device, admin=False):
-    result = {"request": "gpu", "driver": "gpu.nvidia.com", "pool": POOL, "device": device}
-    if admin:
-        result["adminAccess"] = True
-    return {"apiVersion": "resource.k8s.io/v1", "kind": "ResourceClaim", "metadata": {"name": name, "namespace": namespace},
-            "spec": {"devices": {"requests": []}},
-            "status": {"allocation": {"devices": {"results": [result]}}}}
 
 
 def test_dra_device_identified_by_its_resource_slice_and_admin_access_never_owns(node, api, run_exporter):
