@@ -60,12 +60,12 @@ def serve(config: Config, on_ready: Optional[Callable[[str], None]] = None) -> i
     except ConfigError as exc:
         print(f"pod-gpu-metrics-exporter: error: {exc}", file=sys.stderr)
         return EXIT_USAGE
-    log("info", "starting pod-gpu-metrics-exporter", version=__version__, python=platform.python_version())
     try:
         kubernetes = _prepare_kubernetes(config)
     except ConfigError as exc:
         print(f"pod-gpu-metrics-exporter: error: {exc}", file=sys.stderr)
         return EXIT_USAGE
+    log("info", "starting pod-gpu-metrics-exporter", version=__version__, python=platform.python_version())
     resolve_mig = _mig_resolver()
     if kubernetes is not None:
         from exporter.kubernetes import start_and_wait
