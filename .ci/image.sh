@@ -18,6 +18,9 @@ work=$(mktemp -d /tmp/pgme-image.XXXXXX)
 name="pgme-ci-$$"
 fake_pid=""
 dcgm_url=""
+# The host side runs Python in a venv of its own (Debian's system Python has neither pip
+# nor grpc): it builds the wheels and runs the simulated node.
+venv="$work/venv"
 
 log() { echo "image.sh: $*" >&2; }
 
@@ -69,6 +72,12 @@ EOF
     export CONTAINERS_STORAGE_CONF="$work/storage.conf"
 }
 
+make_host_venv() {
+    log "host venv with the project (wheel building, simulated node)"
+    python3 -m venv "$venv"
+    "$venv/bin/pip" install -q "$root"
+}
+
 make_base_tarball() {
     # debootstrap takes about a minute; the tarball is reused by later runs.
     local tarball="$cache/debian-py-bookworm.tar"
@@ -96,8 +105,8 @@ build_wheels() {
         python3 -c 'import sys; print("%d.%d" % sys.version_info[:2])')
     arch=$(uname -m)
     # Built from the copy: setuptools leaves build/ and *.egg-info/ beside the sources.
-    python3 -m pip wheel -q --no-deps --wheel-dir "$ctx/wheels" "$ctx" >&2
-    python3 -m pip download -q --only-binary=:all: --dest "$ctx/wheels" \
+    "$venv/bin/pip" wheel -q --no-deps --wheel-dir "$ctx/wheels" "$ctx" >&2
+    "$venv/bin/pip" download -q --only-binary=:all: --dest "$ctx/wheels" \
         --python-version "$pyver" --implementation cp \
         --platform "manylinux_2_28_$arch" --platform "manylinux_2_17_$arch" \
         --platform "manylinux2014_$arch" --platform "manylinux1_$arch" \
@@ -135,7 +144,7 @@ find_fixture() {
 start_fake_node() {
     local sockdir=$1 fixture deadline=$((SECONDS + 30))
     fixture=$(find_fixture)
-    python3 "$root/.ci/fake_node.py" "$sockdir" "$fixture" >"$work/fake_node.out" 2>"$work/fake_node.err" &
+    "$venv/bin/python" "$root/.ci/fake_node.py" "$sockdir" "$fixture" >"$work/fake_node.out" 2>"$work/fake_node.err" &
     fake_pid=$!
     until grep -q '^ready ' "$work/fake_node.out"; do
         if ! kill -0 "$fake_pid" 2>/dev/null || ((SECONDS > deadline)); then
@@ -203,6 +212,7 @@ check_demo() {
 main() {
     local started=$SECONDS
     install_tools
+    make_host_venv
     write_container_config
     make_base_tarball
     build_image

@@ -36,11 +36,14 @@ class Attribution:
         resolve_mig: MigResolver | None = None,
         clock: Callable[[], float] = time.monotonic,
         describe: str = "kubelet",
+        build: Optional[Callable[..., Mapping]] = None,
     ):
         self._list_devices = list_devices
         self._interval = refresh_interval_seconds
         self._max_age = max_age_seconds
         self._resolve_mig = resolve_mig
+        # build(devices, resolve_mig) → Mapping; the Kubernetes context's adds DRA slices and extra labels.
+        self._build = build or build_mapping
         self._clock = clock
         self._reporter = DependencyReporter("kubelet")
         self._describe = describe
@@ -59,7 +62,7 @@ class Attribution:
         """List once and install the new mapping; on failure keep the last good one. Returns success."""
         self.list_calls += 1
         try:
-            mapping = build_mapping(self._list_devices(), self._resolve_mig)
+            mapping = self._build(self._list_devices(), self._resolve_mig)
         except KubeletError as exc:
             if self._stop.is_set():
                 return False  # cut short by shutting down: not the kubelet's failure

@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
+import errno
 import json
 import os
+import platform
 import signal
 import sys
 import threading
 from typing import Callable, Optional, Sequence
 
+from exporter import __version__
 from exporter.attribution import Attribution
 from exporter.config import Config, parse_config
 from exporter.devices import build_mapping
@@ -50,28 +53,50 @@ def serve(config: Config, on_ready: Optional[Callable[[str], None]] = None) -> i
         source = (FileSource(config.dcgm_file, config.dcgm_max_body_bytes, config.dcgm_timeout_seconds)
                   if config.dcgm_file else
                   HttpSource(config.dcgm_url, config.dcgm_timeout_seconds, config.dcgm_max_body_bytes))
+        if config.sharing_mode == "process":
+            from exporter.sharing import check_proc_root
+
+            check_proc_root(config.sharing_proc_root)
     except ConfigError as exc:
         print(f"pod-gpu-metrics-exporter: error: {exc}", file=sys.stderr)
         return EXIT_USAGE
+    try:
+        kubernetes = _prepare_kubernetes(config)
+    except ConfigError as exc:
+        print(f"pod-gpu-metrics-exporter: error: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    log("info", "starting pod-gpu-metrics-exporter", version=__version__, python=platform.python_version())
+    resolve_mig = _mig_resolver()
+    if kubernetes is not None:
+        from exporter.kubernetes import start_and_wait
+
+        start_and_wait(kubernetes, resolve_mig, config.kubelet_timeout_seconds)
     client = PodResourcesClient(config.kubelet_socket, config.kubelet_timeout_seconds)
     attribution = Attribution(
         client.list_devices,
         config.kubelet_refresh_interval_seconds,
         config.mapping_max_age_seconds,
-        resolve_mig=_mig_resolver(),
+        resolve_mig=resolve_mig,
         describe=config.kubelet_socket,
+        build=kubernetes.build_mapping if kubernetes else None,
     )
-    app = App(Scraper(source, attribution, config.labels_style), attribution, config.telemetry_path, web_config)
+    shares = _process_shares(config, attribution, kubernetes)
+    scraper = Scraper(source, attribution, config.labels_style,
+                      kubernetes_up=(lambda: kubernetes.up) if kubernetes else None,
+                      process_shares=shares.text if shares else None)
+    app = App(scraper, attribution, config.telemetry_path, web_config)
     try:
         server = ExporterHTTPServer.listen(config.listen_host, config.listen_port, app,
                                            web_config.current().ssl_context() if web_config else None)
     except OSError as exc:
-        log("error", "cannot listen", address=config.listen_address, error=exc.strerror or str(exc))
+        _log_listen_failure(config, exc)
         client.close()
         return EXIT_FAILURE
     stopping = threading.Event()
     _stop_on_signals(server, stopping)
     attribution.start(interrupted=stopping)
+    if shares is not None:
+        shares.start()
     scheme = "https" if web_config is not None and web_config.current().tls_enabled else "http"
     log("info", "listening", address=server.bound_address, scheme=scheme, telemetry_path=config.telemetry_path,
         dcgm=source.describe(), kubelet_socket=config.kubelet_socket, labels_style=config.labels_style)
@@ -84,10 +109,24 @@ def serve(config: Config, on_ready: Optional[Callable[[str], None]] = None) -> i
         # Bounded whatever the kubelet does: SIGTERM must end us well within the pod's grace period.
         # Scrapes still in flight run on daemon threads and are cut when the process exits.
         attribution.stop(timeout_seconds=0.2)
+        if shares is not None:
+            shares.stop()
+        if kubernetes is not None:
+            kubernetes.stop()
         client.close(wait_seconds=0.3)
         server.server_close()
     log("info", "stopped")
     return EXIT_OK
+
+
+def _log_listen_failure(config: Config, exc: OSError) -> None:
+    if exc.errno == errno.EADDRINUSE:
+        # Usually a second exporter, or a dcgm-exporter left on its own default port 9400.
+        log("error", f"cannot listen on {config.listen_address}: address already in use by another process; "
+            "stop it or choose another address with --web.listen-address (env POD_GPU_EXPORTER_WEB_LISTEN_ADDRESS)",
+            address=config.listen_address)
+        return
+    log("error", "cannot listen", address=config.listen_address, error=exc.strerror or str(exc))
 
 
 def _load_web_config(path: Optional[str]):
@@ -98,6 +137,26 @@ def _load_web_config(path: Optional[str]):
 
     # Checked once here (a bad file stops start-up), then re-read whenever it changes.
     return ReloadingWebConfig(path, load_web_config(path))
+
+
+def _prepare_kubernetes(config: Config):
+    """The Kubernetes API context (not started), or None when --kubernetes.api is off or finds no config."""
+    if config.kubernetes_api == "off":
+        return None
+    from exporter.kubernetes import prepare_kubernetes  # imported lazily: lightkube is only loaded when used
+
+    return prepare_kubernetes(config)
+
+
+def _process_shares(config: Config, attribution: Attribution, kubernetes):
+    """The per-process share refresher for --sharing.mode process, else None."""
+    if config.sharing_mode != "process":
+        return None
+    from exporter.nvml import open_nvml
+    from exporter.sharing import ProcessShares, pod_index_source
+
+    return ProcessShares(open_nvml, lambda: attribution.current().mapping, pod_index_source(kubernetes),
+                         config.sharing_proc_root, config.kubelet_refresh_interval_seconds, config.labels_style)
 
 
 def _mig_resolver():
@@ -132,13 +191,33 @@ def print_mapping(config: Config) -> int:
 
     client = PodResourcesClient(config.kubelet_socket, config.kubelet_timeout_seconds)
     try:
+        kubernetes = _prepare_kubernetes(config)
         devices = client.list_devices()
-    except KubeletError as exc:
+    except (KubeletError, ConfigError) as exc:
         print(f"pod-gpu-metrics-exporter: error: {exc}", file=sys.stderr)
-        return EXIT_FAILURE
+        return EXIT_USAGE if isinstance(exc, ConfigError) else EXIT_FAILURE
     finally:
         client.close()
-    mapping = build_mapping(devices, _mig_resolver())
+    if kubernetes is not None:
+        from exporter.kubernetes import start_and_wait
+
+        resolve_mig = _mig_resolver()
+        start_and_wait(kubernetes, resolve_mig, config.kubelet_timeout_seconds, slices=True)
+        mapping = kubernetes.build_mapping(devices, resolve_mig)
+        kubernetes.stop()
+    else:
+        mapping = build_mapping(devices, _mig_resolver())
+    try:
+        _print_mapping(client.api_version, mapping, config.output, with_labels=kubernetes is not None)
+        sys.stdout.flush()
+    except BrokenPipeError:
+        # `mapping | head` closed the pipe: what was wanted has been read. Point stdout at
+        # /dev/null so the interpreter's own flush at exit raises nothing either.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+    return EXIT_OK
+
+
+def _print_mapping(api_version: str, mapping, output: str, with_labels: bool) -> None:
     rows = [
         {
             "namespace": a.owner.namespace,
@@ -147,14 +226,15 @@ def print_mapping(config: Config) -> int:
             "resource": a.resource,
             "device_id": a.device_id,
             "matches": _describe_key(a.key),
+            **({"labels": mapping.extra_labels.get((a.owner.namespace, a.owner.pod), "").lstrip(",")}
+               if with_labels else {}),
         }
         for a in mapping.allocations
     ]
-    if config.output == "json":
-        print(json.dumps({"api_version": client.api_version, "allocations": rows}, indent=2))
+    if output == "json":
+        print(json.dumps({"api_version": api_version, "allocations": rows}, indent=2))
     else:
         _print_table(rows)
-    return EXIT_OK
 
 
 def _describe_key(key) -> Optional[str]:
@@ -166,7 +246,10 @@ def _describe_key(key) -> Optional[str]:
 
 def _print_table(rows) -> None:
     columns = ("namespace", "pod", "container", "resource", "device_id", "matches")
-    cells = [[c.upper() for c in columns]] + [[str(row[c] or "(unresolved)") for c in columns] for row in rows]
+    if rows and "labels" in rows[0]:
+        columns += ("labels",)  # the extra labels from the Kubernetes API
+    cells = [[c.upper() for c in columns]]
+    cells += [[str(row[c] or ("-" if c == "labels" else "(unresolved)")) for c in columns] for row in rows]
     widths = [max(len(line[i]) for line in cells) for i in range(len(columns))]
     for line in cells:
         print("  ".join(cell.ljust(width) for cell, width in zip(line, widths)).rstrip())

@@ -8,12 +8,15 @@ from dataclasses import dataclass
 from typing import Mapping, Optional, Sequence, Tuple
 
 from exporter.errors import ConfigError
+from exporter.kube_labels import compile_key_pattern, parse_extra
 
 ENV_PREFIX = "POD_GPU_EXPORTER_"
 COMMANDS = ("serve", "demo", "mapping")
 LABEL_STYLE_CHOICES = ("kubernetes", "legacy")
 LOG_LEVELS = ("debug", "info", "warn", "error")
 LOG_FORMATS = ("logfmt", "json")
+KUBERNETES_API_CHOICES = ("auto", "on", "off")
+SHARING_MODES = ("device", "process")
 
 
 @dataclass(frozen=True)
@@ -34,6 +37,14 @@ class Config:
     kubelet_timeout_seconds: float = 5.0
     mapping_max_age_seconds: float = 60.0
     labels_style: str = "kubernetes"
+    kubernetes_api: str = "auto"
+    kubernetes_kubeconfig: Optional[str] = None
+    kubernetes_node_name: Optional[str] = None  # None: env NODE_NAME, else the host name
+    labels_extra: str = ""
+    labels_pod_labels: Optional[str] = None
+    labels_pod_annotations: Optional[str] = None
+    sharing_mode: str = "device"
+    sharing_proc_root: str = "/proc"
     log_level: str = "info"
     log_format: str = "logfmt"
     output: str = "table"
@@ -58,6 +69,14 @@ _FLAGS: Tuple[Tuple[str, str, str, str], ...] = (
     ("--kubelet.timeout", "kubelet_timeout_seconds", "duration", "Timeout of each kubelet PodResources call."),
     ("--kubelet.mapping-max-age", "mapping_max_age_seconds", "duration", "How long the last good mapping is used while the kubelet cannot be reached; after that samples go unattributed."),
     ("--labels.style", "labels_style", LABEL_STYLE_CHOICES, "Owner label names: kubernetes = namespace,pod,container; legacy = pod_name,pod_namespace,container_name (the 2019 exporter's)."),
+    ("--kubernetes.api", "kubernetes_api", KUBERNETES_API_CHOICES, "Kubernetes API server for pod UIDs, workloads, pod labels and DRA ResourceSlices: auto = when running in a pod or --kubernetes.kubeconfig is set; on = required (start-up fails without a config); off = never."),
+    ("--kubernetes.kubeconfig", "kubernetes_kubeconfig", "text", "Kubeconfig file for the API server when not running in a pod (in a pod: the service account)."),
+    ("--kubernetes.node-name", "kubernetes_node_name", "name", "This node's name; its pods are watched with fieldSelector spec.nodeName=<it>. Default: env NODE_NAME (downward API), else the host name."),
+    ("--labels.extra", "labels_extra", "extra", "Comma list of extra labels from the API: pod_uid (adds pod_uid), workload (adds workload_kind, workload)."),
+    ("--labels.pod-labels", "labels_pod_labels", "regex", "Regex (full match) of pod label keys to add as label_<key>, sanitised like kube-state-metrics."),
+    ("--labels.pod-annotations", "labels_pod_annotations", "regex", "Regex (full match) of pod annotation keys to add as annotation_<key>."),
+    ("--sharing.mode", "sharing_mode", SHARING_MODES, "device = values are device-level; process = also serve each holding container's own memory and SM share of its GPU, from NVML's per-process data (needs NVML, hostPID and the Kubernetes API)."),
+    ("--sharing.proc-root", "sharing_proc_root", "path", "Where the host's processes are seen, for --sharing.mode process: /proc with hostPID: true, or the host's /proc mounted elsewhere (e.g. /host/proc)."),
     ("--log.level", "log_level", LOG_LEVELS, "Only log messages at or above this level."),
     ("--log.format", "log_format", LOG_FORMATS, "Log line format."),
 )
@@ -147,6 +166,12 @@ def _convert(kind, value: str, field: str):
         raise ValueError(f"path must start with '/', got {value!r}")
     if kind == "url" and not re.match(r"https?://[^/\s]+", value):
         raise ValueError(f"expected an http:// or https:// URL, got {redact_url(value)!r}")
+    if kind == "extra":
+        parse_extra(value)
+        return value
+    if kind == "regex":
+        compile_key_pattern(value)
+        return value
     if isinstance(kind, tuple) and value not in kind:
         raise ValueError(f"invalid choice {value!r} (choose from {', '.join(kind)})")
     return value
@@ -169,7 +194,8 @@ def build_parser() -> argparse.ArgumentParser:
         epilog=(
             "commands:\n"
             "  serve     (default) serve attributed metrics at --web.listen-address + --web.telemetry-path\n"
-            "  demo      serve a simulated GPU node (fake kubelet + fake dcgm-exporter), no cluster needed\n"
+            "  demo      serve a simulated GPU node (fake kubelet + fake dcgm-exporter), no cluster needed;\n"
+            "            listens on 127.0.0.1:9400 unless --web.listen-address says otherwise\n"
             "  mapping   print this node's GPU -> pod table from --kubelet.socket and exit (-o json for JSON)\n"
         ),
     )
@@ -181,9 +207,9 @@ def build_parser() -> argparse.ArgumentParser:
             default = _format_seconds(default)
         elif kind == "size":
             default = _format_size(default)
-        shown = "none" if default is None else default
+        shown = "none" if default in (None, "") else default
         parser.add_argument(flag, dest=field, metavar=_metavar(kind), help=f"{text} [env {env_var_name(flag)}] (default: {shown})")
-    parser.add_argument("-o", "--output", choices=("table", "json"), default="table", help="mapping: output format (default: table)")
+    parser.add_argument("-o", "--output", choices=("table", "json"), help="mapping: output format (default: table)")
     parser.add_argument("--version", action="version", version=f"%(prog)s {_version()}")
     return parser
 
@@ -191,13 +217,15 @@ def build_parser() -> argparse.ArgumentParser:
 def parse_config(argv: Sequence[str], environ: Mapping[str, str]) -> Config:
     """Flags over environment over defaults; raises ConfigError naming the flag or variable at fault."""
     args = build_parser().parse_args(list(argv))
-    values = {"command": args.command, "output": args.output}
+    values = {"command": args.command}
+    sources = {"output": "-o/--output"} if args.output is not None else {}
     for flag, field, kind, _ in _FLAGS:
         raw, source = getattr(args, field), flag
         if raw is None and env_var_name(flag) in environ:
             raw, source = environ[env_var_name(flag)], env_var_name(flag)
         if raw is None:
             continue
+        sources[field] = source
         try:
             if field == "listen_address":
                 values["listen_host"], values["listen_port"] = parse_listen_address(raw)
@@ -205,19 +233,45 @@ def parse_config(argv: Sequence[str], environ: Mapping[str, str]) -> Config:
                 values[field] = _convert(kind, raw, field)
         except ValueError as exc:
             raise ConfigError(f"{source}: {exc}") from None
-    for field in ("web_config_file", "dcgm_file"):
+    for field in ("web_config_file", "dcgm_file", "kubernetes_kubeconfig", "kubernetes_node_name",
+                  "labels_pod_labels", "labels_pod_annotations"):
         if values.get(field) == "":
             values[field] = None
     if values.get("telemetry_path") in _BUILT_IN_PATHS:
         raise ConfigError(f"--web.telemetry-path: {values['telemetry_path']} is a built-in route "
                           f"({', '.join(_BUILT_IN_PATHS)}); choose another path, e.g. /gpu/metrics")
+    _refuse_unused_settings(args.command, sources)
+    if args.output is not None:
+        values["output"] = args.output
+    if args.command == "demo":
+        values = {**_DEMO_DEFAULTS, **values}
     return Config(**values)
+
+
+# Settings a command would otherwise silently ignore: a user who passes one expects it to act.
+_UNUSED_BY = {
+    "demo": {"kubelet_socket": "the demo runs its own simulated kubelet; leave out `demo` to serve a real node",
+             "dcgm_url": "the demo runs its own simulated dcgm-exporter; leave out `demo` to serve a real node",
+             "dcgm_file": "the demo runs its own simulated dcgm-exporter; leave out `demo` to serve a real node",
+             "output": "it only shapes the output of `mapping`"},
+    "serve": {"output": "it only shapes the output of `mapping`"},
+}
+# A newcomer's demo stays on this machine unless --web.listen-address says otherwise, and
+# refreshes often enough for changes to show quickly.
+_DEMO_DEFAULTS = {"listen_host": "127.0.0.1", "kubelet_refresh_interval_seconds": 2.0}
+
+
+def _refuse_unused_settings(command: str, sources: Mapping[str, str]) -> None:
+    for field, why in _UNUSED_BY.get(command, {}).items():
+        if field in sources:
+            raise ConfigError(f"{sources[field]} is not used by `{command}` ({why}): drop it")
 
 
 def _metavar(kind) -> str:
     if isinstance(kind, tuple):
         return "{" + ",".join(kind) + "}"
-    return {"duration": "DURATION", "address": "HOST:PORT", "url": "URL", "path": "PATH", "size": "SIZE"}.get(kind, "PATH")
+    return {"duration": "DURATION", "address": "HOST:PORT", "url": "URL", "path": "PATH", "size": "SIZE", "name": "NAME",
+            "extra": "LIST", "regex": "REGEX"}.get(kind, "PATH")
 
 
 def _format_seconds(seconds: float) -> str:

@@ -114,9 +114,12 @@ def run_demo(config: Config, serve: Callable[..., int]) -> int:
     try:
         kubelet.start()
         dcgm.start()
+        # parse_config has refused --kubelet.socket and --dcgm.* for the demo, so nothing the
+        # user asked for is overridden here.
         demo_config = dataclasses.replace(
             config, command="serve", kubelet_socket=socket_path, dcgm_url=dcgm.url, dcgm_file=None,
             kubelet_refresh_interval_seconds=min(config.kubelet_refresh_interval_seconds, 2.0),
+            kubernetes_api="off",  # the simulated pods exist on no API server, even when run inside a pod
         )
         return serve(demo_config, on_ready=lambda url: _explain(url, socket_path, dcgm.url))
     finally:

@@ -103,6 +103,11 @@ class DeviceLike(Protocol):
     dra: bool
 
 
+# With the Kubernetes API: a DRA device's resolution from its ResourceSlice and claim (an object with
+# `admin_access` and `key`, or `key` None to keep the kubelet-only rule). See exporter.kube_dra.
+DraResolver = Callable[[object], object]
+
+
 class Allocation(NamedTuple):
     """One allocated GPU device and the key it resolved to (None when unresolved)."""
 
@@ -119,6 +124,9 @@ class Mapping:
     owners: dict = field(default_factory=dict)  # GpuKey -> tuple[Owner, ...], sorted, distinct
     allocations: Tuple[Allocation, ...] = ()
     unresolved: Tuple[str, ...] = ()  # device IDs that no sample can be matched to
+    # (namespace, pod) → `,name="value"…` appended after the owner labels (--labels.*, from the
+    # Kubernetes API); empty without it, so the output is the kubelet-only one.
+    extra_labels: dict = field(default_factory=dict)
 
     def owners_for(self, key: GpuKey) -> tuple:
         return self.owners.get(key, ())
@@ -127,8 +135,12 @@ class Mapping:
 EMPTY_MAPPING = Mapping()
 
 
-def build_mapping(devices: Iterable[DeviceLike], resolve_mig: MigResolver | None = None) -> Mapping:
-    """Group the GPU devices of a List answer by key; replicas of one container collapse into one owner."""
+def build_mapping(devices: Iterable[DeviceLike], resolve_mig: MigResolver | None = None,
+                  resolve_dra: DraResolver | None = None) -> Mapping:
+    """Group the GPU devices of a List answer by key; replicas of one container collapse into one owner.
+
+    A DRA device held through an adminAccess claim (a monitoring pod) is left out altogether.
+    """
     owner_sets: dict = {}
     allocations: dict = {}  # keyed so that a replica listed twice gives one allocation
     unresolved: set = set()
@@ -136,7 +148,9 @@ def build_mapping(devices: Iterable[DeviceLike], resolve_mig: MigResolver | None
         if not is_gpu_device(device.resource, device.device_id, device.dra):
             continue
         owner = Owner(device.namespace, device.pod, device.container)
-        key = key_for_device(device.device_id, device.dra, resolve_mig)
+        key = _device_key(device, resolve_mig, resolve_dra)
+        if key is _NOT_AN_OWNER:
+            continue
         allocations[(owner, device.resource, device.device_id)] = Allocation(
             owner, device.resource, device.device_id, key
         )
@@ -149,6 +163,19 @@ def build_mapping(devices: Iterable[DeviceLike], resolve_mig: MigResolver | None
         allocations=tuple(sorted(allocations.values(), key=_allocation_order)),
         unresolved=tuple(sorted(unresolved)),
     )
+
+
+_NOT_AN_OWNER = object()
+
+
+def _device_key(device: DeviceLike, resolve_mig: MigResolver | None, resolve_dra: DraResolver | None):
+    if device.dra and resolve_dra is not None:
+        resolution = resolve_dra(device)
+        if resolution.admin_access:
+            return _NOT_AN_OWNER
+        if resolution.known:  # a ResourceSlice describes it: its answer, even None, beats the name rule
+            return resolution.key
+    return key_for_device(device.device_id, device.dra, resolve_mig)
 
 
 def _allocation_order(allocation: Allocation) -> tuple:

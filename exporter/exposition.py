@@ -122,8 +122,10 @@ class Rewriter:
             raise ValueError(f"unknown label style {style!r}")
         self.mapping = mapping
         self.style = style
+        extras = mapping.extra_labels
         self._owner_text = {
-            owner: render_owner_labels(owner, style) for owners in mapping.owners.values() for owner in owners
+            owner: render_owner_labels(owner, style) + extras.get((owner.namespace, owner.pod), "")
+            for owners in mapping.owners.values() for owner in owners
         }
         self._label_sets: Dict[str, Optional[_LabelSet]] = {}
         self._series: Dict[str, Optional[_Series]] = {}
@@ -438,6 +440,7 @@ def render_allocation_info(mapping: Mapping, identities: frozenset, style: str) 
     ]
     for allocation in mapping.allocations:
         labels = render_owner_labels(allocation.owner, style)
+        labels += mapping.extra_labels.get((allocation.owner.namespace, allocation.owner.pod), "")
         labels += f',resource="{escape_label_value(allocation.resource)}"'
         labels += f',device_id="{escape_label_value(allocation.device_id)}"'
         identity = by_key.get(allocation.key) if allocation.key else None

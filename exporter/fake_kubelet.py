@@ -26,7 +26,6 @@ _FAULT_STATUS = {
 _PROTOS = {"v1": v1_pb2, "v1alpha1": v1alpha1_pb2}
 _REGISTER = {"v1": v1_grpc.add_PodResourcesListerServicer_to_server,
              "v1alpha1": v1alpha1_grpc.add_PodResourcesListerServicer_to_server}
-_NODE = "fake-node"
 _PADDING_POD_BYTES = 256  # roughly what one padding pod adds to a response
 
 
@@ -201,7 +200,7 @@ def _fill_container(pb, container, held: list[AllocatedDevice], namespace: str) 
         for device in claimed:
             cdi = pb.CDIDevice(name=f"k8s.gpu.nvidia.com/claim={claim_name}-{device.device_id}")
             dynamic.claim_resources.add(cdi_devices=[cdi], driver_name=device.resource,
-                                        pool_name=_NODE, device_name=device.device_id)
+                                        pool_name=device.pool, device_name=device.device_id)
 
 
 def _pad(response, pad_bytes: int) -> None:

@@ -48,6 +48,7 @@ class AllocatedDevice:
     device_id: str    # device-plugin device ID ("GPU-…", "0", "nvidia0/gi1"…); for DRA the device name ("gpu-0")
     dra: bool = False  # True when it came from v1 dynamic_resources
     claim: str = ""   # DRA only: "<claim_namespace>/<claim_name>"
+    pool: str = ""    # DRA only: the ResourceSlice pool the device belongs to
 
 
 class PodResourcesClient:
@@ -192,7 +193,7 @@ def _devices_v1(response: v1_pb2.ListPodResourcesResponse) -> Iterator[Allocated
                     if resource.driver_name and resource.device_name:
                         yield AllocatedDevice(pod.namespace, pod.name, container.name,
                                               resource.driver_name, resource.device_name,
-                                              dra=True, claim=ref)
+                                              dra=True, claim=ref, pool=resource.pool_name)
 
 
 def _translate(exc: grpc.RpcError, client: PodResourcesClient) -> KubeletError:

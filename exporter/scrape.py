@@ -5,7 +5,7 @@ from __future__ import annotations
 import threading
 import time
 import zlib
-from typing import NamedTuple, Optional, Tuple
+from typing import Callable, NamedTuple, Optional, Tuple
 
 from exporter.attribution import Attribution, Snapshot
 from exporter.devices import Mapping
@@ -20,6 +20,7 @@ _STATUS_HELP = {
     "pod_gpu_exporter_malformed_lines": "Upstream lines dropped from this scrape because they break the text format.",
     "pod_gpu_exporter_unresolved_devices": "Allocated GPU devices whose samples cannot be identified (e.g. MIG-<uuid> without NVML).",
     "pod_gpu_exporter_scrape_duration_seconds": "Time this exporter took to answer this scrape, upstream fetch included.",
+    "pod_gpu_exporter_kubernetes_api_up": "1 while the watch of this node's pods on the Kubernetes API server is healthy, else 0.",
 }
 
 
@@ -127,9 +128,14 @@ class _Previous(NamedTuple):
 class Scraper:
     """Builds scrape responses; safe to call from many request threads at once."""
 
-    def __init__(self, source, attribution: Attribution, labels_style: str):
+    def __init__(self, source, attribution: Attribution, labels_style: str,
+                 kubernetes_up: Optional[Callable[[], bool]] = None,
+                 process_shares: Optional[Callable[[], bytes]] = None):
         self._source = source
         self._shared_fetch = _SharedFetch(source.fetch)
+        self._kubernetes_up = kubernetes_up  # None: the API is off and its gauge absent
+        # --sharing.mode process: the share series rendered by their refresher; None in device mode.
+        self._process_shares = process_shares
         self._attribution = attribution
         self._style = labels_style
         self._reporter = DependencyReporter("dcgm-exporter")
@@ -166,8 +172,10 @@ class Scraper:
         with self._lock:
             self.scrapes += 1
             self.malformed_lines += malformed
-        status = self._status(body is not None, snapshot, malformed, time.perf_counter() - started)
-        return ScrapeBody(shared, status.encode(), shared_gzip)
+        status = self._status(body is not None, snapshot, malformed, time.perf_counter() - started).encode()
+        if self._process_shares is not None:
+            status += self._process_shares()
+        return ScrapeBody(shared, status, shared_gzip)
 
     def _fetch(self) -> Optional[bytes]:
         try:
@@ -230,6 +238,8 @@ class Scraper:
             "pod_gpu_exporter_unresolved_devices": len(snapshot.mapping.unresolved),
             "pod_gpu_exporter_scrape_duration_seconds": round(duration, 6),
         }
+        if self._kubernetes_up is not None:
+            values["pod_gpu_exporter_kubernetes_api_up"] = int(self._kubernetes_up())
         lines = []
         for name, value in values.items():
             lines += [f"# HELP {name} {_STATUS_HELP[name]}", f"# TYPE {name} gauge"]

@@ -6,6 +6,7 @@ import errno
 import html
 import io
 import os
+import platform
 import selectors
 import socket
 import ssl
@@ -15,10 +16,11 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Optional
 
 from prometheus_client import CollectorRegistry, generate_latest
-from prometheus_client.core import CounterMetricFamily
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.platform_collector import PlatformCollector
 from prometheus_client.process_collector import ProcessCollector
 
+from exporter import __version__
 from exporter.config import HEALTH_PATH, INDEX_PATH, SELF_METRICS_PATH
 from exporter.connections import ConnectionTable
 from exporter.logs import log
@@ -197,6 +199,7 @@ class App:
         self.registry.register(PlatformCollector(registry=None))
         self._self_collector = _SelfCollector(scraper, attribution)
         self.registry.register(self._self_collector)
+        self.registry.register(_BuildInfoCollector())
         self.requests_lock = threading.Lock()
 
     @property
@@ -241,6 +244,17 @@ class _SelfCollector:
         if self.connections is not None:
             yield _counter("pod_gpu_exporter_http_connections_refused", "New connections closed at once because every connection slot was answering a request.", self.connections.refused)
             yield _counter("pod_gpu_exporter_http_idle_connections_closed", "Idle connections closed to make room for new ones when every slot was taken.", self.connections.evicted)
+
+
+class _BuildInfoCollector:
+    """pod_gpu_exporter_build_info: which release runs on which Python, as node_exporter's *_build_info does."""
+
+    def collect(self):
+        info = GaugeMetricFamily("pod_gpu_exporter_build_info",
+                                 "A constant 1, labelled with the exporter's version and the Python version running it.",
+                                 labels=["version", "python_version"])
+        info.add_metric([__version__, platform.python_version()], 1)
+        yield info
 
 
 def _counter(name: str, documentation: str, value: float) -> CounterMetricFamily:

@@ -43,6 +43,55 @@ def dcgm():
     fake.stop()
 
 
+@pytest.fixture(scope="session")
+def fake_nvml_library(tmp_path_factory):
+    """The fake libnvidia-ml.so.1 (tests/fake_nvml/fake_nvml.c), built once with the system compiler."""
+    from nvml_node import build_fake_nvml
+
+    return build_fake_nvml(tmp_path_factory.mktemp("fake-nvml"))
+
+
+@pytest.fixture(scope="session")
+def fake_nvml_loaded(fake_nvml_library):
+    """The fake loaded into this process, where pynvml finds it by SONAME."""
+    from nvml_node import preload
+
+    preload(fake_nvml_library)
+    return fake_nvml_library
+
+
+@pytest.fixture
+def gpu_node(tmp_path, socket_dir, fake_nvml_library, run_exporter):
+    """A GPU node for the real exporter process in --sharing.mode process (tests/shared_node.py)."""
+    from shared_node import SharedNode
+
+    node = SharedNode(tmp_path, socket_dir, fake_nvml_library.parent, run_exporter)
+    yield node
+    node.stop()
+
+
+@pytest.fixture
+def nvml_node(fake_nvml_loaded, tmp_path, monkeypatch):
+    """An empty fake NVML node for this test (FAKE_NVML_NODE points at its file)."""
+    from nvml_node import NODE_ENV, FakeNode
+
+    monkeypatch.setenv(NODE_ENV, str(tmp_path / "nvml-node.txt"))
+    return FakeNode(tmp_path / "nvml-node.txt")
+
+
+@pytest.fixture
+def log_stream():
+    """The exporter's log lines (debug and up, logfmt) of this test."""
+    import io
+
+    from exporter.logs import setup_logging
+
+    stream = io.StringIO()
+    setup_logging("debug", "logfmt", stream)
+    yield stream
+    setup_logging("info", "logfmt")
+
+
 @pytest.fixture
 def run_exporter():
     """Start exporter processes; all are stopped (SIGTERM) at the end of the test."""

@@ -36,3 +36,20 @@ def test_short_soak_runs_and_prints_rss_over_time():
     assert run.returncode == 0, run.stdout + run.stderr
     assert run.stdout.count("== foreign body:") == 2 and run.stdout.count("dcgm_up 1") == 2, run.stdout
     assert run.stdout.count("VmRSS") >= 5 and "growth since warm-up" in run.stdout, run.stdout
+
+
+KUBERNETES_LABELS = (
+    "== installed size of the added packages", "total:", "== peak RSS, API off vs on",
+    "API off:", "API on:", "growth:", "API requests during the", "pod node: the pod watch",
+    "start-up to first list done", "churn:", "ms per update", "410 Gone -> relist",
+)
+
+
+def test_small_kubernetes_benchmark_runs_and_prints_every_figure():
+    run = subprocess.run([sys.executable, "benchmarks/kubernetes.py", "--pods", "20", "--scrapes", "10",
+                          "--large-pods", "200", "--churn-seconds", "1"], cwd=str(REPO_ROOT),
+                         capture_output=True, text=True, timeout=180)
+    assert run.returncode == 0, run.stdout + run.stderr
+    missing = [label for label in KUBERNETES_LABELS if label not in run.stdout]
+    assert not missing, f"figures missing from the output: {missing}\n{run.stdout}"
+    assert "API requests during the 10 scrapes: 0" in run.stdout  # scrapes never call the API

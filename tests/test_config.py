@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 import pytest
 
 from exporter.config import Config, env_var_name, parse_config, parse_duration, parse_listen_address
@@ -92,3 +94,42 @@ def test_subcommands_and_output():
     assert parse_config(["demo"], {}).command == "demo"
     assert parse_config(["mapping", "-o", "json"], {}).output == "json"
     assert parse_config(["--labels.style", "legacy", "demo"], {}).command == "demo"
+
+
+def test_kubernetes_flags_defaults_and_environment():
+    config = parse_config([], {})
+    assert (config.kubernetes_api, config.kubernetes_kubeconfig, config.kubernetes_node_name) == ("auto", None, None)
+    assert (config.labels_extra, config.labels_pod_labels, config.labels_pod_annotations) == ("", None, None)
+    env = {"POD_GPU_EXPORTER_KUBERNETES_API": "off", "POD_GPU_EXPORTER_LABELS_EXTRA": "workload",
+           "POD_GPU_EXPORTER_LABELS_POD_LABELS": "team|app", "POD_GPU_EXPORTER_KUBERNETES_NODE_NAME": "n1"}
+    config = parse_config(["--labels.extra", "pod_uid,workload"], env)
+    assert (config.kubernetes_api, config.labels_extra, config.labels_pod_labels, config.kubernetes_node_name) == (
+        "off", "pod_uid,workload", "team|app", "n1")
+
+
+@pytest.mark.parametrize("env, message", [
+    ({"POD_GPU_EXPORTER_LABELS_EXTRA": "pod_uid,node"}, "POD_GPU_EXPORTER_LABELS_EXTRA: unknown extra label 'node'"),
+    ({"POD_GPU_EXPORTER_LABELS_POD_ANNOTATIONS": "*"}, "POD_GPU_EXPORTER_LABELS_POD_ANNOTATIONS: invalid regular"),
+    ({"POD_GPU_EXPORTER_KUBERNETES_API": "yes"}, "POD_GPU_EXPORTER_KUBERNETES_API: invalid choice 'yes'"),
+])
+def test_bad_kubernetes_settings_name_the_variable(env, message):
+    with pytest.raises(ConfigError, match=message.replace("(", r"\(")):
+        parse_config([], env)
+
+
+def test_sharing_flags_and_their_environment_variables():
+    assert (Config().sharing_mode, Config().sharing_proc_root) == ("device", "/proc")
+    config = parse_config(["--sharing.mode", "process", "--sharing.proc-root", "/host/proc"], {})
+    assert (config.sharing_mode, config.sharing_proc_root) == ("process", "/host/proc")
+    environ = {"POD_GPU_EXPORTER_SHARING_MODE": "process", "POD_GPU_EXPORTER_SHARING_PROC_ROOT": "/host/proc"}
+    assert parse_config([], environ).sharing_proc_root == "/host/proc"
+    assert parse_config(["--sharing.mode", "device"], environ).sharing_mode == "device"  # the flag wins
+
+
+@pytest.mark.parametrize("args, says", [
+    (["--sharing.mode", "pod"], "--sharing.mode: invalid choice 'pod' (choose from device, process)"),
+    (["--sharing.proc-root", "host/proc"], "--sharing.proc-root: path must start with '/'"),
+])
+def test_bad_sharing_flags(args, says):
+    with pytest.raises(ConfigError, match=re.escape(says)):
+        parse_config(args, {})

@@ -31,7 +31,7 @@ EXPORTER = "pod-gpu-metrics-exporter"
 
 def _validator():
     if kv_utils is None:
-        missing_tool("kubernetes-validate", "pip install kubernetes-validate (.ci/deploy-setup.sh does)")
+        missing_tool("kubernetes-validate", "pip install kubernetes-validate (the test extra has it)")
     return kv_utils
 
 
@@ -165,6 +165,15 @@ def test_dcgm_exporter_listens_where_the_exporter_reads():
     assert args["--kubelet.socket"] == Config().kubelet_socket
 
 
+def test_bundled_dcgm_exporter_sees_gpus_where_the_env_var_is_ignored_when_unprivileged():
+    # Hardened NVIDIA container toolkits honour NVIDIA_VISIBLE_DEVICES only for privileged
+    # containers; the exporter's own container stays unprivileged (test above).
+    dcgm = _container(_pod_spec(_daemonset()), "dcgm-exporter")
+    assert {e["name"]: e["value"] for e in dcgm["env"]}["NVIDIA_VISIBLE_DEVICES"] == "all"
+    assert dcgm["securityContext"]["privileged"] is True
+    assert "nvidia.com/gpu" not in dcgm["resources"].get("limits", {})
+
+
 def test_daemonset_targets_gpu_nodes_and_tolerates_their_taint():
     spec = _pod_spec(_daemonset())
     assert spec["nodeSelector"] == {"nvidia.com/gpu.present": "true"}
@@ -278,3 +287,64 @@ def _core_schema_errors(definition: str, value) -> list:
     schema = {"$ref": f"{definitions['$id']}#/$defs/{definition}"}
     validator = jsonschema.Draft202012Validator(schema, registry=registry)
     return [e.message for e in validator.iter_errors(value)]
+
+
+# --- Kubernetes API access (--kubernetes.api): service account, least-privilege RBAC, node name ---
+EXPORTER_RULES = {  # (API group, resource) → verbs, exactly as issue 10 grants them
+    ("", "pods"): {"get", "list", "watch"},
+    ("apps", "replicasets"): {"get"},
+    ("batch", "jobs"): {"get"},
+    ("resource.k8s.io", "resourceslices"): {"list", "watch"},
+    ("resource.k8s.io", "resourceclaims"): {"get", "list", "watch"},
+}
+
+
+def cluster_role_grants():
+    """(API group, resource) → verbs of the exporter's ClusterRole in daemonset.yaml."""
+    role = find_object(load_documents(DAEMONSET), "ClusterRole")
+    grants = {}
+    for rule in role["rules"]:
+        assert "resourceNames" not in rule and "nonResourceURLs" not in rule
+        for group in rule["apiGroups"]:
+            for resource in rule["resources"]:
+                grants.setdefault((group, resource), set()).update(rule["verbs"])
+    return grants
+
+
+def test_cluster_role_is_least_privilege_read_only():
+    grants = cluster_role_grants()
+    assert grants == EXPORTER_RULES
+    assert all("*" not in verbs and not verbs & {"create", "update", "patch", "delete"} for verbs in grants.values())
+
+
+def test_service_account_is_bound_and_its_token_reaches_only_the_exporter():
+    docs = load_documents(DAEMONSET)
+    account = find_object(docs, "ServiceAccount")
+    binding = find_object(docs, "ClusterRoleBinding")
+    daemonset = _daemonset()
+    spec = _pod_spec(daemonset)
+    assert spec["serviceAccountName"] == account["metadata"]["name"]
+    assert account["metadata"]["namespace"] == daemonset["metadata"]["namespace"]
+    assert binding["roleRef"] == {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole",
+                                  "name": find_object(docs, "ClusterRole")["metadata"]["name"]}
+    assert binding["subjects"] == [{"kind": "ServiceAccount", "name": account["metadata"]["name"],
+                                    "namespace": account["metadata"]["namespace"]}]
+    # No token pod-wide (dcgm-exporter has no use for one); the exporter mounts it where in-cluster
+    # clients look for it.
+    assert spec["automountServiceAccountToken"] is False
+    token_volumes = {v["name"] for v in spec["volumes"]
+                     if any("serviceAccountToken" in s for s in v.get("projected", {}).get("sources", []))}
+    for container in spec["containers"]:
+        mounts = {m["name"]: m for m in container.get("volumeMounts", []) if m["name"] in token_volumes}
+        if container["name"] == EXPORTER:
+            assert [m["mountPath"] for m in mounts.values()] == ["/var/run/secrets/kubernetes.io/serviceaccount"]
+            assert all(m["readOnly"] for m in mounts.values())
+        else:
+            assert not mounts, container["name"]
+
+
+def test_node_name_comes_from_the_downward_api():
+    ours = _container(_pod_spec(_daemonset()), EXPORTER)
+    env = {e["name"]: e for e in ours["env"]}
+    assert env["NODE_NAME"]["valueFrom"] == {"fieldRef": {"fieldPath": "spec.nodeName"}}
+    assert "--kubernetes.api=off" not in ours["args"]

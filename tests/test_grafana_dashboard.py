@@ -55,3 +55,22 @@ def test_recorded_series_used_by_panels_exist_in_the_rule_file():
 def test_panel_ids_are_unique():
     ids = [p["id"] for p in _dashboard()["panels"]]
     assert len(ids) == len(set(ids))
+
+
+OURS_ONLY = "and on (instance, job) pod_gpu_exporter_dcgm_up"
+
+
+def test_raw_dcgm_panels_count_only_this_exporters_series():
+    # With the GPU operator's dcgm-exporter scraped as well, a raw DCGM_* query would show every
+    # GPU twice (once charged to the dcgm-exporter pod); recorded series are filtered in the rules.
+    raw = [t["expr"] for p in _panels() for t in p["targets"] if re.search(r"\bDCGM_FI_\w+\{", t["expr"])
+           and not RECORDED_NAME.search(t["expr"])]
+    assert raw
+    for expr in raw:
+        assert OURS_ONLY in expr, expr
+
+
+def test_rules_and_dashboard_do_not_depend_on_the_hostname_label_spelling():
+    # dcgm-exporter wrote Hostname, later releases write hostname: neither may matter.
+    for path in (DASHBOARD, RULES):
+        assert not re.search(r"\b[Hh]ostname\b", path.read_text(encoding="utf-8").split("groups:", 1)[-1]), path

@@ -103,7 +103,7 @@ def _eventually(produce, what: str):
 
 @pytest.fixture(scope="module")
 def stack():
-    binary = require_executable("prometheus", "apt-get install -y prometheus (.ci/deploy-setup.sh does)")
+    binary = require_executable("prometheus", "apt-get install -y prometheus (.ci/system-packages.sh does)")
     folder = Path(tempfile.mkdtemp(prefix="pgx-prom-", dir="/tmp"))  # short: unix socket paths are limited
     body = _upstream_body()
     uuid = re.search(rb'UUID="(GPU-[^"]+)"', body).group(1).decode()

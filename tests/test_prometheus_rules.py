@@ -12,8 +12,8 @@ from deploy_tools import (
     RULES, RULES_KEY, RULES_TESTS, configmap_data, require_env_executable, require_executable,
 )
 
-INSTALL_PROMTOOL = "apt-get install -y prometheus (.ci/deploy-setup.sh does)"
-INSTALL_PROMTOOL_K8S = "run `eval \"$(bash .ci/deploy-setup.sh)\"`, which sets it from .ci/promtool-trixie.sh"
+INSTALL_PROMTOOL = "apt-get install -y prometheus (.ci/system-packages.sh does)"
+INSTALL_PROMTOOL_K8S = "set it with `export PROMTOOL_K8S=$(bash .ci/promtool-trixie.sh)` (.ci/run does)"
 
 
 def _promtool(*args: str, promtool: str = "") -> subprocess.CompletedProcess:

@@ -1,0 +1,303 @@
+"""A Kubernetes API server on loopback speaking the real REST + watch protocol, for tests and benchmarks.
+
+Lists are JSON with metadata.resourceVersion (paged with limit/continue); `?watch=1` streams
+newline-delimited events (ADDED, MODIFIED, DELETED, BOOKMARK, ERROR) over chunked HTTP/1.1; a watch
+from a compacted version gets 410 Gone (as an ERROR event with a Status object, or as an HTTP 410);
+401 and 403 answers are Status objects; `fieldSelector=spec.nodeName=X` filters. Every request is
+counted, so a test can prove that scrapes make none.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import threading
+import time
+import uuid
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Dict, List, Optional, Tuple
+from urllib.parse import parse_qs, urlsplit
+
+# URL path → (resource plural, group/version); namespaced paths carry /namespaces/<ns>/ before the plural.
+_PATH = re.compile(r"/(?:api/(?P<core>v1)|apis/(?P<group>[^/]+)/(?P<version>[^/]+))"
+                   r"(?:/namespaces/(?P<namespace>[^/]+))?/(?P<plural>[a-z]+)(?:/(?P<name>[^/]+))?")
+_KINDS = {"pods": "Pod", "replicasets": "ReplicaSet", "jobs": "Job", "resourceslices": "ResourceSlice",
+          "resourceclaims": "ResourceClaim"}
+_BOOKMARK_INTERVAL_SECONDS = 1.0
+_MAX_WATCH_SECONDS = 600
+
+
+def status_object(code: int, reason: str, message: str) -> dict:
+    return {"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure", "message": message,
+            "reason": reason, "code": code}
+
+
+class FakeKubeApi:
+    """Objects by (api version path, plural) → {(namespace, name): object}; one resourceVersion counter."""
+
+    def __init__(self, served_versions=("v1", "apps/v1", "batch/v1", "resource.k8s.io/v1")):
+        self.served = set(served_versions)
+        self.token: Optional[str] = None  # when set, requests need "Authorization: Bearer <token>"
+        self.forbidden: Dict[str, str] = {}  # plural → verb refused with 403 ("list", "watch", "get")
+        self.bookmarks = "requested"  # or "always": BOOKMARK events even when a watch did not ask for them
+        self.bookmarks_sent = 0
+        self.gone_as_http = False  # answer a watch from a compacted version with HTTP 410, not an ERROR event
+        self.requests: List[Tuple[str, str]] = []  # (verb, plural) of every request
+        self._cond = threading.Condition()
+        self._objects: Dict[Tuple[str, str], Dict[Tuple[str, str], dict]] = {}
+        self._events: List[Tuple[int, str, str, dict]] = []  # (rv, group path + plural, type, object)
+        self._version = 1
+        self._compacted = 0  # watches from a version below this get 410 Gone
+        self._generation = 0  # bumped to end every open watch
+        self._server: Optional[ThreadingHTTPServer] = None
+        self._stopped = False
+
+    # --- the test's side -------------------------------------------------------------------------
+    def start(self, port: int = 0) -> "FakeKubeApi":
+        """Serve on loopback; a stopped server can be started again on its old port (`port`)."""
+        server = ThreadingHTTPServer(("127.0.0.1", port), _handler(self))
+        server.daemon_threads = True
+        self._server, self._stopped = server, False
+        threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.1}, daemon=True).start()
+        return self
+
+    def stop(self) -> None:
+        if self._server is not None:
+            # Stop accepting first: a watch ended before that would be re-opened at once and outlive us.
+            self._server.shutdown()
+            self._server.server_close()
+            self._stopped = True  # a watch accepted just before the shutdown ends too
+            self.close_watches()
+            self._server = None
+
+    @property
+    def port(self) -> int:
+        return self._server.server_address[1]
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def request_count(self, verb: Optional[str] = None) -> int:
+        with self._cond:
+            return sum(1 for v, _ in self.requests if verb is None or v == verb)
+
+    def put(self, api: str, plural: str, obj: dict) -> dict:
+        """Create or replace an object (ADDED or MODIFIED event); returns it with its new resourceVersion."""
+        meta = obj.setdefault("metadata", {})
+        meta.setdefault("uid", str(uuid.uuid4()))
+        key = (meta.get("namespace", ""), meta["name"])
+        with self._cond:
+            store = self._objects.setdefault((api, plural), {})
+            kind = "MODIFIED" if key in store else "ADDED"
+            self._version += 1
+            meta["resourceVersion"] = str(self._version)
+            store[key] = obj
+            self._events.append((self._version, f"{api}/{plural}", kind, obj))
+            self._cond.notify_all()
+        return obj
+
+    def delete(self, api: str, plural: str, namespace: str, name: str) -> None:
+        with self._cond:
+            obj = self._objects.get((api, plural), {}).pop((namespace, name), None)
+            if obj is None:
+                return
+            self._version += 1
+            obj = json.loads(json.dumps(obj))
+            obj["metadata"]["resourceVersion"] = str(self._version)
+            self._events.append((self._version, f"{api}/{plural}", "DELETED", obj))
+            self._cond.notify_all()
+
+    def compact(self) -> None:
+        """Forget every event so far, as etcd compaction does: open watches get an ERROR 410 event."""
+        with self._cond:
+            self._compacted = self._version + 1
+            self._events.clear()
+            self._generation += 1
+            self._cond.notify_all()
+
+    def close_watches(self) -> None:
+        """End every open watch cleanly, as an API server does when timeoutSeconds runs out."""
+        with self._cond:
+            self._generation += 1
+            self._cond.notify_all()
+
+    # --- the server's side -----------------------------------------------------------------------
+    def _record(self, verb: str, plural: str) -> None:
+        with self._cond:
+            self.requests.append((verb, plural))
+
+    def _list(self, api: str, plural: str, namespace: Optional[str], selector, limit: int, offset: int) -> dict:
+        with self._cond:
+            items = [o for (ns, _), o in sorted(self._objects.get((api, plural), {}).items())
+                     if (namespace is None or ns == namespace) and _selected(o, selector)]
+            version = str(self._version)
+        page = items[offset:offset + limit] if limit else items[offset:]
+        more = limit and offset + limit < len(items)
+        meta = {"resourceVersion": version, **({"continue": str(offset + limit)} if more else {})}
+        return {"kind": _KINDS.get(plural, "Object") + "List", "apiVersion": api, "metadata": meta, "items": page}
+
+    def _get(self, api: str, plural: str, namespace: str, name: str) -> Optional[dict]:
+        with self._cond:
+            return self._objects.get((api, plural), {}).get((namespace or "", name))
+
+    def _watch_events(self, api: str, plural: str, namespace, selector, since: int, bookmarks: bool, seconds: float):
+        """Yield event dicts after `since` until the watch ends; the first may be a 410 ERROR."""
+        deadline = time.monotonic() + min(seconds, _MAX_WATCH_SECONDS)
+        path = f"{api}/{plural}"
+        with self._cond:
+            if since < self._compacted - 1:
+                yield {"type": "ERROR", "object": status_object(410, "Expired", f"too old resource version: {since}")}
+                return
+            generation = self._generation
+        sent, last_bookmark = since, time.monotonic()
+        while time.monotonic() < deadline:
+            with self._cond:
+                ended = self._stopped or self._generation != generation
+                expired = ended and not self._stopped and self._compacted > sent and not self.gone_as_http
+                pending = [] if ended else [e for e in self._events if e[0] > sent and e[1] == path]
+                current = self._version
+                if not ended and not pending:
+                    self._cond.wait(0.2)  # then look again: the watch may have been ended meanwhile
+            if expired:
+                yield {"type": "ERROR", "object": status_object(410, "Expired", "too old resource version")}
+            if ended:
+                return
+            for version, _, kind, obj in pending:
+                sent = version
+                if (namespace is None or obj["metadata"].get("namespace") == namespace) and _selected(obj, selector):
+                    yield {"type": kind, "object": obj}
+            if bookmarks and time.monotonic() - last_bookmark > _BOOKMARK_INTERVAL_SECONDS:
+                last_bookmark, sent = time.monotonic(), max(sent, current)
+                self.bookmarks_sent += 1
+                yield {"type": "BOOKMARK", "object": {"kind": _KINDS.get(plural, "Object"), "apiVersion": api,
+                                                      "metadata": {"resourceVersion": str(sent)}}}
+
+
+def _selected(obj: dict, selector: Optional[Tuple[str, str]]) -> bool:
+    if selector is None:
+        return True
+    field, value = selector
+    current = obj
+    for part in field.split("."):
+        current = current.get(part, {}) if isinstance(current, dict) else {}
+    return current == value
+
+
+def _parse_selector(text: str) -> Tuple[str, str]:
+    match = re.fullmatch(r"(spec\.nodeName|spec\.driver|metadata\.name)==?([^,]*)", text)
+    if not match:
+        raise ValueError(f'"{text}" is not a known field selector')
+    return match.group(1), match.group(2)
+
+
+def _handler(api: FakeKubeApi):
+    class Handler(BaseHTTPRequestHandler):
+        protocol_version = "HTTP/1.1"
+
+        def log_message(self, *args):  # quiet: tests read the exporter's log, not ours
+            pass
+
+        def do_GET(self):  # noqa: N802 - http.server's name
+            url = urlsplit(self.path)
+            query = {k: v[-1] for k, v in parse_qs(url.query).items()}
+            match = _PATH.fullmatch(url.path)
+            if not match:
+                return self._send(404, status_object(404, "NotFound", f"the server could not find {url.path}"))
+            version = match.group("core") or f"{match.group('group')}/{match.group('version')}"
+            plural, name, namespace = match.group("plural"), match.group("name"), match.group("namespace")
+            watching = query.get("watch") in ("1", "true")
+            verb = "get" if name else "watch" if watching else "list"
+            api._record(verb, plural)
+            if api.token is not None and self.headers.get("Authorization") != f"Bearer {api.token}":
+                return self._send(401, status_object(401, "Unauthorized", "Unauthorized"))
+            if api.forbidden.get(plural) == verb:
+                scope = f'in the namespace "{namespace}"' if namespace else "at the cluster scope"
+                return self._send(403, status_object(403, "Forbidden", f'{plural} is forbidden: User '
+                                  f'"system:serviceaccount:gpu-monitoring:exporter" cannot {verb} resource '
+                                  f'"{plural}" in API group "{match.group("group") or ""}" {scope}'))
+            if version not in api.served:
+                return self._send(404, status_object(404, "NotFound", "the server could not find the requested resource"))
+            try:
+                selector = _parse_selector(query["fieldSelector"]) if query.get("fieldSelector") else None
+            except ValueError as exc:
+                return self._send(400, status_object(400, "BadRequest", str(exc)))
+            if name:
+                obj = api._get(version, plural, namespace, name)
+                if obj is None:
+                    return self._send(404, status_object(404, "NotFound", f'{plural} "{name}" not found'))
+                return self._send(200, obj)
+            if watching:
+                return self._watch(version, plural, namespace, selector, query)
+            limit, offset = int(query.get("limit", 0)), int(query.get("continue") or 0)
+            return self._send(200, api._list(version, plural, namespace, selector, limit, offset))
+
+        def _watch(self, version, plural, namespace, selector, query):
+            since = int(query.get("resourceVersion") or 0)
+            if api.gone_as_http and since and since < api._compacted - 1:
+                return self._send(410, status_object(410, "Expired", f"too old resource version: {since}"))
+            self.send_response(200)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Transfer-Encoding", "chunked")
+            self.end_headers()
+            events = api._watch_events(version, plural, namespace, selector, since,
+                                       query.get("allowWatchBookmarks") == "true" or api.bookmarks == "always",
+                                       float(query.get("timeoutSeconds") or _MAX_WATCH_SECONDS))
+            try:
+                for event in events:
+                    self._chunk(json.dumps(event).encode() + b"\n")
+                self._chunk(b"")
+            except (BrokenPipeError, ConnectionResetError):
+                pass
+            self.close_connection = True
+
+        def _chunk(self, data: bytes) -> None:
+            self.wfile.write(b"%x\r\n%s\r\n" % (len(data), data))
+            self.wfile.flush()
+
+        def _send(self, code: int, obj: dict) -> None:
+            body = json.dumps(obj).encode()
+            self.send_response(code)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+    return Handler
+
+
+def write_kubeconfig(path: str, server_url: str, token: Optional[str] = None) -> str:
+    """A kubeconfig (JSON is valid YAML) pointing at the fake server."""
+    user = {"token": token} if token else {}
+    config = {
+        "apiVersion": "v1", "kind": "Config", "current-context": "fake",
+        "clusters": [{"name": "fake", "cluster": {"server": server_url}}],
+        "users": [{"name": "fake", "user": user}],
+        "contexts": [{"name": "fake", "context": {"cluster": "fake", "user": "fake"}}],
+    }
+    with open(path, "w") as handle:
+        json.dump(config, handle)
+    return path
+
+
+def make_pod(namespace: str, name: str, node: str, labels=None, annotations=None, owner=None,
+             containers=("main",), uid: Optional[str] = None) -> dict:
+    """A Pod object as the API server returns it (the fields the exporter reads, and those a client
+    library requires); `owner` is (kind, name) of its controller."""
+    pod_uid = uid or str(uuid.uuid4())
+    meta = {"name": name, "namespace": namespace, "uid": pod_uid, "labels": dict(labels or {}),
+            "annotations": dict(annotations or {})}
+    if owner is not None:
+        meta["ownerReferences"] = [owner_reference(*owner)]
+    statuses = [{"name": c, "image": "registry.example.com/app:1", "imageID": "", "ready": True, "restartCount": 0,
+                 "containerID": f"containerd://{uuid.uuid5(uuid.NAMESPACE_OID, pod_uid + c).hex}"} for c in containers]
+    return {"apiVersion": "v1", "kind": "Pod", "metadata": meta,
+            "spec": {"nodeName": node, "containers": [{"name": c, "image": "registry.example.com/app:1"} for c in containers]},
+            "status": {"phase": "Running", "containerStatuses": statuses}}
+
+
+def owner_reference(kind: str, name: str) -> dict:
+    api = {"ReplicaSet": "apps/v1", "Deployment": "apps/v1", "StatefulSet": "apps/v1", "DaemonSet": "apps/v1",
+           "Job": "batch/v1", "CronJob": "batch/v1"}.get(kind, "example.com/v1")
+    return {"apiVersion": api, "kind": kind, "name": name, "uid": str(uuid.uuid5(uuid.NAMESPACE_OID, kind + name)),
+            "controller": True, "blockOwnerDeletion": True}

@@ -1,0 +1,96 @@
+"""Pure: which Kubernetes labels to add for a pod (--labels.*), named, sanitised and ordered by the contract."""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import Dict, Iterable, NamedTuple, Optional, Pattern, Tuple
+
+EXTRA_CHOICES = ("pod_uid", "workload")
+_INVALID_NAME_CHARACTER = re.compile(r"[^a-zA-Z0-9_]")
+
+
+class PodInfo(NamedTuple):
+    """What the exporter keeps of one pod from the API server; small, so 5,000 pods stay cheap.
+
+    Only the allow-listed labels and annotations are kept. `containers` (name, containerID) is kept
+    for per-process attribution, which tells containers apart by the ID in /proc/<pid>/cgroup.
+    """
+
+    uid: str
+    labels: Tuple[Tuple[str, str], ...]  # (key, value), allow-listed, sorted by key
+    annotations: Tuple[Tuple[str, str], ...]
+    controller: Optional[Tuple[str, str]]  # (kind, name) of the controlling ownerReference
+    containers: Tuple[Tuple[str, str], ...]  # (container name, "containerd://…"), once started
+
+
+@dataclass(frozen=True)
+class LabelSpec:
+    """--labels.extra, --labels.pod-labels and --labels.pod-annotations."""
+
+    pod_uid: bool = False
+    workload: bool = False
+    pod_labels: Optional[Pattern] = None
+    pod_annotations: Optional[Pattern] = None
+
+    @property
+    def enabled(self) -> bool:
+        return self.pod_uid or self.workload or self.pod_labels is not None or self.pod_annotations is not None
+
+
+def parse_extra(text: str) -> Tuple[bool, bool]:
+    """'pod_uid,workload' → (pod_uid, workload); raises ValueError naming an unknown entry."""
+    chosen = [part.strip() for part in text.split(",") if part.strip()]
+    unknown = sorted(set(chosen) - set(EXTRA_CHOICES))
+    if unknown:
+        raise ValueError(f"unknown extra label {unknown[0]!r} (choose from {', '.join(EXTRA_CHOICES)})")
+    return "pod_uid" in chosen, "workload" in chosen
+
+
+def compile_key_pattern(text: str) -> Pattern:
+    """A label/annotation key regex, matched against the whole key (like kube-state-metrics' allow-lists)."""
+    try:
+        return re.compile(text)
+    except re.error as exc:
+        raise ValueError(f"invalid regular expression {text!r}: {exc}") from None
+
+
+def allowed_items(items: Optional[Dict[str, str]], pattern: Optional[Pattern]) -> Tuple[Tuple[str, str], ...]:
+    """The (key, value) pairs whose key the pattern fully matches, sorted by key."""
+    if pattern is None or not items:
+        return ()
+    return tuple(sorted((key, value) for key, value in items.items() if pattern.fullmatch(key)))
+
+
+def sanitise_label_name(key: str) -> str:
+    """kube-state-metrics' rule: every character outside [a-zA-Z0-9_] becomes '_'."""
+    return _INVALID_NAME_CHARACTER.sub("_", key)
+
+
+def render_extra_labels(spec: LabelSpec, pod: PodInfo, workload: Optional[Tuple[str, str]]) -> str:
+    """`,pod_uid="…",workload_kind="…",workload="…",label_…,annotation_…` in the contract's order.
+
+    `workload` is (kind, name), or None when it is not known yet (then both workload labels are left
+    out rather than guessed). Starts with a comma: it is appended after the owner labels.
+    """
+    pairs = []
+    if spec.pod_uid:
+        pairs.append(("pod_uid", pod.uid))
+    if spec.workload and workload is not None:
+        pairs += [("workload_kind", workload[0]), ("workload", workload[1])]
+    pairs += _prefixed("label_", pod.labels)
+    pairs += _prefixed("annotation_", pod.annotations)
+    return "".join(f',{name}="{_escape(value)}"' for name, value in pairs)
+
+
+def _prefixed(prefix: str, items: Iterable[Tuple[str, str]]) -> list:
+    """Sanitised names sorted; when two keys sanitise to one name (`a.b` and `a_b`), the first key in
+    sorted order wins: a repeated label name would make the whole scrape invalid."""
+    named: Dict[str, str] = {}
+    for key, value in sorted(items):
+        named.setdefault(prefix + sanitise_label_name(key), value)
+    return sorted(named.items())
+
+
+def _escape(value: str) -> str:
+    return value.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
