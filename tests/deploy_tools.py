@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import os
 import shutil
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -44,6 +46,22 @@ def require_env_executable(variable: str, how_to_install: str) -> str:
     if not os.access(path, os.X_OK):
         pytest.fail(f"${variable}={path} is not an executable file; {how_to_install}")
     return path
+
+
+def validate_strict(path: Path, version: str) -> str:
+    """kubernetes-validate --strict of one file against a Kubernetes version ("newest": the newest
+    its schemas know); checks it passed without warnings and returns what it printed."""
+    try:
+        import kubernetes_validate.utils as kv_utils
+    except ImportError:
+        missing_tool("kubernetes-validate", "pip install kubernetes-validate (the test extra has it)")
+    if version == "newest":
+        version = kv_utils.latest_version()
+    result = subprocess.run([sys.executable, "-m", "kubernetes_validate", "--strict", "-k", version, str(path)],
+                            capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "WARN" not in result.stdout, result.stdout
+    return result.stdout
 
 
 def load_documents(path: Path) -> list[dict[str, Any]]:

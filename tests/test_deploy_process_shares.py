@@ -4,18 +4,11 @@ with exactly what process mode adds."""
 from __future__ import annotations
 
 import copy
-import subprocess
-import sys
 
 import pytest
 
-from deploy_tools import DAEMONSET, REPO_ROOT, find_object, load_documents, missing_tool
+from deploy_tools import DAEMONSET, REPO_ROOT, find_object, load_documents, validate_strict
 from exporter.config import parse_config
-
-try:
-    import kubernetes_validate.utils as kv_utils
-except ImportError:
-    kv_utils = None
 
 VARIANT = REPO_ROOT / "deploy" / "daemonset-process-shares.yaml"
 EXPORTER = "pod-gpu-metrics-exporter"
@@ -37,13 +30,8 @@ def exporter_container(daemonset):
 
 @pytest.mark.parametrize("version", ["1.30.0", "newest"])
 def test_variant_passes_the_strict_kubernetes_schema(version):
-    if kv_utils is None:
-        missing_tool("kubernetes-validate", "pip install kubernetes-validate (.ci/deploy-setup.sh does)")
-    version = kv_utils.latest_version() if version == "newest" else version
-    result = subprocess.run([sys.executable, "-m", "kubernetes_validate", "--strict", "-k", version, str(VARIANT)],
-                            capture_output=True, text=True, timeout=120)
-    assert result.returncode == 0, result.stdout + result.stderr
-    assert "WARN" not in result.stdout and result.stdout.count(" passed for resource ") == 1, result.stdout
+    output = validate_strict(VARIANT, version)
+    assert output.count(" passed for resource ") == 1, output
 
 
 def test_variant_is_the_default_daemonset_plus_process_mode_only():

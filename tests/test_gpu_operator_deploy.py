@@ -8,25 +8,18 @@ that the exporter reads it and nothing else.
 
 from __future__ import annotations
 
-import subprocess
-import sys
 from pathlib import Path
 from urllib.parse import urlsplit
 
 import pytest
 import requests
 
-from deploy_tools import REPO_ROOT, find_object, load_documents, missing_tool
+from deploy_tools import REPO_ROOT, find_object, load_documents, validate_strict
 from exporter.config import Config
 
 MANIFEST = REPO_ROOT / "deploy" / "gpu-operator.yaml"
 OPERATOR = Path(__file__).resolve().parent / "data" / "gpu-operator" / "nvidia-dcgm-exporter.yaml"
 OLDEST_SUPPORTED = "1.30.0"
-
-try:
-    import kubernetes_validate.utils as kv_utils
-except ImportError:
-    kv_utils = None
 
 
 def _ours(kind):
@@ -48,14 +41,8 @@ def _pod_template(daemonset):
 
 @pytest.mark.parametrize("version", [OLDEST_SUPPORTED, "newest"])
 def test_manifest_passes_the_strict_kubernetes_schema(version):
-    if kv_utils is None:
-        missing_tool("kubernetes-validate", "pip install kubernetes-validate (the test extra has it)")
-    version = kv_utils.latest_version() if version == "newest" else version
-    result = subprocess.run([sys.executable, "-m", "kubernetes_validate", "--strict", "-k", version, str(MANIFEST)],
-                            capture_output=True, text=True, timeout=120)
-    assert result.returncode == 0, result.stdout + result.stderr
-    assert "WARN" not in result.stdout, result.stdout
-    assert result.stdout.count(" passed for resource ") == len(load_documents(MANIFEST)), result.stdout
+    output = validate_strict(MANIFEST, version)
+    assert output.count(" passed for resource ") == len(load_documents(MANIFEST)), output
 
 
 def test_no_second_dcgm_exporter_is_started():

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import io
 import subprocess
 import sys
 import threading
@@ -12,7 +11,6 @@ import pytest
 
 from exporter.devices import GpuKey, Owner, build_mapping
 from exporter.exposition import Rewriter
-from exporter.logs import setup_logging
 from exporter.nvml import NvmlMigResolver, make_mig_resolver
 from test_devices import Device
 
@@ -76,14 +74,6 @@ class Clock:
 
     def __call__(self):
         return self.now
-
-
-@pytest.fixture
-def log_stream():
-    stream = io.StringIO()
-    setup_logging("debug", "logfmt", stream)
-    yield stream
-    setup_logging("info", "logfmt")
 
 
 def test_resolves_parent_and_instance_and_caches_answers():
