@@ -253,6 +253,11 @@ class Rewriter:
         elif line.startswith(("# TYPE ", "# TYPE\t")):
             match = _TYPE.fullmatch(line)
             kind = "TYPE"
+        elif line[1:].split(None, 1)[:1] in (["HELP"], ["TYPE"]):
+            # `# HELP` with nothing after it (an upstream line cut short) is a plain comment to
+            # Prometheus, but prometheus_client 0.17's parser (our declared floor) fails the whole
+            # text on it: dropped like any line that breaks a parser.
+            return 1
         else:
             out.append(line)  # any other comment is allowed by the format and harmless
             return 0

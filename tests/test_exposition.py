@@ -417,3 +417,11 @@ def test_one_bad_value_after_thousands_of_integers_is_checked_in_linear_time():
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60,
                           cwd=Path(__file__).resolve().parent.parent)
     assert done.stdout.split() == ["1", "0"], done.stderr
+
+
+@pytest.mark.parametrize("comment", ["# HELP", "# TYPE", "#  HELP", "# TYPE\t"])
+def test_a_bare_help_or_type_word_is_dropped_not_passed_on(comment):
+    """Found by the damaged-text property on prometheus_client 0.17, whose parser fails on it."""
+    result = rewrite(comment + "\n# other comment\n", [])
+    assert result.malformed == 1
+    assert lines(result) == ["# other comment"]
