@@ -38,10 +38,10 @@ def node(socket_dir, api):
         yield kubelet, dcgm, write_kubeconfig(str(socket_dir / "kubeconfig"), api.url)
 
 
-def start(run_exporter, node, *args):
+def start(run_exporter, node, *args, env=None):
     kubelet, dcgm, kubeconfig = node
     return run_exporter(["--dcgm.url", dcgm.url, "--kubelet.socket", kubelet.socket_path,
-                         "--kubernetes.kubeconfig", kubeconfig, "--kubernetes.node-name", NODE, *FAST, *args])
+                         "--kubernetes.kubeconfig", kubeconfig, "--kubernetes.node-name", NODE, *FAST, *args], env=env)
 
 
 def scrape(exporter) -> str:
