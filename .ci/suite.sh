@@ -39,7 +39,7 @@ case "$set_name" in
         ;;
 esac
 echo "suite.sh: $set_name:" $("$venv/bin/pip" list --format=freeze 2>/dev/null \
-    | grep -iE '^(grpcio|protobuf|prometheus.client|pyyaml|bcrypt)==' | tr '\n' ' ')
+    | grep -iE '^(grpcio|protobuf|prometheus.client|pyyaml|bcrypt|lightkube|nvidia.ml.py)==' | tr '\n' ' ')
 cd "$root"
 status=0
 "$venv/bin/python" -m pytest -q -p no:cacheprovider || status=$?
