@@ -16,8 +16,8 @@ RETRY_FAILED_AFTER_SECONDS = 300.0
 _MAX_CACHED = 4096
 
 _UNRESOLVED_NOTE = ("MIG-<uuid> device IDs (nvidia.com/mig-* on R470+ drivers) will be reported as "
-                    "unresolved: install the nvml extra (pip install 'pod-gpu-metrics-exporter[nvml]') "
-                    "and make the driver's libnvidia-ml.so.1 visible in the container to resolve them")
+                    "unresolved: make the driver's libnvidia-ml.so.1 visible in the container to resolve them "
+                    "(the NVIDIA container runtime with NVIDIA_DRIVER_CAPABILITIES=utility does)")
 
 
 class NvmlMigResolver:
@@ -104,7 +104,7 @@ def open_nvml(library: Any = None) -> Tuple[Any, str]:
 
 
 def make_mig_resolver(library: Any = None) -> Optional[MigResolver]:
-    """A resolver when NVML is usable (the `nvml` extra installed and the driver present), else None.
+    """A resolver when NVML is usable (nvidia-ml-py importable and the driver's library present), else None.
 
     `library` is an NVML binding to use instead of importing pynvml (tests pass a stand-in). Called once
     per process, so its one info line is the only notice that MIG-<uuid> IDs stay unresolved.
