@@ -17,9 +17,9 @@ import threading
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 
-from exporter.fake_dcgm import FakeDcgmExporter  # noqa: E402
-from exporter.fake_kubelet import FakeKubelet  # noqa: E402
-from exporter.podresources import AllocatedDevice  # noqa: E402
+from exporter.demo.fake_dcgm import FakeDcgmExporter  # noqa: E402
+from exporter.demo.fake_kubelet import FakeKubelet  # noqa: E402
+from exporter.sources.kubelet import AllocatedDevice  # noqa: E402
 
 NAMESPACE = "ml-team"
 POD = "trainer-0"

@@ -133,10 +133,10 @@ free_port() {
 
 find_fixture() {
     local name=l4-aws-gpu-operator-default-counters.prom dir
-    for dir in "$root/tests/data/dcgm" "$root/exporter/data"; do
+    for dir in "$root/tests/data/dcgm" "$root/exporter/demo/data"; do
         if [[ -f "$dir/$name" ]]; then echo "$dir/$name"; return 0; fi
     done
-    log "fixture $name not found under tests/data/dcgm or exporter/data"
+    log "fixture $name not found under tests/data/dcgm or exporter/demo/data"
     return 1
 }
 

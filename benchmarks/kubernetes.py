@@ -5,7 +5,7 @@ Run from the repository root: `python benchmarks/kubernetes.py [--pods 200] [--l
 Everything is real but the node: a gRPC kubelet on a unix socket, a simulated dcgm-exporter serving a
 real scrape (tests/data/dcgm, 8 H100s, MIG), a fake API server on loopback speaking REST + watch
 (exporter/fake_kube_api.py) and the real exporter process, reached through a kubeconfig. Figures
-are printed, never judged: CI runs it once at a small size (tests/test_benchmark_smoke.py).
+are printed, never judged: CI runs it once at a small size (tests/e2e/test_benchmark_smoke.py.py).
 """
 
 from __future__ import annotations
@@ -22,12 +22,11 @@ from pathlib import Path
 REPO_ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO_ROOT))
 sys.path.insert(0, str(REPO_ROOT / "tests"))
-from exporter_process import start_exporter  # noqa: E402
-
-from exporter.fake_dcgm import FakeDcgmExporter  # noqa: E402
-from exporter.fake_kube_api import FakeKubeApi, make_pod, write_kubeconfig  # noqa: E402
-from exporter.fake_kubelet import FakeKubelet  # noqa: E402
-from exporter.podresources import AllocatedDevice  # noqa: E402
+from exporter.demo.fake_dcgm import FakeDcgmExporter  # noqa: E402
+from exporter.demo.fake_kubelet import FakeKubelet  # noqa: E402
+from exporter.sources.kubelet import AllocatedDevice  # noqa: E402
+from support.exporter_process import start_exporter  # noqa: E402
+from support.fake_kube_api import FakeKubeApi, make_pod, write_kubeconfig  # noqa: E402
 
 FIXTURE = REPO_ROOT / "tests/data/dcgm/repo-fixture-h100-8gpu-mig-1g10gb-render-4.8.2-template.prom"
 NODE = "gpu-node-1"

@@ -28,7 +28,7 @@ REPO_ROOT = Path(__file__).resolve().parents[1]
 if str(REPO_ROOT) not in sys.path:
     sys.path.insert(0, str(REPO_ROOT))
 
-from exporter.podresources import AllocatedDevice  # noqa: E402
+from exporter.sources.kubelet import AllocatedDevice  # noqa: E402
 
 FIXTURES = REPO_ROOT / "tests" / "data" / "dcgm"
 H100_FIXTURE = FIXTURES / "repo-fixture-h100-8gpu-mig-1g10gb-render-4.8.2-template.prom"

@@ -40,18 +40,17 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from node import REPO_ROOT, SIZES, Node, Shape, describe  # noqa: E402
 
 sys.path.insert(0, str(REPO_ROOT / "tests"))
-from exporter_process import start_exporter  # noqa: E402
-
-from exporter.devices import build_mapping  # noqa: E402
-from exporter.exposition import Rewriter  # noqa: E402
-from exporter.fake_dcgm import FakeDcgmExporter  # noqa: E402
-from exporter.fake_kubelet import FakeKubelet  # noqa: E402
+from exporter.core.mapping import build_mapping  # noqa: E402
+from exporter.demo.fake_dcgm import FakeDcgmExporter  # noqa: E402
+from exporter.demo.fake_kubelet import FakeKubelet  # noqa: E402
+from exporter.exposition.rewriter import Rewriter  # noqa: E402
+from support.exporter_process import start_exporter  # noqa: E402
 
 # Distinct bodies served in turn, so that every "new values" scrape brings values the exporter has
 # not seen last time (the direct scrapes in between take bodies too; 7 is prime to both).
 _CHANGING_BODIES = 7
 _CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
-_GZIP_LEVEL = 1  # what the exporter uses (exporter/scrape.py)
+_GZIP_LEVEL = 1  # what the exporter uses (exporter/web/scrape.py)
 
 
 class Plan(NamedTuple):

@@ -25,15 +25,14 @@ from typing import Callable
 REPO_ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO_ROOT))
 sys.path.insert(0, str(REPO_ROOT / "tests"))
-from nvml_node import NODE_ENV, FakeNode, build_fake_nvml, preload  # noqa: E402
-from proc_tree import ProcTree  # noqa: E402
-
-from exporter.cgroups import read_process_owner  # noqa: E402
-from exporter.devices import build_mapping  # noqa: E402
-from exporter.gpu_processes import NvmlProcessReader  # noqa: E402
-from exporter.podresources import AllocatedDevice  # noqa: E402
-from exporter.shares import PodInfo, compute_shares, render_shares  # noqa: E402
-from exporter.sharing import ProcessShares  # noqa: E402
+from exporter.core.mapping import build_mapping  # noqa: E402
+from exporter.shares.compute import PodInfo, compute_shares, render_shares  # noqa: E402
+from exporter.shares.process_shares import ProcessShares  # noqa: E402
+from exporter.sources.kubelet import AllocatedDevice  # noqa: E402
+from exporter.sources.nvml.processes import NvmlProcessReader  # noqa: E402
+from exporter.sources.procfs import read_process_owner  # noqa: E402
+from support.nvml_node import NODE_ENV, FakeNode, build_fake_nvml, preload  # noqa: E402
+from support.proc_tree import ProcTree  # noqa: E402
 
 GPUS, REPLICAS, PROCESSES = 8, 4, 50
 MIB = 1024 * 1024

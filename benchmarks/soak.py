@@ -27,11 +27,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from node import REPO_ROOT, SIZES, Node  # noqa: E402
 
 sys.path.insert(0, str(REPO_ROOT / "tests"))
-from exporter_process import start_exporter  # noqa: E402
-
-from exporter.fake_dcgm import FakeDcgmExporter  # noqa: E402
-from exporter.fake_kubelet import FakeKubelet  # noqa: E402
-from exporter.upstream import DEFAULT_MAX_BYTES  # noqa: E402
+from exporter.demo.fake_dcgm import FakeDcgmExporter  # noqa: E402
+from exporter.demo.fake_kubelet import FakeKubelet  # noqa: E402
+from exporter.sources.dcgm.http_source import DEFAULT_MAX_BYTES  # noqa: E402
+from support.exporter_process import start_exporter  # noqa: E402
 
 MIB = 2**20
 

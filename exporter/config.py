@@ -7,8 +7,10 @@ import re
 from dataclasses import dataclass
 from typing import Mapping, Optional, Sequence, Tuple
 
-from exporter.errors import ConfigError
-from exporter.kube_labels import compile_key_pattern, parse_extra
+from exporter.base.errors import ConfigError
+from exporter.sources.dcgm import DEFAULT_MAX_BODY_BYTES, redact_url
+from exporter.sources.kubernetes.labels import compile_key_pattern, parse_extra
+from exporter.web.routes import BUILT_IN_PATHS
 
 ENV_PREFIX = "POD_GPU_EXPORTER_"
 COMMANDS = ("serve", "demo", "mapping")
@@ -29,9 +31,7 @@ class Config:
     dcgm_url: str = "http://127.0.0.1:9401/metrics"
     dcgm_file: Optional[str] = None
     dcgm_timeout_seconds: float = 5.0
-    # Of one dcgm answer, decoded: 4x the 1.8 MB of a large MIG node (6,400 series), and small enough
-    # that the rewrite of any answer within it stays inside the memory bound (README, Operations).
-    dcgm_max_body_bytes: int = 8 * 1024 * 1024
+    dcgm_max_body_bytes: int = DEFAULT_MAX_BODY_BYTES
     kubelet_socket: str = "/var/lib/kubelet/pod-resources/kubelet.sock"
     kubelet_refresh_interval_seconds: float = 5.0
     kubelet_timeout_seconds: float = 5.0
@@ -81,11 +81,6 @@ _FLAGS: Tuple[Tuple[str, str, str, str], ...] = (
     ("--log.format", "log_format", LOG_FORMATS, "Log line format."),
 )
 
-# Routes the exporter serves itself, whatever --web.telemetry-path says.
-SELF_METRICS_PATH = "/metrics"  # the process's own prometheus_client registry
-HEALTH_PATH = "/healthz"  # liveness; reachable without credentials, for kubelet probes
-INDEX_PATH = "/"
-_BUILT_IN_PATHS = (SELF_METRICS_PATH, HEALTH_PATH, INDEX_PATH)
 
 _DURATION = re.compile(r"(\d+(?:\.\d+)?)(ms|s|m|h)")
 _SIZE = re.compile(r"(\d+)(B|KiB|MiB|GiB|KB|MB|GB)?")
@@ -110,18 +105,6 @@ def parse_duration(text: str) -> float:
     if position != len(text) or not text:
         raise ValueError(f"invalid duration {text!r} (examples: 500ms, 5s, 1m30s)")
     return total
-
-
-def redact_url(url: str) -> str:
-    """The URL with its password replaced by *** (`http://user:***@host/…`), for logs and messages;
-    kept as it is when it holds no credentials."""
-    scheme, separator, rest = url.partition("://")
-    authority = rest.split("/", 1)[0].split("?", 1)[0].split("#", 1)[0]
-    if not separator or "@" not in authority:
-        return url
-    credentials, _, host = authority.rpartition("@")
-    user = credentials.split(":", 1)[0]
-    return f"{scheme}://{user}:***@{host}{rest[len(authority):]}"
 
 
 def parse_size(text: str) -> int:
@@ -237,9 +220,9 @@ def parse_config(argv: Sequence[str], environ: Mapping[str, str]) -> Config:
                   "labels_pod_labels", "labels_pod_annotations"):
         if values.get(field) == "":
             values[field] = None
-    if values.get("telemetry_path") in _BUILT_IN_PATHS:
+    if values.get("telemetry_path") in BUILT_IN_PATHS:
         raise ConfigError(f"--web.telemetry-path: {values['telemetry_path']} is a built-in route "
-                          f"({', '.join(_BUILT_IN_PATHS)}); choose another path, e.g. /gpu/metrics")
+                          f"({', '.join(BUILT_IN_PATHS)}); choose another path, e.g. /gpu/metrics")
     _refuse_unused_settings(args.command, sources)
     if args.output is not None:
         values["output"] = args.output

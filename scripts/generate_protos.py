@@ -3,7 +3,7 @@
 
 Usage: python scripts/generate_protos.py [--out DIR]
 
-The output is committed and never edited by hand; tests/test_generated_code.py regenerates it into a
+The output is committed and never edited by hand; tests/artifacts/test_generated_code.py.py regenerates it into a
 temporary folder and fails on any byte of difference. The generator version is pinned because
 protoc's output (and the runtime floors it writes into the code) changes between releases.
 """
@@ -56,9 +56,9 @@ def proto_files() -> list[str]:
 
 def run_protoc(files: list[str], out_dir: Path) -> None:
     """Compile the protos into out_dir with the pinned generator, in this process."""
-    from grpc_tools import protoc
-
     import importlib.resources as resources
+
+    from grpc_tools import protoc
 
     well_known = resources.files("grpc_tools") / "_proto"
     args = [

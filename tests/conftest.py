@@ -3,20 +3,15 @@
 from __future__ import annotations
 
 import shutil
-import sys
 import tempfile
-import time
 from pathlib import Path
-from typing import Callable
 
 import pytest
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))  # tests/ helpers (fixtures, exporter_process)
-
-from exporter.fake_dcgm import FakeDcgmExporter  # noqa: E402
-from exporter.fake_kubelet import FakeKubelet  # noqa: E402
-from exporter_process import start_exporter  # noqa: E402
-from fixtures import fixture_bytes  # noqa: E402
+from exporter.demo.fake_dcgm import FakeDcgmExporter
+from exporter.demo.fake_kubelet import FakeKubelet
+from support.exporter_process import start_exporter
+from support.fixtures import fixture_bytes
 
 
 @pytest.fixture
@@ -46,7 +41,7 @@ def dcgm():
 @pytest.fixture(scope="session")
 def fake_nvml_library(tmp_path_factory):
     """The fake libnvidia-ml.so.1 (tests/fake_nvml/fake_nvml.c), built once with the system compiler."""
-    from nvml_node import build_fake_nvml
+    from support.nvml_node import build_fake_nvml
 
     return build_fake_nvml(tmp_path_factory.mktemp("fake-nvml"))
 
@@ -54,7 +49,7 @@ def fake_nvml_library(tmp_path_factory):
 @pytest.fixture(scope="session")
 def fake_nvml_loaded(fake_nvml_library):
     """The fake loaded into this process, where pynvml finds it by SONAME."""
-    from nvml_node import preload
+    from support.nvml_node import preload
 
     preload(fake_nvml_library)
     return fake_nvml_library
@@ -62,8 +57,8 @@ def fake_nvml_loaded(fake_nvml_library):
 
 @pytest.fixture
 def gpu_node(tmp_path, socket_dir, fake_nvml_library, run_exporter):
-    """A GPU node for the real exporter process in --sharing.mode process (tests/shared_node.py)."""
-    from shared_node import SharedNode
+    """A GPU node for the real exporter process in --sharing.mode process (tests/support/shared_node.py)."""
+    from support.shared_node import SharedNode
 
     node = SharedNode(tmp_path, socket_dir, fake_nvml_library.parent, run_exporter)
     yield node
@@ -73,7 +68,7 @@ def gpu_node(tmp_path, socket_dir, fake_nvml_library, run_exporter):
 @pytest.fixture
 def nvml_node(fake_nvml_loaded, tmp_path, monkeypatch):
     """An empty fake NVML node for this test (FAKE_NVML_NODE points at its file)."""
-    from nvml_node import NODE_ENV, FakeNode
+    from support.nvml_node import NODE_ENV, FakeNode
 
     monkeypatch.setenv(NODE_ENV, str(tmp_path / "nvml-node.txt"))
     return FakeNode(tmp_path / "nvml-node.txt")
@@ -84,7 +79,7 @@ def log_stream():
     """The exporter's log lines (debug and up, logfmt) of this test."""
     import io
 
-    from exporter.logs import setup_logging
+    from exporter.base.logs import setup_logging
 
     stream = io.StringIO()
     setup_logging("debug", "logfmt", stream)
@@ -105,14 +100,3 @@ def run_exporter():
     yield start
     for handle in started:
         handle.stop()
-
-
-def wait_until(condition: Callable[[], object], timeout_seconds: float = 15.0, interval: float = 0.05):
-    """Poll until condition() is truthy; return its value or fail with the last one."""
-    deadline = time.monotonic() + timeout_seconds
-    value = condition()
-    while not value and time.monotonic() < deadline:
-        time.sleep(interval)
-        value = condition()
-    assert value, f"condition not met within {timeout_seconds}s"
-    return value

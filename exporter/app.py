@@ -1,0 +1,244 @@
+"""Wiring: a Config turned into running sources, core, exposition and web (serve), or one mapping (mapping)."""
+
+from __future__ import annotations
+
+import errno
+import json
+import os
+import platform
+import signal
+import sys
+import threading
+from typing import Callable, Optional
+
+from exporter import __version__
+from exporter.base.errors import ConfigError, KubeletError
+from exporter.base.logs import log
+from exporter.config import Config
+from exporter.core.attribution import Attribution
+from exporter.core.mapping import build_mapping
+
+EXIT_OK, EXIT_FAILURE, EXIT_USAGE = 0, 1, 2
+
+
+def serve(config: Config, on_ready: Optional[Callable[[str], None]] = None) -> int:
+    """Serve until SIGTERM/SIGINT; returns the process exit code."""
+    # gRPC's C core logs transport chatter (e.g. "Got goaway" when the kubelet restarts) to stderr,
+    # outside our log format; our own logs already say what matters.
+    os.environ.setdefault("GRPC_VERBOSITY", "ERROR")
+    # Imported here so `--help` and `mapping` stay fast and independent of the HTTP stack.
+    from exporter.sources.dcgm.file_source import FileSource
+    from exporter.sources.dcgm.http_source import HttpSource
+    from exporter.sources.kubelet import PodResourcesClient
+    from exporter.web.scrape import Scraper
+    from exporter.web.server import App, ExporterHTTPServer
+
+    try:
+        web_config = _load_web_config(config.web_config_file)
+        source = (FileSource(config.dcgm_file, config.dcgm_max_body_bytes, config.dcgm_timeout_seconds)
+                  if config.dcgm_file else
+                  HttpSource(config.dcgm_url, config.dcgm_timeout_seconds, config.dcgm_max_body_bytes))
+        if config.sharing_mode == "process":
+            from exporter.shares.process_shares import check_proc_root
+
+            check_proc_root(config.sharing_proc_root)
+    except ConfigError as exc:
+        print(f"pod-gpu-metrics-exporter: error: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    try:
+        kubernetes = _prepare_kubernetes(config)
+    except ConfigError as exc:
+        print(f"pod-gpu-metrics-exporter: error: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    log("info", "starting pod-gpu-metrics-exporter", version=__version__, python=platform.python_version())
+    resolve_mig = _mig_resolver()
+    if kubernetes is not None:
+        from exporter.sources.kubernetes.context import start_and_wait
+
+        start_and_wait(kubernetes, resolve_mig, config.kubelet_timeout_seconds)
+    client = PodResourcesClient(config.kubelet_socket, config.kubelet_timeout_seconds)
+    attribution = Attribution(
+        client.list_devices,
+        config.kubelet_refresh_interval_seconds,
+        config.mapping_max_age_seconds,
+        resolve_mig=resolve_mig,
+        describe=config.kubelet_socket,
+        build=kubernetes.build_mapping if kubernetes else None,
+    )
+    shares = _process_shares(config, attribution, kubernetes)
+    scraper = Scraper(source, attribution, config.labels_style,
+                      kubernetes_up=(lambda: kubernetes.up) if kubernetes else None,
+                      process_shares=shares.text if shares else None)
+    app = App(scraper, attribution, config.telemetry_path, web_config)
+    try:
+        server = ExporterHTTPServer.listen(config.listen_host, config.listen_port, app,
+                                           web_config.current().ssl_context() if web_config else None)
+    except OSError as exc:
+        _log_listen_failure(config, exc)
+        client.close()
+        return EXIT_FAILURE
+    stopping = threading.Event()
+    _stop_on_signals(server, stopping)
+    attribution.start(interrupted=stopping)
+    if shares is not None:
+        shares.start()
+    scheme = "https" if web_config is not None and web_config.current().tls_enabled else "http"
+    log("info", "listening", address=server.bound_address, scheme=scheme, telemetry_path=config.telemetry_path,
+        dcgm=source.describe(), kubelet_socket=config.kubelet_socket, labels_style=config.labels_style)
+    if on_ready is not None:
+        on_ready(f"{scheme}://{_local_host(server)}{config.telemetry_path}")
+    try:
+        if not stopping.is_set():
+            server.serve_until_stopped()
+    finally:
+        # Bounded whatever the kubelet does: SIGTERM must end us well within the pod's grace period.
+        # Scrapes still in flight run on daemon threads and are cut when the process exits.
+        attribution.stop(timeout_seconds=0.2)
+        if shares is not None:
+            shares.stop()
+        if kubernetes is not None:
+            kubernetes.stop()
+        client.close(wait_seconds=0.3)
+        server.server_close()
+    log("info", "stopped")
+    return EXIT_OK
+
+
+def _log_listen_failure(config: Config, exc: OSError) -> None:
+    if exc.errno == errno.EADDRINUSE:
+        # Usually a second exporter, or a dcgm-exporter left on its own default port 9400.
+        log("error", f"cannot listen on {config.listen_address}: address already in use by another process; "
+            "stop it or choose another address with --web.listen-address (env POD_GPU_EXPORTER_WEB_LISTEN_ADDRESS)",
+            address=config.listen_address)
+        return
+    log("error", "cannot listen", address=config.listen_address, error=exc.strerror or str(exc))
+
+
+def _load_web_config(path: Optional[str]):
+    if path is None:
+        return None
+    from exporter.web.webconfig import load_web_config
+    from exporter.web.webconfig_reload import ReloadingWebConfig
+
+    # Checked once here (a bad file stops start-up), then re-read whenever it changes.
+    return ReloadingWebConfig(path, load_web_config(path))
+
+
+def _prepare_kubernetes(config: Config):
+    """The Kubernetes API context (not started), or None when --kubernetes.api is off or finds no config."""
+    if config.kubernetes_api == "off":
+        return None
+    from exporter.sources.kubernetes.context import (  # imported lazily: lightkube is only loaded when used
+        prepare_kubernetes,
+    )
+
+    return prepare_kubernetes(config)
+
+
+def _process_shares(config: Config, attribution: Attribution, kubernetes):
+    """The per-process share refresher for --sharing.mode process, else None."""
+    if config.sharing_mode != "process":
+        return None
+    from exporter.shares.process_shares import ProcessShares, pod_index_source
+    from exporter.sources.nvml.library import open_nvml
+
+    return ProcessShares(open_nvml, lambda: attribution.current().mapping, pod_index_source(kubernetes),
+                         config.sharing_proc_root, config.kubelet_refresh_interval_seconds, config.labels_style)
+
+
+def _mig_resolver():
+    """NVML resolves MIG-<uuid> device IDs when the optional nvidia-ml-py extra and a driver are present."""
+    try:
+        from exporter.sources.nvml.library import make_mig_resolver
+    except ImportError:
+        return None
+    return make_mig_resolver()
+
+
+def _stop_on_signals(server, stopping: threading.Event) -> None:
+    def stop(signum, _frame):
+        log("info", "shutting down", signal=signal.Signals(signum).name)
+        stopping.set()
+        server.stop()
+
+    signal.signal(signal.SIGTERM, stop)
+    signal.signal(signal.SIGINT, stop)
+
+
+def _local_host(server) -> str:
+    host, port = server.server_address[:2]
+    if host in ("::", "0.0.0.0", ""):
+        host = "127.0.0.1"
+    return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+
+
+def print_mapping(config: Config) -> int:
+    """`mapping`: one List, printed as a table or JSON."""
+    from exporter.sources.kubelet import PodResourcesClient
+
+    client = PodResourcesClient(config.kubelet_socket, config.kubelet_timeout_seconds)
+    try:
+        kubernetes = _prepare_kubernetes(config)
+        devices = client.list_devices()
+    except (KubeletError, ConfigError) as exc:
+        print(f"pod-gpu-metrics-exporter: error: {exc}", file=sys.stderr)
+        return EXIT_USAGE if isinstance(exc, ConfigError) else EXIT_FAILURE
+    finally:
+        client.close()
+    if kubernetes is not None:
+        from exporter.sources.kubernetes.context import start_and_wait
+
+        resolve_mig = _mig_resolver()
+        start_and_wait(kubernetes, resolve_mig, config.kubelet_timeout_seconds, slices=True)
+        mapping = kubernetes.build_mapping(devices, resolve_mig)
+        kubernetes.stop()
+    else:
+        mapping = build_mapping(devices, _mig_resolver())
+    try:
+        _print_mapping(client.api_version, mapping, config.output, with_labels=kubernetes is not None)
+        sys.stdout.flush()
+    except BrokenPipeError:
+        # `mapping | head` closed the pipe: what was wanted has been read. Point stdout at
+        # /dev/null so the interpreter's own flush at exit raises nothing either.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+    return EXIT_OK
+
+
+def _print_mapping(api_version: str, mapping, output: str, with_labels: bool) -> None:
+    rows = [
+        {
+            "namespace": a.owner.namespace,
+            "pod": a.owner.pod,
+            "container": a.owner.container,
+            "resource": a.resource,
+            "device_id": a.device_id,
+            "matches": _describe_key(a.key),
+            **({"labels": mapping.extra_labels.get((a.owner.namespace, a.owner.pod), "").lstrip(",")}
+               if with_labels else {}),
+        }
+        for a in mapping.allocations
+    ]
+    if output == "json":
+        print(json.dumps({"api_version": api_version, "allocations": rows}, indent=2))
+    else:
+        _print_table(rows)
+
+
+def _describe_key(key) -> Optional[str]:
+    if key is None:
+        return None
+    text = f'{key.label}="{key.value}"'
+    return text + f',GPU_I_ID="{key.instance}"' if key.instance else text
+
+
+def _print_table(rows) -> None:
+    columns = ("namespace", "pod", "container", "resource", "device_id", "matches")
+    if rows and "labels" in rows[0]:
+        columns += ("labels",)  # the extra labels from the Kubernetes API
+    cells = [[c.upper() for c in columns]]
+    cells += [[str(row[c] or ("-" if c == "labels" else "(unresolved)")) for c in columns] for row in rows]
+    widths = [max(len(line[i]) for line in cells) for i in range(len(columns))]
+    for line in cells:
+        print("  ".join(cell.ljust(width) for cell, width in zip(line, widths)).rstrip())
+    if not rows:
+        print("(no GPU is allocated to any container on this node)")

@@ -1,0 +1,148 @@
+"""The GPU → owner Mapping, refreshed from the kubelet in the background; scrapes only read it."""
+
+from __future__ import annotations
+
+import threading
+import time
+from typing import Callable, NamedTuple, Optional
+
+from exporter.base.errors import KubeletError
+from exporter.base.logs import DependencyReporter, log
+from exporter.core.identity import MigResolver
+from exporter.core.mapping import EMPTY_MAPPING, Mapping, build_mapping
+
+
+class Snapshot(NamedTuple):
+    """What a scrape needs to know about attribution, read in one step."""
+
+    mapping: Mapping
+    kubelet_up: bool  # the last List succeeded
+    age_seconds: Optional[float]  # since the mapping in use was listed; None when there is none
+
+
+class Attribution:
+    """Keeps the last good Mapping fresh; at most one List call per refresh interval, whatever the scrape rate.
+
+    The kubelet rate-limits PodResources for every client on the node (100 rps, burst 10), so scrapes
+    must never call it: a background thread lists every `refresh_interval_seconds`, and when a List
+    fails the last good mapping is kept for up to `max_age_seconds` before samples go unattributed —
+    pods come and go, and a stale owner is worse than none.
+    """
+
+    def __init__(
+        self,
+        list_devices: Callable[[], list],
+        refresh_interval_seconds: float,
+        max_age_seconds: float,
+        resolve_mig: MigResolver | None = None,
+        clock: Callable[[], float] = time.monotonic,
+        describe: str = "kubelet",
+        build: Optional[Callable[..., Mapping]] = None,
+    ):
+        self._list_devices = list_devices
+        self._interval = refresh_interval_seconds
+        self._max_age = max_age_seconds
+        self._resolve_mig = resolve_mig
+        # build(devices, resolve_mig) → Mapping; the Kubernetes context's adds DRA slices and extra labels.
+        self._build = build or build_mapping
+        self._clock = clock
+        self._reporter = DependencyReporter("kubelet")
+        self._describe = describe
+        self._lock = threading.Lock()
+        self._mapping: Mapping = EMPTY_MAPPING
+        self._listed_at: Optional[float] = None
+        self._up = False
+        self._expired_logged = False
+        self._unresolved_logged: frozenset = frozenset()  # unresolved device IDs already warned about
+        self._stop = threading.Event()
+        self._thread: Optional[threading.Thread] = None
+        self.list_calls = 0
+        self.list_failures = 0
+
+    def refresh(self) -> bool:
+        """List once and install the new mapping; on failure keep the last good one. Returns success."""
+        self.list_calls += 1
+        try:
+            mapping = self._build(self._list_devices(), self._resolve_mig)
+        except KubeletError as exc:
+            if self._stop.is_set():
+                return False  # cut short by shutting down: not the kubelet's failure
+            self.list_failures += 1
+            with self._lock:
+                self._up = False
+            self._reporter.failed(exc.reason, str(exc), socket=self._describe)
+            return False
+        with self._lock:
+            changed = mapping != self._mapping
+            if not changed:
+                # Keep the installed object: scrape caches are keyed on its identity, and nearly every
+                # refresh lists exactly what the last one did.
+                mapping = self._mapping
+            self._mapping, self._listed_at, self._up = mapping, self._clock(), True
+            self._expired_logged = False
+        self._reporter.succeeded(f"{self._describe} answering again")
+        if changed:
+            self._log_mapping(mapping)
+        return True
+
+    def current(self) -> Snapshot:
+        with self._lock:
+            mapping, listed_at, up = self._mapping, self._listed_at, self._up
+        if listed_at is None:
+            return Snapshot(EMPTY_MAPPING, up, None)
+        age = self._clock() - listed_at
+        # Only a failing kubelet ages a mapping out: while Lists succeed it is as fresh as the last
+        # one, even when --kubelet.refresh-interval is longer than --kubelet.mapping-max-age.
+        if not up and age > self._max_age:
+            self._log_expired_once(age)
+            return Snapshot(EMPTY_MAPPING, up, age)
+        return Snapshot(mapping, up, age)
+
+    def start(self, interrupted: Optional[threading.Event] = None) -> None:
+        """Refresh once (so the first scrape is attributed), then every interval, in a daemon thread.
+
+        Returns once the first refresh is done, or as soon as `interrupted` is set: a SIGTERM must
+        not wait for a kubelet that hangs the first List.
+        """
+        first_done = threading.Event()
+        self._thread = threading.Thread(target=self._run, args=(first_done,), name="kubelet-refresher", daemon=True)
+        self._thread.start()
+        while not first_done.wait(0.05):
+            if interrupted is not None and interrupted.is_set():
+                return
+
+    def stop(self, timeout_seconds: float = 2.0) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout_seconds)
+
+    def _run(self, first_done: threading.Event) -> None:
+        try:
+            self.refresh()
+        finally:
+            first_done.set()
+        while not self._stop.wait(self._interval):
+            try:
+                self.refresh()
+            except Exception:  # a bug must not end the refresher for good, as it did in the seed
+                log("error", "unexpected error refreshing the GPU mapping", exc_info=True)
+
+    def _log_expired_once(self, age: float) -> None:
+        with self._lock:
+            first, self._expired_logged = not self._expired_logged, True
+        if first:
+            log("warn", "kubelet unreachable for too long: GPU samples are served without owner labels until it answers",
+                mapping_age_seconds=round(age, 1), max_age_seconds=self._max_age)
+
+    def _log_mapping(self, mapping: Mapping) -> None:
+        pods = {(a.owner.namespace, a.owner.pod) for a in mapping.allocations}
+        log("info", "GPU mapping updated", allocations=len(mapping.allocations), pods=len(pods),
+            unresolved=len(mapping.unresolved))
+        # Warn about a device when it first turns up unresolved, not again on every change of the
+        # mapping while it stays allocated; the unresolved_devices gauge carries the ongoing state.
+        new = sorted(set(mapping.unresolved) - self._unresolved_logged)
+        self._unresolved_logged = frozenset(mapping.unresolved)
+        if new:
+            log("warn", "some allocated GPU devices cannot be matched to dcgm samples; they are listed in "
+                "pod_gpu_allocation_info without UUID and counted in pod_gpu_exporter_unresolved_devices",
+                device_ids=",".join(new))

@@ -1,0 +1,73 @@
+"""Device-ID forms reported by the kubelet, turned into keys that dcgm-exporter samples carry."""
+
+from __future__ import annotations
+
+import re
+
+from exporter.core.identity import GpuKey, MigResolver
+
+DRA_GPU_DRIVER = "gpu.nvidia.com"
+
+# Resource names of NVIDIA's device plugin (gpu, gpu.shared, mig-1g.10gb, mig-1g.10gb.shared) and GKE's.
+_GPU_RESOURCE = re.compile(r"nvidia\.com/(?:gpu|gpu\..+|mig-.+)")
+_SHARED_REPLICA = re.compile(r"::\d+$")  # time-slicing / MPS replicas: "GPU-…::3"
+_INDEX = re.compile(r"\d+")
+_GKE_DEVICE = re.compile(r"nvidia(\d+)(?:/vgpu\d+)?")  # GKE: whole GPU or a time-shared slice of it
+_GKE_MIG = re.compile(r"nvidia(\d+)/gi(\d+)(?:/vgpu\d+)?")  # GKE MIG partition, time-shared or not
+_MIG_GPU_FORM = re.compile(r"MIG-(GPU-[0-9A-Za-z-]+)/(\d+)/\d+")  # MIG-GPU-<uuid>/<gi>/<ci>, old drivers
+_MIG_UUID_FORM = re.compile(r"MIG-[0-9A-Fa-f]{8}-[0-9A-Za-z-]+")  # R470+ MIG UUIDs
+_DRA_GPU = re.compile(r"gpu-(\d+)")
+
+
+def is_gpu_device(resource: str, device_id: str, dra: bool = False) -> bool:
+    """Whether an allocated device is a GPU (or a share or partition of one) that dcgm-exporter reports.
+
+    NVIDIA's GPU resource names count with any device ID. Other nvidia.com/* names count only with a
+    GPU-/MIG- device ID: they are either GPU resources renamed in the device plugin's config, or NVIDIA
+    network devices — the network operator's RDMA shared device plugin hands out "0", "1", … under
+    nvidia.com/rdma_shared_device_*, which must never be taken for GPU indices.
+    """
+    if dra:
+        return resource == DRA_GPU_DRIVER
+    if _GPU_RESOURCE.fullmatch(resource):
+        return True
+    return resource.startswith("nvidia.com/") and device_id.startswith(("GPU-", "MIG-"))
+
+
+def key_for_device(device_id: str, dra: bool = False, resolve_mig: MigResolver | None = None) -> GpuKey | None:
+    """Return the key samples of this device carry, or None when it cannot be resolved without guessing.
+
+    Unresolved without NVML: "MIG-<uuid>" (R470+ drivers); always: the device plugin's MIG index form
+    "<gpu>:<mig index>" (a MIG index is not a GPU instance ID) and DRA MIG devices.
+    """
+    if dra:
+        return _key_for_dra_device(device_id)
+    device_id = _SHARED_REPLICA.sub("", device_id)
+    if device_id.startswith("GPU-"):
+        return GpuKey("UUID", device_id, "")
+    if _INDEX.fullmatch(device_id):
+        return GpuKey("gpu", device_id, "")
+    match = _GKE_DEVICE.fullmatch(device_id)
+    if match:
+        return GpuKey("device", "nvidia" + match.group(1), "")
+    match = _GKE_MIG.fullmatch(device_id)
+    if match:
+        return GpuKey("gpu", match.group(1), match.group(2))
+    match = _MIG_GPU_FORM.fullmatch(device_id)
+    if match:
+        return GpuKey("UUID", match.group(1), match.group(2))
+    if _MIG_UUID_FORM.fullmatch(device_id) and resolve_mig is not None:
+        parent = resolve_mig(device_id)
+        if parent is not None:
+            return GpuKey("UUID", parent[0], parent[1])
+    return None
+
+
+def _key_for_dra_device(device_name: str) -> GpuKey | None:
+    # NVIDIA's DRA driver names whole GPUs "gpu-<minor>"; the minor is the N of /dev/nvidiaN, which
+    # dcgm-exporter reports as device="nvidiaN". MIG devices ("gpu-<minor>-mig-…") do not name their
+    # GPU instance ID, so they are reported as unresolved rather than guessed.
+    match = _DRA_GPU.fullmatch(device_name)
+    if match:
+        return GpuKey("device", "nvidia" + match.group(1), "")
+    return None

@@ -1,0 +1,1 @@
+"""Per-process shares (--sharing.mode process): each holder's own part of a shared GPU, from NVML and /proc."""

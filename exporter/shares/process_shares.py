@@ -1,0 +1,169 @@
+"""--sharing.mode process: NVML + /proc read in the background; scrapes only take the last rendered text."""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+from typing import Callable, Dict, List, NamedTuple, Optional
+
+from exporter.base.errors import ConfigError
+from exporter.base.logs import DependencyReporter, log
+from exporter.core.mapping import Mapping
+from exporter.shares.compute import PodIndex, compute_shares, pod_index, render_shares
+from exporter.sources.nvml.processes import DeviceProcesses, NvmlError, NvmlProcessReader
+from exporter.sources.procfs import ProcessOwner, read_process_owner
+
+NVML_UP = "pod_gpu_exporter_nvml_up"
+REFRESH_DURATION = "pod_gpu_exporter_process_shares_refresh_duration_seconds"
+_NVML_UP_HELP = (f"# HELP {NVML_UP} 1 when NVML answered the last per-process refresh (--sharing.mode process), else 0.\n"
+                 f"# TYPE {NVML_UP} gauge\n")
+# What a refresh costs on this node (NVML calls go to the driver): measured, since no benchmark can.
+_REFRESH_DURATION_HELP = (f"# HELP {REFRESH_DURATION} Time the last per-process refresh took: NVML, /proc and the "
+                          f"shares (--sharing.mode process).\n# TYPE {REFRESH_DURATION} gauge\n")
+# The per-process SM samples asked of NVML go back at least this far, so a short refresh interval
+# still finds the driver's latest sample.
+_MIN_SAMPLE_WINDOW_SECONDS = 1.0
+
+
+class _Rendered(NamedTuple):
+    text: bytes  # the share series of one refresh ("" when they could not be had)
+    nvml_up: bool
+    at: float  # monotonic time of the refresh
+    duration_seconds: float
+
+
+class ProcessShares:
+    """Keeps each holder's share of its GPUs fresh, one refresh per interval on its own thread.
+
+    Needs three things; without one it serves what it can and says once why:
+    NVML (`open_nvml`, retried every refresh: a GPU operator may install the driver after we start),
+    the host's processes under `proc_root` (hostPID or the host's /proc mounted), and the pod index
+    (`pod_index()`: pod UID → names, from the Kubernetes API; None while unavailable).
+    Shares older than two intervals are withheld rather than served stale.
+    """
+
+    def __init__(self, open_nvml: Callable[[], tuple], current_mapping: Callable[[], Mapping],
+                 pod_index: Callable[[], Optional[PodIndex]], proc_root: str, interval_seconds: float,
+                 labels_style: str, clock: Callable[[], float] = time.monotonic):
+        self._open_nvml = open_nvml
+        self._current_mapping = current_mapping
+        self._pod_index = pod_index
+        self._proc_root = proc_root
+        self._interval = interval_seconds
+        self._style = labels_style
+        self._clock = clock
+        self._reader: Optional[NvmlProcessReader] = None
+        self._invisible_refreshes = 0  # refreshes in a row in which none of NVML's PIDs could be seen
+        self._nvml_reporter = DependencyReporter("nvml")
+        self._procs_reporter = DependencyReporter("host-processes")
+        self._api_reporter = DependencyReporter("kubernetes-api")
+        self._rendered: Optional[_Rendered] = None  # replaced whole, so a scrape reads it without a lock
+        self._stop = threading.Event()
+        self._thread: Optional[threading.Thread] = None
+
+    def refresh(self) -> None:
+        """Read NVML and /proc once and install the rendered series (or none, when they cannot be had)."""
+        started = time.perf_counter()
+        devices = self._read_devices()
+        text = b"" if devices is None else self._render(devices).encode()
+        self._rendered = _Rendered(text, devices is not None, self._clock(), time.perf_counter() - started)
+
+    def text(self) -> bytes:
+        """What a scrape appends: the share series while fresh, nvml_up, and the last refresh's duration."""
+        rendered = self._rendered
+        fresh = rendered is not None and self._clock() - rendered.at <= 2 * self._interval
+        series, up = (rendered.text, rendered.nvml_up) if fresh else (b"", False)
+        status = _NVML_UP_HELP + f"{NVML_UP} {int(up)}\n"
+        if rendered is not None:
+            status += _REFRESH_DURATION_HELP + f"{REFRESH_DURATION} {rendered.duration_seconds:.6f}\n"
+        return series + status.encode()
+
+    def start(self) -> None:
+        """Refresh now and then every interval, all on the refresher's thread: NVML calls have no
+        timeout, so a hung driver must not keep the server from serving the dcgm samples."""
+        self._thread = threading.Thread(target=self._run, name="process-shares-refresher", daemon=True)
+        self._thread.start()
+
+    def stop(self, timeout_seconds: float = 2.0) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout_seconds)
+
+    def _run(self) -> None:
+        while True:
+            try:
+                self.refresh()
+            except Exception:  # a bug must not end the refresher for good
+                log("error", "unexpected error refreshing per-process GPU shares", exc_info=True)
+            if self._stop.wait(self._interval):
+                return
+
+    def _read_devices(self) -> Optional[List[DeviceProcesses]]:
+        if self._reader is None:
+            nvml, problem = self._open_nvml()
+            if nvml is None:
+                self._nvml_reporter.failed("unavailable", "NVML unavailable: per-process GPU shares are not served; "
+                                           "dcgm samples are unaffected", error=problem)
+                return None
+            self._reader = NvmlProcessReader(nvml, max(self._interval, _MIN_SAMPLE_WINDOW_SECONDS))
+        try:
+            devices = self._reader.read()
+        except NvmlError as exc:
+            self._nvml_reporter.failed(exc.reason, "NVML failed: per-process GPU shares are not served until it "
+                                       "answers again", error=str(exc))
+            return None
+        self._nvml_reporter.succeeded("NVML answering: per-process GPU shares are served")
+        return devices
+
+    def _render(self, devices: List[DeviceProcesses]) -> str:
+        pods = self._pod_index()
+        if pods is None:
+            self._api_reporter.failed("unavailable", "per-process GPU shares need the Kubernetes API (pod UIDs and "
+                                      "container IDs): none is served until it answers (see --kubernetes.api)")
+            return ""
+        self._api_reporter.succeeded("Kubernetes API pod index available: per-process GPU shares are served")
+        owners = self._process_owners(devices)
+        if owners is None:
+            return ""
+        mapping = self._current_mapping()
+        return render_shares(compute_shares(devices, mapping, owners, pods), self._style, mapping.extra_labels)
+
+    def _process_owners(self, devices: List[DeviceProcesses]) -> Optional[Dict[int, Optional[ProcessOwner]]]:
+        """PID → cgroup owner for every process NVML listed that can be seen; None when this is not the
+        host's PID namespace (no hostPID): then no share can be told and none is served."""
+        pids = {pid for entry in devices for pid in entry.memory_bytes}
+        owners: Dict[int, Optional[ProcessOwner]] = {}
+        for pid in pids:
+            try:
+                owners[pid] = read_process_owner(self._proc_root, pid)
+            except OSError:
+                continue  # exited since NVML listed it: counted as unattributed, given to no one
+        # Not one of NVML's PIDs visible: the processes exited since NVML listed them (once), or this
+        # PID namespace is not the host's (again on the next refresh, which NVML lists anew).
+        self._invisible_refreshes = self._invisible_refreshes + 1 if pids and not owners else 0
+        if self._invisible_refreshes >= 2:
+            self._procs_reporter.failed(
+                "invisible", "none of the processes NVML reports is visible under --sharing.proc-root: run the pod "
+                "with hostPID: true, or mount the host's /proc and point --sharing.proc-root at it; per-process "
+                "GPU shares are not served meanwhile", proc_root=self._proc_root, processes=len(pids))
+            return None
+        if self._invisible_refreshes == 0:
+            self._procs_reporter.succeeded("host processes visible again", proc_root=self._proc_root)
+        return owners
+
+
+def pod_index_source(kubernetes) -> Callable[[], Optional[PodIndex]]:
+    """pod_index() for ProcessShares from the Kubernetes API context (None when the API is off)."""
+    def current() -> Optional[PodIndex]:
+        pods = kubernetes.pods() if kubernetes is not None else None
+        return None if pods is None else pod_index(pods.items())
+
+    return current
+
+
+def check_proc_root(proc_root: str) -> None:
+    """Start-up check of --sharing.proc-root: a missing folder is a configuration mistake (exit 2)."""
+    if not os.path.isdir(proc_root):
+        raise ConfigError(f"--sharing.proc-root: {proc_root} is not a directory (mount the host's /proc there "
+                          "read-only, or run with hostPID: true and keep /proc)")

@@ -1,0 +1,232 @@
+"""Kubelet PodResources gRPC client: which container holds which device, read over the kubelet's unix socket."""
+
+from __future__ import annotations
+
+import os
+import stat
+import threading
+from dataclasses import dataclass
+from typing import Iterator, Optional
+
+import grpc
+
+from exporter._gen.podresources.v1 import api_pb2 as v1_pb2
+from exporter._gen.podresources.v1 import api_pb2_grpc as v1_grpc
+from exporter._gen.podresources.v1alpha1 import api_pb2 as v1alpha1_pb2
+from exporter._gen.podresources.v1alpha1 import api_pb2_grpc as v1alpha1_grpc
+from exporter.base.errors import KubeletError
+
+DEFAULT_SOCKET = "/var/lib/kubelet/pod-resources/kubelet.sock"
+# The kubelet sets no response-size limit and gRPC's 4 MiB default is exceeded on big nodes
+# (dcgm-exporter broke on it and moved to 16 MiB). We take 4x that: a too-small limit blinds the
+# exporter completely, while the bound only costs memory when a kubelet really sends that much.
+MAX_RECEIVE_BYTES = 64 * 1024 * 1024
+_CHANNEL_OPTIONS = (
+    # A restarting kubelet re-creates its socket within seconds; gRPC's default backoff (up to
+    # 120 s) would keep us blind long after it is back.
+    ("grpc.initial_reconnect_backoff_ms", 100),
+    ("grpc.min_reconnect_backoff_ms", 100),
+    ("grpc.max_reconnect_backoff_ms", 1000),
+    # A re-created channel must not inherit a subchannel (and its backoff) from the global pool.
+    ("grpc.use_local_subchannel_pool", 1),
+)
+_MOUNT_HINT = ("is the pod-resources folder mounted "
+               "(-v /var/lib/kubelet/pod-resources:/var/lib/kubelet/pod-resources:ro) "
+               "and --kubelet.socket right?")
+_ROOT_HINT = ("run as root (the kubelet creates it root-owned, mode 0755) "
+              "or as a user allowed to write to it")
+
+
+@dataclass(frozen=True)
+class AllocatedDevice:
+    """One device the kubelet assigned to one container."""
+
+    namespace: str
+    pod: str
+    container: str
+    resource: str     # device-plugin resource name ("nvidia.com/gpu"); for DRA the driver ("gpu.nvidia.com")
+    device_id: str    # device-plugin device ID ("GPU-…", "0", "nvidia0/gi1"…); for DRA the device name ("gpu-0")
+    dra: bool = False  # True when it came from v1 dynamic_resources
+    claim: str = ""   # DRA only: "<claim_namespace>/<claim_name>"
+    pool: str = ""    # DRA only: the ResourceSlice pool the device belongs to
+
+
+class PodResourcesClient:
+    """Lists allocated devices, v1 first, v1alpha1 for old kubelets.
+
+    Thread-safe (calls are serialised). Each List opens a channel and closes it after: an open
+    channel keeps gRPC's threads waking several times a second (0.4 millicores of an otherwise idle
+    process, measured), where a connection to a local unix socket every refresh interval costs far
+    less. The API version found is remembered until the socket file is replaced (a kubelet restart
+    deletes and re-creates it), since a restart may be an upgrade.
+    """
+
+    def __init__(self, socket_path: str = DEFAULT_SOCKET, timeout_seconds: float = 5.0,
+                 max_receive_bytes: int = MAX_RECEIVE_BYTES):
+        self.socket_path = socket_path
+        self.timeout_seconds = timeout_seconds
+        self.max_receive_bytes = max_receive_bytes
+        self.api_version: str | None = None  # version of the last successful answer
+        self._lock = threading.Lock()
+        self._channel: grpc.Channel | None = None
+        self._socket_identity: tuple[int, int, int] | None = None
+        self._use_v1alpha1 = False
+        self._v1: v1_grpc.PodResourcesListerStub | None = None
+        self._v1alpha1: v1alpha1_grpc.PodResourcesListerStub | None = None
+
+    def list_devices(self) -> list[AllocatedDevice]:
+        """Every device of every resource held by every container; raises KubeletError."""
+        with self._lock:
+            identity = self._stat_socket()
+            self._connect(identity)
+            try:
+                return self._list()
+            except grpc.RpcError as exc:
+                raise _translate(exc, self) from exc
+            finally:
+                self._close_channel()
+
+    def close(self, wait_seconds: Optional[float] = None) -> None:
+        """Close the channel. With wait_seconds, a List still running after that long is cancelled
+        (gRPC cancels the calls of a closed channel) instead of waited for: shutting down must not
+        wait up to --kubelet.timeout for a hanging kubelet."""
+        if self._lock.acquire(timeout=-1 if wait_seconds is None else wait_seconds):
+            try:
+                self._disconnect()
+            finally:
+                self._lock.release()
+            return
+        channel = self._channel
+        if channel is not None:
+            channel.close()
+
+    def __enter__(self) -> PodResourcesClient:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
+
+    def _stat_socket(self) -> tuple[int, int, int]:
+        """Check the socket before dialling: gRPC's own errors for these cases are cryptic."""
+        path = self.socket_path
+        try:
+            info = os.stat(path)
+        except FileNotFoundError as exc:
+            raise KubeletError(f"kubelet socket {path} not found: {_MOUNT_HINT}", reason="absent") from exc
+        except PermissionError as exc:
+            raise KubeletError(f"kubelet socket {path}: permission denied on its folder: {_ROOT_HINT}",
+                               reason="permission") from exc
+        except OSError as exc:
+            raise KubeletError(f"kubelet socket {path}: {exc.strerror}: {_MOUNT_HINT}",
+                               reason="error") from exc
+        if not stat.S_ISSOCK(info.st_mode):
+            raise KubeletError(f"kubelet socket {path} exists but is not a unix socket: "
+                               "point --kubelet.socket at the kubelet's pod-resources socket",
+                               reason="error")
+        # ctime too: tmpfs may hand a re-created socket the inode number of the deleted one.
+        return (info.st_dev, info.st_ino, info.st_ctime_ns)
+
+    def _connect(self, identity: tuple[int, int, int]) -> None:
+        if identity != self._socket_identity:
+            self._socket_identity = identity
+            self._use_v1alpha1 = False  # a new socket may be a new (upgraded) kubelet: probe v1 again
+        target = "unix:" + os.path.abspath(self.socket_path)
+        options = (("grpc.max_receive_message_length", self.max_receive_bytes), *_CHANNEL_OPTIONS)
+        self._channel = grpc.insecure_channel(target, options=options)
+        self._v1 = v1_grpc.PodResourcesListerStub(self._channel)
+        self._v1alpha1 = v1alpha1_grpc.PodResourcesListerStub(self._channel)
+
+    def _close_channel(self) -> None:
+        if self._channel is not None:
+            self._channel.close()
+        self._channel = None
+
+    def _disconnect(self) -> None:
+        self._close_channel()
+        self._socket_identity = None
+
+    def _list(self) -> list[AllocatedDevice]:
+        if not self._use_v1alpha1:
+            try:
+                response = self._v1.List(v1_pb2.ListPodResourcesRequest(), timeout=self.timeout_seconds)
+            except grpc.RpcError as exc:
+                if exc.code() != grpc.StatusCode.UNIMPLEMENTED:
+                    raise
+                self._use_v1alpha1 = True  # Kubernetes < 1.20: remember until the socket changes
+            else:
+                self.api_version = "v1"
+                return list(_devices_v1(response))
+        try:
+            response = self._v1alpha1.List(v1alpha1_pb2.ListPodResourcesRequest(),
+                                           timeout=self.timeout_seconds)
+        except grpc.RpcError as exc:
+            if exc.code() == grpc.StatusCode.UNIMPLEMENTED:
+                self._use_v1alpha1 = False  # neither answers: try v1 first again next time
+            raise
+        self.api_version = "v1alpha1"
+        return list(_devices_plugin(response))
+
+
+def _container_devices(namespace: str, pod: str, container) -> Iterator[AllocatedDevice]:
+    """Device-plugin devices of one container (the same message shape in v1 and v1alpha1)."""
+    for devices in container.devices:
+        for device_id in devices.device_ids:
+            if device_id:
+                yield AllocatedDevice(namespace, pod, container.name, devices.resource_name, device_id)
+
+
+def _devices_plugin(response) -> Iterator[AllocatedDevice]:
+    for pod in response.pod_resources:
+        for container in pod.containers:
+            yield from _container_devices(pod.namespace, pod.name, container)
+
+
+def _devices_v1(response: v1_pb2.ListPodResourcesResponse) -> Iterator[AllocatedDevice]:
+    yield from _devices_plugin(response)
+    for pod in response.pod_resources:
+        for container in pod.containers:
+            for claim in container.dynamic_resources:
+                ref = f"{claim.claim_namespace}/{claim.claim_name}"
+                for resource in claim.claim_resources:
+                    # Kubelets 1.27-1.30 report only CDI names here, which do not identify a
+                    # device; driver and device name arrived in 1.31.
+                    if resource.driver_name and resource.device_name:
+                        yield AllocatedDevice(pod.namespace, pod.name, container.name,
+                                              resource.driver_name, resource.device_name,
+                                              dra=True, claim=ref, pool=resource.pool_name)
+
+
+def _translate(exc: grpc.RpcError, client: PodResourcesClient) -> KubeletError:
+    """One KubeletError, naming the socket and what to do, for a failed List call."""
+    code, details = exc.code(), exc.details() or ""
+    lowered = details.lower()
+    where = f"kubelet socket {client.socket_path}"
+    if code == grpc.StatusCode.DEADLINE_EXCEEDED:
+        return KubeletError(f"{where}: no answer to List within {client.timeout_seconds:g}s: the kubelet may be "
+                            "overloaded; raise --kubelet.timeout if this persists", reason="timeout")
+    if code == grpc.StatusCode.PERMISSION_DENIED or "permission denied" in lowered:
+        return KubeletError(f"{where}: permission denied: {_ROOT_HINT}", reason="permission")
+    if code == grpc.StatusCode.UNAVAILABLE:
+        if "no such file" in lowered:
+            return KubeletError(f"{where} not found: {_MOUNT_HINT}", reason="absent")
+        return KubeletError(f"{where}: kubelet not answering ({details}): is it running? "
+                            "will reconnect on the next call", reason="unavailable")
+    if code == grpc.StatusCode.UNIMPLEMENTED:
+        return KubeletError(f"{where}: the kubelet serves neither v1 nor v1alpha1 PodResources List "
+                            f"({details}): it needs Kubernetes >= 1.13 with the KubeletPodResources "
+                            "feature gate on (default from 1.15)", reason="unimplemented")
+    if code == grpc.StatusCode.RESOURCE_EXHAUSTED:
+        return _translate_exhausted(where, details, client.max_receive_bytes)
+    return KubeletError(f"{where}: List failed with {code.name}: {details}", reason="error")
+
+
+def _translate_exhausted(where: str, details: str, limit_bytes: int) -> KubeletError:
+    """RESOURCE_EXHAUSTED is either the kubelet's rate limiter or our own receive limit."""
+    if "larger than max" in details.lower():  # gRPC's "Received message larger than max (N vs. M)"
+        return KubeletError(f"{where}: List answer larger than our {limit_bytes / 2**20:g} MiB receive "
+                            f"limit ({details}): please report this node's size", reason="too_large")
+    if "rate limit" in details.lower():
+        return KubeletError(f"{where}: rejected by the kubelet's rate limit (100 calls/s, burst 10, for "
+                            "all clients on the node): another client may be calling it in a loop; "
+                            "raise --kubelet.refresh-interval if we are", reason="rate_limited")
+    return KubeletError(f"{where}: List failed with RESOURCE_EXHAUSTED: {details}", reason="error")

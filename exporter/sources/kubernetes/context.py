@@ -1,0 +1,306 @@
+"""Kubernetes context from the API server: this node's pods (one watch), their workloads, DRA devices.
+
+Everything here runs on background threads or the mapping refresher; a scrape never calls the API.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import threading
+import time
+from typing import Callable, Dict, Iterable, Optional, Tuple
+
+from exporter.base.errors import ConfigError
+from exporter.base.logs import DependencyReporter, log
+from exporter.core.mapping import Mapping, build_mapping
+from exporter.sources.kubernetes.dra import DraDevices
+from exporter.sources.kubernetes.labels import LabelSpec, PodInfo, allowed_items, render_extra_labels
+from exporter.sources.kubernetes.watch import ListWatch, describe_failure
+
+SERVICE_ACCOUNT_DIR = "/var/run/secrets/kubernetes.io/serviceaccount"
+MAX_PODS = 20_000  # far above any node's pod limit (110 by default); bounds memory if a selector is wrong
+_MAX_WORKLOADS = 4096
+_WORKLOAD_RETRY_SECONDS = 60.0
+# Controllers whose own controller is the workload people name: a ReplicaSet's Deployment, a Job's CronJob.
+_PARENT_KINDS = {"ReplicaSet": "Deployment", "Job": "CronJob"}
+
+
+def in_cluster() -> bool:
+    return bool(os.environ.get("KUBERNETES_SERVICE_HOST")) and os.path.exists(os.path.join(SERVICE_ACCOUNT_DIR, "token"))
+
+
+def make_client(kubeconfig: Optional[str]):
+    """A lightkube client from the kubeconfig, else the pod's service account; ConfigError when neither works."""
+    from lightkube import Client
+    from lightkube import ConfigError as LightkubeConfigError
+    from lightkube import KubeConfig
+
+    try:
+        config = KubeConfig.from_file(kubeconfig) if kubeconfig else KubeConfig.from_service_account(SERVICE_ACCOUNT_DIR)
+    except (LightkubeConfigError, OSError, KeyError, ValueError) as exc:
+        where = f"kubeconfig {kubeconfig}" if kubeconfig else f"service account in {SERVICE_ACCOUNT_DIR}"
+        raise ConfigError(f"--kubernetes.kubeconfig: cannot load {where}: {exc}") from None
+    # lightkube's default timeout (10 s per request; none on a watch's reads, which timeoutSeconds bounds).
+    return Client(config, trust_env=False)
+
+
+def pod_info(pod, spec: LabelSpec) -> PodInfo:
+    """The few fields kept of a Pod model."""
+    meta = pod.metadata
+    controller = next(((ref.kind, ref.name) for ref in meta.ownerReferences or () if ref.controller), None)
+    status = pod.status
+    statuses = [] if status is None else (status.initContainerStatuses or []) + (status.containerStatuses or [])
+    return PodInfo(
+        uid=meta.uid or "",
+        labels=allowed_items(meta.labels, spec.pod_labels),
+        annotations=allowed_items(meta.annotations, spec.pod_annotations),
+        controller=controller,
+        containers=tuple((s.name, s.containerID) for s in statuses if s.containerID),
+    )
+
+
+def _slice_v1beta1():
+    # Kubernetes 1.32-1.33 serve DRA as v1beta1 only; imported only there (each API version's models cost RSS).
+    from lightkube.resources.resource_v1beta1 import ResourceSlice
+
+    return ResourceSlice
+
+
+class KubernetesContext:
+    """This node's pods and DRA devices, kept by watches; labels and DRA keys computed on the refresher."""
+
+    def __init__(self, client, node_name: str, spec: LabelSpec, grace_seconds: float = 60.0,
+                 resolve_mig=None, clock: Callable[[], float] = time.monotonic):
+        from lightkube.resources.core_v1 import Pod
+        from lightkube.resources.resource_v1 import ResourceSlice
+
+        self.node_name = node_name
+        self._client = client
+        self._spec = spec
+        self._grace = grace_seconds
+        self._clock = clock
+        self._lock = threading.Lock()
+        self._pods: Dict[Tuple[str, str], PodInfo] = {}
+        self._workloads: Dict[Tuple[str, str, str], Tuple[str, str]] = {}
+        self._workload_failed_at: Dict[Tuple[str, str, str], float] = {}
+        self._healthy_until: Optional[float] = None
+        self._reporter = DependencyReporter("kubernetes-api")
+        self._full_logged = False
+        self._unseen_logged: set = set()
+        self.workload_gets = 0
+        self.dra = DraDevices(self._get_claim, resolve_mig, clock)
+        node = {"spec.nodeName": node_name}
+        self.pod_watch = ListWatch(client, Pod, "pods", node, self._reset_pods, self._apply_pod)
+        self.slice_watch = ListWatch(client, ResourceSlice, "resourceslices", node, self.dra.reset, self.dra.apply,
+                                     namespaced=False, fallback=_slice_v1beta1)
+
+    def start(self) -> None:
+        self.pod_watch.start()
+        self.slice_watch.start()
+
+    def stop(self) -> None:
+        self.pod_watch.stop()
+        self.slice_watch.stop()
+
+    @property
+    def up(self) -> bool:
+        """pod_gpu_exporter_kubernetes_api_up: the pod watch is listed and connected."""
+        return self.pod_watch.healthy
+
+    def build_mapping(self, devices: Iterable, resolve_mig=None) -> Mapping:
+        """The kubelet's devices as a Mapping, with DRA keys from ResourceSlices and the pods' extra labels."""
+        devices = list(devices)
+        mapping = build_mapping(devices, resolve_mig, self._resolve_dra)
+        self.dra.forget_claims_except({tuple(d.claim.split("/", 1)) for d in devices if d.dra and "/" in d.claim})
+        extras = self.extra_labels_for(sorted({(a.owner.namespace, a.owner.pod) for a in mapping.allocations}))
+        return dataclasses.replace(mapping, extra_labels=extras) if extras else mapping
+
+    def _resolve_dra(self, device):
+        return self.dra.resolve(device.resource, getattr(device, "pool", ""), device.device_id, device.claim)
+
+    def pod_count(self) -> int:
+        with self._lock:
+            return len(self._pods)
+
+    def pod(self, namespace: str, name: str) -> Optional[PodInfo]:
+        with self._lock:
+            return self._pods.get((namespace, name))
+
+    def pods(self) -> Optional[Dict[Tuple[str, str], PodInfo]]:
+        """A copy of the pod cache, (namespace, name) → PodInfo, while it is fresh (the same grace as
+        the extra labels), else None. For per-process shares, on their refresher."""
+        if not self._fresh():
+            return None
+        with self._lock:
+            return dict(self._pods)
+
+    def extra_labels_for(self, pods: Iterable[Tuple[str, str]]) -> Dict[Tuple[str, str], str]:
+        """(namespace, pod) → the extra label text, for the pods the cache knows. Refresher only.
+
+        While the pod watch fails, the cache is used for up to `grace_seconds` (a reconnect must not
+        turn every series into a new one), then no pod gets extras until the watch is back.
+        """
+        if not self._spec.enabled or not self._fresh():
+            return {}
+        extras: Dict[Tuple[str, str], str] = {}
+        pods = list(pods)
+        self._unseen_logged &= set(pods)  # forget pods that are gone, so the set stays bounded
+        for namespace, name in pods:
+            info = self.pod(namespace, name)
+            if info is None:
+                self._log_unseen_once(namespace, name)
+                continue  # not seen yet (the kubelet can be quicker than the watch): next refresh
+            workload = self._workload(namespace, name, info) if self._spec.workload else None
+            extras[(namespace, name)] = render_extra_labels(self._spec, info, workload)
+        return extras
+
+    def _log_unseen_once(self, namespace: str, name: str) -> None:
+        if (namespace, name) not in self._unseen_logged:
+            self._unseen_logged.add((namespace, name))
+            log("info", "a pod holding a GPU is not (yet) known to the API server watch: its samples lack the "
+                "extra labels until it is", namespace=namespace, pod=name, node=self.node_name)
+
+    def _fresh(self) -> bool:
+        now = self._clock()
+        if self.pod_watch.healthy:
+            self._healthy_until = now + self._grace
+            return True
+        return self._healthy_until is not None and now < self._healthy_until
+
+    # Fed by the pod ListWatch.
+    def _reset_pods(self, pods: list) -> None:
+        fresh = {}
+        for pod in pods[:MAX_PODS]:
+            fresh[(pod.metadata.namespace, pod.metadata.name)] = pod_info(pod, self._spec)
+        if len(pods) > MAX_PODS:
+            self._log_full(len(pods))
+        with self._lock:
+            self._pods = fresh
+
+    def _apply_pod(self, event_type: str, pod) -> None:
+        key = (pod.metadata.namespace, pod.metadata.name)
+        if event_type == "DELETED":
+            with self._lock:
+                self._pods.pop(key, None)
+            return
+        info = pod_info(pod, self._spec)
+        with self._lock:
+            if key in self._pods or len(self._pods) < MAX_PODS:
+                self._pods[key] = info
+                return
+        self._log_full(MAX_PODS + 1)
+
+    def _log_full(self, count: int) -> None:
+        if not self._full_logged:
+            self._full_logged = True
+            log("warn", "more pods on this node than the cache holds; the rest get no extra labels",
+                pods=count, max_pods=MAX_PODS, node=self.node_name)
+
+    # Workload: the top controller, looked up once per controller object.
+    def _workload(self, namespace: str, pod_name: str, info: PodInfo) -> Optional[Tuple[str, str]]:
+        if info.controller is None:
+            return ("Pod", pod_name)
+        kind, name = info.controller
+        if kind not in _PARENT_KINDS:
+            return (kind, name)
+        key = (kind, namespace, name)
+        with self._lock:
+            known = self._workloads.get(key)
+            failed_at = self._workload_failed_at.get(key)
+        if known is not None:
+            return known
+        if failed_at is not None and self._clock() - failed_at < _WORKLOAD_RETRY_SECONDS:
+            return None
+        return self._fetch_workload(key)
+
+    def _fetch_workload(self, key: Tuple[str, str, str]) -> Optional[Tuple[str, str]]:
+        from lightkube.resources.apps_v1 import ReplicaSet
+        from lightkube.resources.batch_v1 import Job
+
+        kind, namespace, name = key
+        resource, plural = (ReplicaSet, "replicasets") if kind == "ReplicaSet" else (Job, "jobs")
+        self.workload_gets += 1
+        try:
+            owner = self._client.get(resource, name, namespace=namespace)
+        except Exception as exc:  # noqa: BLE001 - reported once per kind; the pod lacks workload labels meanwhile
+            reason, message = describe_failure(exc, "get", plural)
+            self._reporter.failed(f"{plural}:{reason}", message, object=f"{namespace}/{name}")
+            with self._lock:
+                self._workload_failed_at[key] = self._clock()
+            return None
+        refs = owner.metadata.ownerReferences or ()
+        parent = next(((ref.kind, ref.name) for ref in refs if ref.controller), None)
+        # A ReplicaSet made by a Deployment (or a Job by a CronJob) is named by its parent; one made by
+        # anything else (a user, Argo Rollouts) is the workload itself.
+        workload = parent if parent is not None and parent[0] == _PARENT_KINDS[kind] else (kind, name)
+        with self._lock:
+            if len(self._workloads) >= _MAX_WORKLOADS:
+                self._workloads.clear()
+            self._workloads[key] = workload
+            self._workload_failed_at.pop(key, None)
+        return workload
+
+    def _get_claim(self, namespace: str, name: str):
+        from lightkube.resources.resource_v1 import ResourceClaim
+        from lightkube.resources.resource_v1beta1 import ResourceClaim as ResourceClaimV1beta1
+
+        try:
+            return self._client.get(ResourceClaim, name, namespace=namespace)
+        except Exception as exc:  # noqa: BLE001 - only a 404 (version not served) is retried in v1beta1
+            if getattr(getattr(exc, "status", None), "code", None) != 404:
+                raise
+            return self._client.get(ResourceClaimV1beta1, name, namespace=namespace)
+
+
+def label_spec(config) -> LabelSpec:
+    from exporter.sources.kubernetes.labels import compile_key_pattern, parse_extra
+
+    pod_uid, workload = parse_extra(config.labels_extra)
+    return LabelSpec(
+        pod_uid=pod_uid,
+        workload=workload,
+        pod_labels=compile_key_pattern(config.labels_pod_labels) if config.labels_pod_labels else None,
+        pod_annotations=compile_key_pattern(config.labels_pod_annotations) if config.labels_pod_annotations else None,
+    )
+
+
+def node_name(config) -> str:
+    import socket
+
+    return config.kubernetes_node_name or os.environ.get("NODE_NAME") or socket.gethostname()
+
+
+def prepare_kubernetes(config) -> Optional[KubernetesContext]:
+    """A context ready to start, or None when --kubernetes.api rules it out; ConfigError for a bad config."""
+    enabled = config.kubernetes_api == "on" or (
+        config.kubernetes_api == "auto" and (config.kubernetes_kubeconfig is not None or in_cluster()))
+    spec = label_spec(config)
+    if not enabled:
+        if spec.enabled:
+            log("warn", "--labels.extra/--labels.pod-labels/--labels.pod-annotations need the Kubernetes API, which "
+                "is off (--kubernetes.api); they are ignored", kubernetes_api=config.kubernetes_api)
+        return None
+    if config.kubernetes_kubeconfig is None and not in_cluster():
+        raise ConfigError("--kubernetes.api on: not running in a pod (no KUBERNETES_SERVICE_HOST and service-account "
+                          "token) and no --kubernetes.kubeconfig given")
+    try:
+        client = make_client(config.kubernetes_kubeconfig)
+    except ImportError as exc:  # a dependency, but an install with --no-deps can lack it
+        if config.kubernetes_api == "on":
+            raise ConfigError(f"--kubernetes.api on: the client library is missing ({exc}): pip install lightkube") from None
+        log("warn", "Kubernetes API not used: the client library is missing (pip install lightkube)", error=str(exc))
+        return None
+    return KubernetesContext(client, node_name(config), spec, config.mapping_max_age_seconds)
+
+
+def start_and_wait(context: KubernetesContext, resolve_mig, wait_seconds: float, slices: bool = False) -> None:
+    """Start the watches and wait up to `wait_seconds` for the first pod list (and ResourceSlice list,
+    with `slices`), so that the first mapping already has the extra labels; an API that does not
+    answer yet is retried in the background."""
+    context.dra.resolve_mig = resolve_mig
+    context.start()
+    deadline = time.monotonic() + wait_seconds
+    while not (context.up and (context.slice_watch.healthy or not slices)) and time.monotonic() < deadline:
+        time.sleep(0.02)
+    log("info", "Kubernetes API in use", node=context.node_name, pod_watch_up=context.up, pods=context.pod_count())

@@ -1,0 +1,167 @@
+"""DRA devices' identities from ResourceSlices, and adminAccess claims, for the GPU mapping."""
+
+from __future__ import annotations
+
+import threading
+import time
+from typing import Callable, Dict, NamedTuple, Optional, Tuple
+
+from exporter.base.logs import DependencyReporter
+from exporter.core.device_ids import DRA_GPU_DRIVER
+from exporter.core.identity import GpuKey, MigResolver
+from exporter.sources.kubernetes.watch import describe_failure
+
+DeviceRef = Tuple[str, str, str]  # (driver, pool, device name), as the kubelet and ResourceSlices name it
+_MAX_CLAIMS = 4096
+_CLAIM_RETRY_SECONDS = 60.0
+
+
+class SliceDevice(NamedTuple):
+    """The attributes NVIDIA's DRA driver publishes that identify a device's dcgm samples.
+
+    Whole GPU (type "gpu"): `uuid` is the GPU's "GPU-…" UUID. MIG device (type "mig"): `uuid` is the
+    MIG device's own "MIG-…" UUID and `parentUUID` its GPU's; the driver publishes no GPU instance
+    ID (its device name encodes the profile and memory placement, not the instance ID), so the
+    instance is looked up from the MIG UUID through NVML when that is available.
+    """
+
+    kind: str  # "gpu", "mig", or whatever else the driver says
+    uuid: str
+    parent_uuid: str
+
+
+class DraResolution(NamedTuple):
+    admin_access: bool  # held through an adminAccess claim: a monitoring pod, never an owner
+    key: Optional[GpuKey]  # None: fall back to the kubelet-only rule (device known to no slice)
+    known: bool  # whether a ResourceSlice describes the device
+
+
+def slice_devices(resource_slice) -> Dict[DeviceRef, SliceDevice]:
+    """The devices of one ResourceSlice (v1 `attributes`, or v1beta1 `basic.attributes`)."""
+    spec = resource_slice.spec
+    pool = spec.pool.name if spec.pool is not None else ""
+    found = {}
+    for device in spec.devices or ():
+        basic = getattr(device, "basic", None)
+        attributes = (basic.attributes if basic is not None else getattr(device, "attributes", None)) or {}
+        values = {_unqualified(name, spec.driver): _string_value(value) for name, value in attributes.items()}
+        found[(spec.driver, pool, device.name)] = SliceDevice(
+            values.get("type", ""), values.get("uuid", ""), values.get("parentUUID", ""))
+    return found
+
+
+def _unqualified(name: str, driver: str) -> str:
+    # Attribute names are in the driver's domain unless qualified: "uuid" and "gpu.nvidia.com/uuid" match.
+    return name[len(driver) + 1:] if name.startswith(driver + "/") else name
+
+
+def _string_value(value) -> str:
+    text = value.get("string") if isinstance(value, dict) else getattr(value, "string", None)
+    return text or ""
+
+
+class DraDevices:
+    """ResourceSlice devices of this node (fed by a watch) and adminAccess results of claims (fetched
+    once per claim, on the refresher, and forgotten when the kubelet stops reporting the claim)."""
+
+    def __init__(self, get_claim: Callable[[str, str], object], resolve_mig: Optional[MigResolver] = None,
+                 clock: Callable[[], float] = time.monotonic):
+        self._get_claim = get_claim
+        self.resolve_mig = resolve_mig
+        self._clock = clock
+        self._lock = threading.Lock()
+        self._by_slice: Dict[str, Dict[DeviceRef, SliceDevice]] = {}
+        self._devices: Dict[DeviceRef, SliceDevice] = {}
+        self._claims: Dict[Tuple[str, str], frozenset] = {}  # claim → device refs held with adminAccess
+        self._claim_failed_at: Dict[Tuple[str, str], float] = {}
+        self._reporter = DependencyReporter("kubernetes-api")
+        self.claim_gets = 0
+
+    # Fed by the ResourceSlice ListWatch.
+    def reset(self, slices: list) -> None:
+        by_slice = {s.metadata.name: slice_devices(s) for s in slices}
+        with self._lock:
+            self._by_slice = by_slice
+            self._devices = _merged(by_slice)
+
+    def apply(self, event_type: str, resource_slice) -> None:
+        with self._lock:
+            if event_type == "DELETED":
+                self._by_slice.pop(resource_slice.metadata.name, None)
+            else:
+                self._by_slice[resource_slice.metadata.name] = slice_devices(resource_slice)
+            self._devices = _merged(self._by_slice)
+
+    def resolve(self, driver: str, pool: str, device: str, claim: str) -> DraResolution:
+        """Called while building a mapping (refresher thread); never raises."""
+        if self._is_admin_access(claim, (driver, pool, device)):
+            return DraResolution(True, None, False)
+        with self._lock:
+            published = self._devices.get((driver, pool, device))
+        if published is None or driver != DRA_GPU_DRIVER:
+            return DraResolution(False, None, False)
+        return DraResolution(False, self._key_for(published), True)
+
+    def _key_for(self, published: SliceDevice) -> Optional[GpuKey]:
+        if published.kind == "mig" or published.uuid.startswith("MIG-"):
+            parent = self.resolve_mig(published.uuid) if self.resolve_mig and published.uuid else None
+            return GpuKey("UUID", parent[0], parent[1]) if parent else None
+        return GpuKey("UUID", published.uuid, "") if published.uuid.startswith("GPU-") else None
+
+    def forget_claims_except(self, claims: set) -> None:
+        """Drop cached claims the kubelet no longer reports (a claim name may be reused later)."""
+        with self._lock:
+            for cached in set(self._claims) - claims:
+                del self._claims[cached]
+            for failed in set(self._claim_failed_at) - claims:
+                del self._claim_failed_at[failed]
+
+    def _is_admin_access(self, claim: str, ref: DeviceRef) -> bool:
+        namespace, _, name = claim.partition("/")
+        if not name:
+            return False
+        key = (namespace, name)
+        with self._lock:
+            held = self._claims.get(key)
+            failed_at = self._claim_failed_at.get(key)
+        if held is None:
+            if failed_at is not None and self._clock() - failed_at < _CLAIM_RETRY_SECONDS:
+                return False
+            held = self._fetch_claim(key)
+            if held is None:
+                return False
+        return ref in held
+
+    def _fetch_claim(self, key: Tuple[str, str]) -> Optional[frozenset]:
+        self.claim_gets += 1
+        try:
+            claim = self._get_claim(*key)
+        except Exception as exc:  # noqa: BLE001 - reported once per kind, retried later, never fatal
+            reason, message = describe_failure(exc, "get", "resourceclaims")
+            self._reporter.failed(f"resourceclaims:{reason}", message, claim="/".join(key))
+            with self._lock:
+                self._claim_failed_at[key] = self._clock()
+            return None
+        self._reporter.succeeded("Kubernetes API answering again", resource="resourceclaims")
+        held = frozenset(_admin_access_results(claim))
+        with self._lock:
+            if len(self._claims) >= _MAX_CLAIMS:
+                self._claims.clear()
+            self._claims[key] = held
+            self._claim_failed_at.pop(key, None)
+        return held
+
+
+def _admin_access_results(claim):
+    allocation = claim.status.allocation if claim.status is not None else None
+    devices = allocation.devices if allocation is not None else None
+    for result in (devices.results if devices is not None else None) or ():
+        if result.adminAccess:
+            yield (result.driver, result.pool, result.device)
+
+
+def _merged(by_slice: Dict[str, Dict[DeviceRef, SliceDevice]]) -> Dict[DeviceRef, SliceDevice]:
+    merged: Dict[DeviceRef, SliceDevice] = {}
+    for devices in by_slice.values():
+        merged.update(devices)
+    return merged

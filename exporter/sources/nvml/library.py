@@ -1,0 +1,45 @@
+"""Opening NVML (the driver's libnvidia-ml.so.1 through nvidia-ml-py), and the MIG resolver when it opens."""
+
+from __future__ import annotations
+
+from typing import Any, Optional, Tuple
+
+from exporter.base.logs import log
+from exporter.core.identity import MigResolver
+from exporter.sources.nvml.mig import NvmlMigResolver
+
+_UNRESOLVED_NOTE = ("MIG-<uuid> device IDs (nvidia.com/mig-* on R470+ drivers) will be reported as "
+                    "unresolved: make the driver's libnvidia-ml.so.1 visible in the container to resolve them "
+                    "(the NVIDIA container runtime with NVIDIA_DRIVER_CAPABILITIES=utility does)")
+
+
+def open_nvml(library: Any = None) -> Tuple[Any, str]:
+    """(the NVML binding, initialised, "") when NVML is usable, else (None, why not).
+
+    `library` is a binding to use instead of importing pynvml (tests pass a stand-in). nvmlInit is
+    reference-counted by the driver, so each user of NVML in the process may open it.
+    """
+    if library is None:
+        try:
+            import pynvml as library  # the optional nvidia-ml-py distribution
+        except ImportError:
+            return None, "nvidia-ml-py (module pynvml) is not installed"
+    try:
+        library.nvmlInit()
+    except Exception as exc:  # NVMLError_LibraryNotFound / DriverNotLoaded on nodes or images without a driver
+        return None, f"NVML did not initialise: {str(exc) or type(exc).__name__}"
+    return library, ""
+
+
+def make_mig_resolver(library: Any = None) -> Optional[MigResolver]:
+    """A resolver when NVML is usable (nvidia-ml-py importable and the driver's library present), else None.
+
+    `library` is an NVML binding to use instead of importing pynvml (tests pass a stand-in). Called once
+    per process, so its one info line is the only notice that MIG-<uuid> IDs stay unresolved.
+    """
+    library, problem = open_nvml(library)
+    if library is None:
+        log("info", _UNRESOLVED_NOTE, reason=problem)
+        return None
+    log("info", "NVML available: MIG-<uuid> device IDs are resolved to their parent GPU and GPU instance")
+    return NvmlMigResolver(library)

@@ -1,0 +1,1 @@
+"""Web: the HTTP server, its routes and limits, scrape answers and gzip, self metrics, TLS and basic auth."""

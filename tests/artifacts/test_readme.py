@@ -1,0 +1,43 @@
+"""README.md keeps node_exporter's order, its set-up commands, and examples that match the demo."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+from exporter.demo.node import gpu_uuid, simulated_allocations
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+README = (REPO_ROOT / "README.md").read_text(encoding="utf-8")
+ORDER = ["What it is", "Install", "Quick start", "Flags", "Metrics", "Deployment", "TLS and basic auth",
+         "Operations", "Development"]
+DEMO_COMMAND = "python3 -m venv .venv && .venv/bin/pip install . && .venv/bin/pod-gpu-metrics-exporter demo"
+TEST_COMMAND = "python3 -m venv .venv && .venv/bin/pip install -e '.[test]' && .venv/bin/python -m pytest"
+
+
+def test_sections_follow_node_exporters_order():
+    headings = re.findall(r"^## (.+)$", README, re.MULTILINE)
+    assert [h for h in headings if h in ORDER] == ORDER, headings
+
+
+def test_the_two_set_up_commands_are_there():
+    assert DEMO_COMMAND in README and TEST_COMMAND in README
+    assert "python3-venv" in README
+
+
+def test_sample_examples_use_the_demos_names():
+    # Every attributed sample shown must be one the demo really serves: its owners and GPU UUIDs.
+    owners = {(a.namespace, a.pod, a.container) for a in simulated_allocations()}
+    uuids = {gpu_uuid(n) for n in range(4)}
+    lines = [l for l in README.splitlines() if re.match(r"(DCGM_FI_\w+|pod_gpu_allocation_info)\{", l)]
+    assert len(lines) >= 4
+    for line in lines:
+        labels = dict(re.findall(r'(\w+)="([^"]*)"', line))
+        assert labels["UUID"] in uuids, line
+        if "pod" in labels:
+            assert (labels["namespace"], labels["pod"], labels["container"]) in owners, line
+
+
+def test_links_to_docs_resolve():
+    for target in re.findall(r"\]\((docs/[^)#]+)", README):
+        assert (REPO_ROOT / target).is_file(), target

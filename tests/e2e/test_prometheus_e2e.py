@@ -1,0 +1,117 @@
+"""End to end: a real Prometheus scrapes the real exporter (fake kubelet + HTTP dcgm upstream) with the project's rules."""
+
+from __future__ import annotations
+
+import json
+import re
+import shutil
+import tempfile
+import urllib.parse
+import urllib.request
+from pathlib import Path
+
+import pytest
+import yaml
+
+from exporter.demo.fake_dcgm import FakeDcgmExporter
+from exporter.demo.fake_kubelet import FakeKubelet
+from exporter.sources.kubelet import AllocatedDevice
+from support.deploy_tools import DASHBOARD, RULES, require_executable
+from support.exporter_process import start_exporter
+from support.fixtures import fixture_bytes
+from support.prometheus_server import PrometheusServer, eventually, get_json
+
+DEADLINE_SECONDS = 40.0
+NAMESPACE, POD, CONTAINER = "ml-team", "trainer-0", "cuda"
+GPU_UTIL = "87"  # the L4 scrape reads 0; a distinctive value proves which sample came through
+L4_POWER_WATTS = 16.365  # DCGM_FI_DEV_POWER_USAGE in the L4 scrape, unchanged
+
+
+def _upstream_body() -> bytes:
+    body, count = re.subn(rb"^(DCGM_FI_DEV_GPU_UTIL\{[^}]*\}) 0$", rb"\1 " + GPU_UTIL.encode(),
+                          fixture_bytes("dcgm/l4-aws-gpu-operator-default-counters.prom"), flags=re.MULTILINE)
+    assert count == 1
+    return body
+
+
+
+
+
+
+
+
+
+
+@pytest.fixture(scope="module")
+def stack():
+    binary = require_executable("prometheus", "apt-get install -y prometheus (.ci/system-packages.sh does)")
+    folder = Path(tempfile.mkdtemp(prefix="pgx-prom-", dir="/tmp"))  # short: unix socket paths are limited
+    body = _upstream_body()
+    uuid = re.search(rb'UUID="(GPU-[^"]+)"', body).group(1).decode()
+    kubelet = FakeKubelet(str(folder / "kubelet.sock"))
+    kubelet.set_devices([AllocatedDevice(NAMESPACE, POD, CONTAINER, "nvidia.com/gpu", uuid)])
+    dcgm = FakeDcgmExporter(body)
+    started = []
+    try:
+        for part in (kubelet, dcgm):
+            part.start()
+            started.append(part)
+        exporter = start_exporter(["--kubelet.socket", str(folder / "kubelet.sock"), "--dcgm.url", dcgm.url,
+                                   "--kubelet.refresh-interval", "1s"])
+        started.append(exporter)
+        prometheus = PrometheusServer(binary, folder, {
+            "global": {"scrape_interval": "1s", "evaluation_interval": "1s"},
+            "rule_files": [str(RULES)],
+            "scrape_configs": [{"job_name": "pod-gpu-metrics", "metrics_path": "/gpu/metrics", "honor_labels": True,
+                                "static_configs": [{"targets": [urllib.parse.urlsplit(exporter.url()).netloc]}]}],
+        })
+        started.append(prometheus)
+        yield prometheus, uuid
+    finally:
+        for part in reversed(started):
+            part.stop()
+        shutil.rmtree(folder, ignore_errors=True)
+
+
+def test_query_by_pod_returns_the_upstream_value(stack):
+    prometheus, uuid = stack
+    (series,) = eventually(lambda: prometheus.query(f'DCGM_FI_DEV_GPU_UTIL{{pod="{POD}"}}'), "GPU_UTIL by pod")
+    assert series["value"][1] == GPU_UTIL
+    labels = series["metric"]
+    assert (labels["namespace"], labels["container"], labels["UUID"]) == (NAMESPACE, CONTAINER, uuid)
+
+
+@pytest.mark.parametrize("promql, expected", [
+    (f'namespace_pod:DCGM_FI_DEV_GPU_UTIL:avg{{namespace="{NAMESPACE}",pod="{POD}"}}', float(GPU_UTIL)),
+    (f'namespace_pod:DCGM_FI_DEV_POWER_USAGE:sum{{namespace="{NAMESPACE}",pod="{POD}"}}', L4_POWER_WATTS),
+    (f'namespace:DCGM_FI_DEV_POWER_USAGE:sum{{namespace="{NAMESPACE}"}}', L4_POWER_WATTS),
+    (f'namespace:pod_gpu_allocation_info:count{{namespace="{NAMESPACE}"}}', 1.0),
+])
+def test_recording_rules_evaluate_on_real_scrapes(stack, promql, expected):
+    prometheus, _ = stack
+    (series,) = eventually(lambda: prometheus.query(promql), promql)
+    assert float(series["value"][1]) == pytest.approx(expected)
+
+
+def test_every_rule_evaluates_without_error(stack):
+    prometheus, _ = stack
+
+    def evaluated_rules():
+        groups = get_json(prometheus.url + "/api/v1/rules")["data"]["groups"]
+        rules = [rule for group in groups for rule in group["rules"]]
+        done = rules and all(r["health"] != "unknown" for r in rules)
+        return rules if done else None
+
+    rules = eventually(evaluated_rules, "every rule evaluated once")
+    assert len(rules) == len([r for g in yaml.safe_load(RULES.read_text())["groups"] for r in g["rules"]])
+    assert [(r["name"], r.get("lastError", "")) for r in rules if r["health"] != "ok"] == []
+
+
+def test_dashboard_queries_return_data_for_the_pod(stack):
+    prometheus, _ = stack
+    dashboard = json.loads(DASHBOARD.read_text())
+    targets = [t for p in dashboard["panels"] for t in p.get("targets", [])]
+    assert targets
+    for target in targets:
+        promql = target["expr"].replace("$namespace", NAMESPACE).replace("$pod", POD)
+        assert eventually(lambda query=promql: prometheus.query(query), promql)

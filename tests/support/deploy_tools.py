@@ -1,0 +1,79 @@
+"""Shared helpers of the deployment tests: repository paths, YAML loading, and finding the real tools."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+DAEMONSET = REPO_ROOT / "daemonset.yaml"
+PROMETHEUS_DIR = REPO_ROOT / "prometheus"
+CONFIGMAP = PROMETHEUS_DIR / "prometheus-configmap.yaml"
+DEPLOYMENT = PROMETHEUS_DIR / "prometheus-deployment.yaml"
+PODMONITOR = PROMETHEUS_DIR / "operator" / "podmonitor.yaml"
+RULES = PROMETHEUS_DIR / "rules" / "pod-gpu-metrics.rules.yml"
+RULES_TESTS = PROMETHEUS_DIR / "rules" / "pod-gpu-metrics.rules.test.yml"
+DASHBOARD = PROMETHEUS_DIR / "grafana" / "grafana-dashboard.json"
+RULES_KEY = "pod-gpu-metrics.rules.yml"
+
+
+def missing_tool(what: str, how_to_install: str) -> None:
+    """Skip on a developer machine, fail in CI: a check CI cannot run must not pass quietly."""
+    message = f"{what} is not available; {how_to_install}"
+    if os.environ.get("CI"):
+        pytest.fail(f"{message} (CI is set, so this is a failure, not a skip)")
+    pytest.skip(message)
+
+
+def require_executable(name: str, how_to_install: str) -> str:
+    path = shutil.which(name)
+    if path is None:
+        missing_tool(f"`{name}`", how_to_install)
+    return path
+
+
+def require_env_executable(variable: str, how_to_install: str) -> str:
+    path: str | None = os.environ.get(variable)
+    if not path:
+        missing_tool(f"${variable}", how_to_install)
+    if not os.access(path, os.X_OK):
+        pytest.fail(f"${variable}={path} is not an executable file; {how_to_install}")
+    return path
+
+
+def validate_strict(path: Path, version: str) -> str:
+    """kubernetes-validate --strict of one file against a Kubernetes version ("newest": the newest
+    its schemas know); checks it passed without warnings and returns what it printed."""
+    try:
+        import kubernetes_validate.utils as kv_utils
+    except ImportError:
+        missing_tool("kubernetes-validate", "pip install kubernetes-validate (the test extra has it)")
+    if version == "newest":
+        version = kv_utils.latest_version()
+    result = subprocess.run([sys.executable, "-m", "kubernetes_validate", "--strict", "-k", version, str(path)],
+                            capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "WARN" not in result.stdout, result.stdout
+    return result.stdout
+
+
+def load_documents(path: Path) -> list[dict[str, Any]]:
+    with open(path, encoding="utf-8") as f:
+        return [doc for doc in yaml.safe_load_all(f) if doc]
+
+
+def find_object(docs: list[dict[str, Any]], kind: str, name: str | None = None) -> dict[str, Any]:
+    matches = [d for d in docs if d.get("kind") == kind and (name is None or d["metadata"]["name"] == name)]
+    assert len(matches) == 1, f"expected exactly one {kind} {name or ''}, found {len(matches)}"
+    return matches[0]
+
+
+def configmap_data() -> dict[str, str]:
+    return find_object(load_documents(CONFIGMAP), "ConfigMap")["data"]

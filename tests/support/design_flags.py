@@ -1,0 +1,10 @@
+"""The flags DESIGN.md's contract names: each must exist, with its environment variable."""
+
+from __future__ import annotations
+
+DESIGN_FLAGS = (
+    "--web.listen-address", "--web.telemetry-path", "--web.config.file", "--dcgm.url", "--dcgm.file",
+    "--dcgm.timeout", "--kubelet.socket", "--kubelet.refresh-interval", "--kubelet.timeout",
+    "--labels.style", "--log.level", "--log.format",
+)
+

@@ -1,0 +1,94 @@
+"""Runs the real exporter as a child process on an ephemeral port, for end-to-end tests."""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+from typing import List, Optional, Sequence
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+_LISTENING = re.compile(r"msg=listening .*?address=(\S+) scheme=(\w+)")
+
+
+class ExporterProcess:
+    def __init__(self, proc: subprocess.Popen):
+        self.proc = proc
+        self._lines: List[str] = []
+        self._lock = threading.Lock()
+        self._reader = threading.Thread(target=self._drain, daemon=True)
+        self._reader.start()
+        self.address: Optional[str] = None
+        self.scheme = "http"
+
+    def _drain(self) -> None:
+        for line in self.proc.stderr:
+            with self._lock:
+                self._lines.append(line)
+
+    def stderr_text(self) -> str:
+        with self._lock:
+            return "".join(self._lines)
+
+    def wait_listening(self, timeout_seconds: float) -> None:
+        deadline = time.monotonic() + timeout_seconds
+        while time.monotonic() < deadline:
+            match = _LISTENING.search(self.stderr_text())
+            if match:
+                self.address, self.scheme = match.group(1), match.group(2)
+                return
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"exporter exited with {self.proc.returncode}:\n{self.stderr_text()}")
+            time.sleep(0.02)
+        raise RuntimeError(f"exporter did not start listening in {timeout_seconds}s:\n{self.stderr_text()}")
+
+    def url(self, path: str = "/gpu/metrics") -> str:
+        return f"{self.scheme}://{self.address}{path}"
+
+    def stop(self, sig: int = signal.SIGTERM, timeout_seconds: float = 10.0) -> int:
+        if self.proc.poll() is None:
+            self.proc.send_signal(sig)
+            try:
+                self.proc.wait(timeout_seconds)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+        self._reader.join(2)
+        return self.proc.returncode
+
+
+def exporter_command() -> List[str]:
+    return [sys.executable, "-m", "exporter"]
+
+
+def exporter_env(extra: Optional[dict] = None) -> dict:
+    """This environment without POD_GPU_EXPORTER_* (a test sets what it means to), the repo importable."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("POD_GPU_EXPORTER_")}
+    env["PYTHONPATH"] = str(REPO_ROOT) + os.pathsep + env.get("PYTHONPATH", "")
+    env.update(extra or {})
+    return env
+
+
+def start_exporter(args: Sequence[str], env: Optional[dict] = None, timeout_seconds: float = 20.0,
+                   command: Optional[List[str]] = None) -> ExporterProcess:
+    """Start `python -m exporter ARGS` (or COMMAND ARGS) listening on 127.0.0.1:0 unless ARGS say
+    otherwise; wait for it."""
+    args = list(args)
+    if not any(a.startswith("--web.listen-address") for a in args):
+        args += ["--web.listen-address", "127.0.0.1:0"]
+    proc = subprocess.Popen(
+        (command or exporter_command()) + args, cwd=str(REPO_ROOT), env=exporter_env(env),
+        stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+    )
+    handle = ExporterProcess(proc)
+    try:
+        handle.wait_listening(timeout_seconds)
+    except BaseException:
+        handle.stop(signal.SIGKILL)
+        raise
+    return handle

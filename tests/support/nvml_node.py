@@ -1,0 +1,72 @@
+"""The fake libnvidia-ml.so.1 (tests/fake_nvml/fake_nvml.c), built with the system compiler, and the
+node file it answers from."""
+
+from __future__ import annotations
+
+import ctypes
+import shutil
+import subprocess
+from pathlib import Path
+from typing import List
+
+from support.deploy_tools import missing_tool
+
+SOURCE = Path(__file__).resolve().parent / "fake_nvml" / "fake_nvml.c"
+LIBRARY_NAME = "libnvidia-ml.so.1"
+NODE_ENV = "FAKE_NVML_NODE"
+
+
+def build_fake_nvml(directory: Path) -> Path:
+    """Compile the fake into DIRECTORY/libnvidia-ml.so.1 (SONAME set, so dlopen by name finds it)."""
+    compiler = shutil.which("cc") or shutil.which("gcc")
+    if compiler is None:
+        missing_tool("a C compiler (cc)", "apt-get install gcc libc6-dev (.ci/run does)")
+    target = directory / LIBRARY_NAME
+    subprocess.run([compiler, "-shared", "-fPIC", "-O1", "-Wall", "-Werror", f"-Wl,-soname,{LIBRARY_NAME}",
+                    "-o", str(target), str(SOURCE)], check=True, capture_output=True, text=True)
+    return target
+
+
+def preload(library: Path) -> None:
+    """Load the fake into this process, so pynvml's CDLL("libnvidia-ml.so.1") gets it by SONAME."""
+    ctypes.CDLL(str(library), mode=ctypes.RTLD_GLOBAL)
+
+
+class FakeNode:
+    """A node for the fake NVML: GPUs, MIG instances, processes and utilisation samples, as a file."""
+
+    def __init__(self, path: Path):
+        self.path = path
+        self.lines: List[str] = []
+
+    def gpu(self, index: int, uuid: str, minor: int = None, utilization: bool = True) -> "FakeNode":
+        options = ("" if minor is None else f" minor={minor}") + ("" if utilization else " utilization=no")
+        self.lines.append(f"gpu {index} {uuid}{options}")
+        return self
+
+    def mig(self, gpu_index: int, instance: int, uuid: str) -> "FakeNode":
+        self.lines.append(f"mig {gpu_index} {instance} {uuid}")
+        return self
+
+    def process(self, device_uuid: str, pid: int, used_bytes: int, kind: str = "compute") -> "FakeNode":
+        self.lines.append(f"process {device_uuid} {kind} {pid} {used_bytes}")
+        return self
+
+    def sample(self, device_uuid: str, pid: int, sm_percent: int, age_ms: int = 0) -> "FakeNode":
+        self.lines.append(f"sample {device_uuid} {pid} {sm_percent} {age_ms}")
+        return self
+
+    def fail(self, function: str, code: int, device_uuid: str = "") -> "FakeNode":
+        self.lines.append(f"fail {function} {code} {device_uuid}".rstrip())
+        return self
+
+    def hang(self, function: str, milliseconds: int) -> "FakeNode":
+        self.lines.append(f"hang {function} {milliseconds}")
+        return self
+
+    def write(self) -> "FakeNode":
+        # Written to a temporary file and renamed: the exporter may read it at any moment.
+        temporary = self.path.with_suffix(".tmp")
+        temporary.write_text("\n".join(self.lines) + "\n")
+        temporary.replace(self.path)
+        return self

@@ -1,0 +1,81 @@
+"""A real Prometheus server process on a free loopback port, and polling its query API."""
+
+from __future__ import annotations
+
+import json
+import socket
+import subprocess
+import time
+import urllib.parse
+import urllib.request
+from pathlib import Path
+
+import yaml
+
+DEADLINE_SECONDS = 40.0
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def get_json(url: str):
+    with urllib.request.urlopen(url, timeout=5) as response:
+        return json.load(response)
+
+
+class PrometheusServer:
+    """A prometheus server process on a free loopback port, with its own TSDB folder."""
+
+    def __init__(self, binary: str, folder: Path, config: dict):
+        (folder / "prometheus.yml").write_text(yaml.safe_dump(config))
+        for _attempt in range(3):  # the free port can be taken between probing and binding
+            self.url = f"http://127.0.0.1:{free_port()}"
+            self.proc = subprocess.Popen(
+                [binary, f"--config.file={folder / 'prometheus.yml'}", f"--storage.tsdb.path={folder / 'data'}",
+                 f"--web.listen-address={self.url[len('http://'):]}", "--log.level=warn"],
+                stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+            if self._wait_ready():
+                return
+        raise RuntimeError(f"prometheus did not become ready: {self.proc.stderr.read()}")
+
+    def _wait_ready(self) -> bool:
+        deadline = time.monotonic() + DEADLINE_SECONDS
+        while time.monotonic() < deadline and self.proc.poll() is None:
+            try:
+                with urllib.request.urlopen(self.url + "/-/ready", timeout=2) as response:
+                    if response.status == 200:
+                        return True
+            except OSError:
+                time.sleep(0.2)
+        self.stop()
+        return False
+
+    def query(self, promql: str) -> list:
+        answer = get_json(self.url + "/api/v1/query?" + urllib.parse.urlencode({"query": promql}))
+        assert answer["status"] == "success", answer
+        return answer["data"]["result"]
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(10)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+
+
+def eventually(produce, what: str):
+    """Poll produce() until it returns something truthy, or fail after the deadline."""
+    deadline = time.monotonic() + DEADLINE_SECONDS
+    while True:
+        value = produce()
+        if value or time.monotonic() > deadline:
+            break
+        time.sleep(0.5)
+    assert value, f"{what}: nothing within {DEADLINE_SECONDS}s"
+    return value
+

@@ -1,0 +1,135 @@
+"""The mapping refresher: last good kept up to a bound, scrapes never list, one failure logged once."""
+
+from __future__ import annotations
+
+import io
+import time
+
+from exporter.base.errors import KubeletError
+from exporter.base.logs import setup_logging
+from exporter.core.attribution import Attribution
+from exporter.sources.kubelet import AllocatedDevice
+
+GPU = "GPU-c2f76b33-7953-256e-8f33-1343419b1a1c"
+
+
+class Clock:
+    def __init__(self):
+        self.now = 1000.0
+
+    def __call__(self):
+        return self.now
+
+
+class Kubelet:
+    """Stands in for PodResourcesClient.list_devices: answers, or fails like the client does."""
+
+    def __init__(self):
+        self.devices = [AllocatedDevice("ns", "p", "c", "nvidia.com/gpu", GPU)]
+        self.error = None
+        self.calls = 0
+
+    def list_devices(self):
+        self.calls += 1
+        if self.error:
+            raise self.error
+        return list(self.devices)
+
+
+def make(kubelet, clock, max_age=60.0):
+    return Attribution(kubelet.list_devices, refresh_interval_seconds=5, max_age_seconds=max_age, clock=clock)
+
+
+def test_current_never_lists():
+    kubelet, clock = Kubelet(), Clock()
+    attribution = make(kubelet, clock)
+    attribution.refresh()
+    for _ in range(100):
+        snapshot = attribution.current()
+    assert kubelet.calls == 1
+    assert snapshot.kubelet_up and snapshot.age_seconds == 0
+    assert [a.owner.pod for a in snapshot.mapping.allocations] == ["p"]
+
+
+def test_before_any_answer_there_is_no_mapping():
+    kubelet, clock = Kubelet(), Clock()
+    kubelet.error = KubeletError("socket missing", reason="absent")
+    attribution = make(kubelet, clock)
+    attribution.refresh()
+    snapshot = attribution.current()
+    assert not snapshot.kubelet_up and snapshot.age_seconds is None and not snapshot.mapping.owners
+
+
+def test_last_good_mapping_kept_until_max_age_then_dropped():
+    kubelet, clock = Kubelet(), Clock()
+    attribution = make(kubelet, clock, max_age=60)
+    attribution.refresh()
+    kubelet.error = KubeletError("kubelet hangs", reason="timeout")
+    clock.now += 30
+    attribution.refresh()
+    kept = attribution.current()
+    assert not kept.kubelet_up and kept.mapping.owners and kept.age_seconds == 30
+    clock.now += 31
+    dropped = attribution.current()
+    assert not dropped.mapping.owners and dropped.age_seconds == 61
+    kubelet.error = None
+    attribution.refresh()
+    assert attribution.current().mapping.owners
+
+
+def test_non_gpu_resources_are_ignored_and_nvidia_star_counted():
+    kubelet, clock = Kubelet(), Clock()
+    kubelet.devices = [
+        AllocatedDevice("ns", "a", "c", "example.com/fpga", "fpga0"),
+        AllocatedDevice("ns", "b", "c", "nvidia.com/gpu.shared", GPU + "::1"),
+        AllocatedDevice("ns", "c", "c", "nvidia.com/mig-1g.10gb", "MIG-GPU-be839661-c0f5-7452-284b-b875666df60c/7/0"),
+    ]
+    attribution = make(kubelet, clock)
+    attribution.refresh()
+    assert sorted(a.owner.pod for a in attribution.current().mapping.allocations) == ["b", "c"]
+
+
+def test_repeated_failure_is_logged_once_and_recovery_once():
+    stream = io.StringIO()
+    setup_logging("info", "logfmt", stream)
+    kubelet, clock = Kubelet(), Clock()
+    kubelet.error = KubeletError("kubelet socket /x not found", reason="absent")
+    attribution = make(kubelet, clock)
+    for _ in range(5):
+        attribution.refresh()
+    kubelet.error = KubeletError("rejected by rate limit", reason="rate_limited")
+    attribution.refresh()
+    attribution.refresh()
+    kubelet.error = None
+    attribution.refresh()
+    attribution.refresh()
+    log = stream.getvalue()
+    assert log.count("reason=absent") == 1
+    assert log.count("reason=rate_limited") == 1
+    assert log.count("answering again") == 1
+    assert attribution.list_calls == 9 and attribution.list_failures == 7
+
+
+def test_background_thread_refreshes_and_stops():
+    kubelet, clock = Kubelet(), Clock()
+    attribution = Attribution(kubelet.list_devices, refresh_interval_seconds=0.05, max_age_seconds=60)
+    attribution.start()
+    try:
+        deadline = time.monotonic() + 10
+        while kubelet.calls < 3 and time.monotonic() < deadline:
+            time.sleep(0.01)
+    finally:
+        attribution.stop()
+    assert kubelet.calls >= 3
+    calls = kubelet.calls
+    time.sleep(0.2)
+    assert kubelet.calls == calls  # stopped for good
+
+
+def test_a_healthy_kubelet_never_ages_out_even_with_a_refresh_interval_above_max_age():
+    kubelet, clock = Kubelet(), Clock()
+    attribution = Attribution(kubelet.list_devices, refresh_interval_seconds=120, max_age_seconds=60, clock=clock)
+    attribution.refresh()
+    clock.now += 119  # just before the next refresh: the kubelet answered last time
+    snapshot = attribution.current()
+    assert snapshot.kubelet_up and snapshot.mapping.owners and snapshot.age_seconds == 119

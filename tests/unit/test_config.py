@@ -1,0 +1,130 @@
+"""Flags, environment variables and their validation."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+
+from exporter.base.errors import ConfigError
+from exporter.config import Config, env_var_name, parse_config, parse_duration, parse_listen_address
+from support.design_flags import DESIGN_FLAGS
+
+
+def test_defaults_match_the_design():
+    config = parse_config([], {})
+    assert config == Config()
+    assert config.listen_address == ":9400"
+    assert (config.telemetry_path, config.dcgm_url) == ("/gpu/metrics", "http://127.0.0.1:9401/metrics")
+    assert config.kubelet_socket == "/var/lib/kubelet/pod-resources/kubelet.sock"
+    assert (config.dcgm_timeout_seconds, config.kubelet_refresh_interval_seconds, config.kubelet_timeout_seconds) == (5, 5, 5)
+    assert (config.labels_style, config.log_level, config.log_format) == ("kubernetes", "info", "logfmt")
+
+
+@pytest.mark.parametrize("flag", DESIGN_FLAGS)
+def test_every_flag_has_its_environment_variable(flag):
+    assert env_var_name(flag).startswith("POD_GPU_EXPORTER_")
+    assert "." not in env_var_name(flag) and "-" not in env_var_name(flag)
+
+
+def test_environment_sets_and_flag_wins():
+    env = {"POD_GPU_EXPORTER_DCGM_URL": "http://10.0.0.1:9401/metrics", "POD_GPU_EXPORTER_LABELS_STYLE": "legacy",
+           "POD_GPU_EXPORTER_KUBELET_REFRESH_INTERVAL": "1m30s"}
+    config = parse_config(["--labels.style", "kubernetes"], env)
+    assert config.dcgm_url == "http://10.0.0.1:9401/metrics"
+    assert config.labels_style == "kubernetes"
+    assert config.kubelet_refresh_interval_seconds == 90
+
+
+@pytest.mark.parametrize(
+    "argv, env, named",
+    [
+        (["--dcgm.timeout", "5x"], {}, "--dcgm.timeout"),
+        (["--dcgm.timeout", "0s"], {}, "--dcgm.timeout"),
+        (["--web.listen-address", "9400"], {}, "--web.listen-address"),
+        (["--web.listen-address", "::1:9400"], {}, "--web.listen-address"),
+        (["--web.telemetry-path", "metrics"], {}, "--web.telemetry-path"),
+        (["--web.telemetry-path", "/healthz"], {}, "--web.telemetry-path"),
+        (["--web.telemetry-path", "/metrics"], {}, "--web.telemetry-path"),
+        (["--web.telemetry-path", "/"], {}, "--web.telemetry-path"),
+        (["--dcgm.url", "localhost:9401"], {}, "--dcgm.url"),
+        ([], {"POD_GPU_EXPORTER_LABELS_STYLE": "k8s"}, "POD_GPU_EXPORTER_LABELS_STYLE"),
+        ([], {"POD_GPU_EXPORTER_KUBELET_TIMEOUT": ""}, "POD_GPU_EXPORTER_KUBELET_TIMEOUT"),
+    ],
+)
+def test_bad_values_name_the_flag_or_variable(argv, env, named):
+    with pytest.raises(ConfigError) as error:
+        parse_config(argv, env)
+    assert str(error.value).startswith(named + ":")
+    assert "\n" not in str(error.value)
+
+
+def test_unknown_flag_exits_2_with_one_line(capsys):
+    with pytest.raises(SystemExit) as exit_info:
+        parse_config(["--no-such-flag"], {})
+    assert exit_info.value.code == 2
+    assert capsys.readouterr().err.strip().count("\n") == 0
+
+
+@pytest.mark.parametrize("text, seconds", [("500ms", 0.5), ("5s", 5), ("1m", 60), ("1m30s", 90), ("2h", 7200), ("1.5s", 1.5)])
+def test_durations(text, seconds):
+    assert parse_duration(text) == seconds
+
+
+@pytest.mark.parametrize("text", ["", "5", "s", "5 s", "-1s", "1d"])
+def test_bad_durations(text):
+    with pytest.raises(ValueError):
+        parse_duration(text)
+
+
+@pytest.mark.parametrize(
+    "text, expected",
+    [(":9400", ("", 9400)), ("0.0.0.0:9400", ("0.0.0.0", 9400)), ("127.0.0.1:0", ("127.0.0.1", 0)), ("[::1]:9400", ("::1", 9400))],
+)
+def test_listen_addresses(text, expected):
+    assert parse_listen_address(text) == expected
+
+
+def test_subcommands_and_output():
+    assert parse_config(["demo"], {}).command == "demo"
+    assert parse_config(["mapping", "-o", "json"], {}).output == "json"
+    assert parse_config(["--labels.style", "legacy", "demo"], {}).command == "demo"
+
+
+def test_kubernetes_flags_defaults_and_environment():
+    config = parse_config([], {})
+    assert (config.kubernetes_api, config.kubernetes_kubeconfig, config.kubernetes_node_name) == ("auto", None, None)
+    assert (config.labels_extra, config.labels_pod_labels, config.labels_pod_annotations) == ("", None, None)
+    env = {"POD_GPU_EXPORTER_KUBERNETES_API": "off", "POD_GPU_EXPORTER_LABELS_EXTRA": "workload",
+           "POD_GPU_EXPORTER_LABELS_POD_LABELS": "team|app", "POD_GPU_EXPORTER_KUBERNETES_NODE_NAME": "n1"}
+    config = parse_config(["--labels.extra", "pod_uid,workload"], env)
+    assert (config.kubernetes_api, config.labels_extra, config.labels_pod_labels, config.kubernetes_node_name) == (
+        "off", "pod_uid,workload", "team|app", "n1")
+
+
+@pytest.mark.parametrize("env, message", [
+    ({"POD_GPU_EXPORTER_LABELS_EXTRA": "pod_uid,node"}, "POD_GPU_EXPORTER_LABELS_EXTRA: unknown extra label 'node'"),
+    ({"POD_GPU_EXPORTER_LABELS_POD_ANNOTATIONS": "*"}, "POD_GPU_EXPORTER_LABELS_POD_ANNOTATIONS: invalid regular"),
+    ({"POD_GPU_EXPORTER_KUBERNETES_API": "yes"}, "POD_GPU_EXPORTER_KUBERNETES_API: invalid choice 'yes'"),
+])
+def test_bad_kubernetes_settings_name_the_variable(env, message):
+    with pytest.raises(ConfigError, match=message.replace("(", r"\(")):
+        parse_config([], env)
+
+
+def test_sharing_flags_and_their_environment_variables():
+    assert (Config().sharing_mode, Config().sharing_proc_root) == ("device", "/proc")
+    config = parse_config(["--sharing.mode", "process", "--sharing.proc-root", "/host/proc"], {})
+    assert (config.sharing_mode, config.sharing_proc_root) == ("process", "/host/proc")
+    environ = {"POD_GPU_EXPORTER_SHARING_MODE": "process", "POD_GPU_EXPORTER_SHARING_PROC_ROOT": "/host/proc"}
+    assert parse_config([], environ).sharing_proc_root == "/host/proc"
+    assert parse_config(["--sharing.mode", "device"], environ).sharing_mode == "device"  # the flag wins
+
+
+@pytest.mark.parametrize("args, says", [
+    (["--sharing.mode", "pod"], "--sharing.mode: invalid choice 'pod' (choose from device, process)"),
+    (["--sharing.proc-root", "host/proc"], "--sharing.proc-root: path must start with '/'"),
+])
+def test_bad_sharing_flags(args, says):
+    with pytest.raises(ConfigError, match=re.escape(says)):
+        parse_config(args, {})

@@ -1,0 +1,107 @@
+"""The Kubernetes context in-process, against the fake API server through the real client library:
+DRA MIG devices, the v1beta1 fallback, bookmarks, and what the pod cache keeps."""
+
+from __future__ import annotations
+
+import pytest
+
+from exporter.core.identity import GpuKey
+from exporter.sources.kubelet import AllocatedDevice
+from exporter.sources.kubernetes.context import KubernetesContext, make_client
+from exporter.sources.kubernetes.labels import LabelSpec
+from support.fake_kube_api import FakeKubeApi, make_pod, write_kubeconfig
+from support.kube_scenario import NODE, POOL, UUID0, claim, resource_slice
+from support.waiting import wait_until
+
+MIG = "MIG-3a9c2f4e-1b2c-5d6e-8f90-123456789abc"
+MIG_DEVICE = "gpu-0-mig-19-4-1"  # the driver's name: profile 19, placement start 4, size 1 — no GI ID
+
+
+def context(api, tmp_path, spec=LabelSpec(), resolve_mig=None):
+    ctx = KubernetesContext(make_client(write_kubeconfig(str(tmp_path / "kubeconfig"), api.url)), NODE, spec)
+    ctx.dra.resolve_mig = resolve_mig
+    ctx.start()
+    wait_until(lambda: ctx.up and ctx.slice_watch.healthy)
+    return ctx
+
+
+@pytest.fixture
+def api():
+    fake = FakeKubeApi().start()
+    yield fake
+    fake.stop()
+
+
+def mig_slice_and_claim(api, version="v1"):
+    attributes = {"type": "mig", "uuid": MIG, "parentUUID": UUID0, "profile": "1g.10gb"}
+    body = resource_slice({MIG_DEVICE: attributes})
+    body["apiVersion"] = f"resource.k8s.io/{version}"
+    if version == "v1beta1":  # v1beta1 nests a device's attributes under `basic`
+        body["spec"]["devices"] = [{"name": MIG_DEVICE, "basic": {"attributes": {
+            k: {"string": v} for k, v in attributes.items()}}}]
+    api.put(f"resource.k8s.io/{version}", "resourceslices", body)
+    held = claim("ml", "small", MIG_DEVICE)
+    held["apiVersion"] = f"resource.k8s.io/{version}"
+    api.put(f"resource.k8s.io/{version}", "resourceclaims", held)
+    return [AllocatedDevice("ml", "small-a", "c", "gpu.nvidia.com", MIG_DEVICE, dra=True, claim="ml/small", pool=POOL)]
+
+
+def test_dra_mig_device_matched_through_its_slice_and_nvml(api, tmp_path):
+    devices = mig_slice_and_claim(api)
+    looked_up = []
+
+    def nvml(mig_uuid):  # stands in for NVML, the outside world: MIG UUID → (parent, GPU instance)
+        looked_up.append(mig_uuid)
+        return (UUID0, "13") if mig_uuid == MIG else None
+
+    ctx = context(api, tmp_path, resolve_mig=nvml)
+    try:
+        wait_until(lambda: ctx.dra.resolve("gpu.nvidia.com", POOL, MIG_DEVICE, "ml/small").known)
+        mapping = ctx.build_mapping(devices)
+    finally:
+        ctx.stop()
+    assert mapping.owners_for(GpuKey("UUID", UUID0, "13"))[0].pod == "small-a"
+    assert mapping.unresolved == () and set(looked_up) == {MIG}  # (the NVML resolver caches its answers)
+
+
+def test_dra_mig_device_without_nvml_is_unresolved_not_guessed(api, tmp_path):
+    devices = mig_slice_and_claim(api)
+    ctx = context(api, tmp_path)
+    try:
+        wait_until(lambda: ctx.dra.resolve("gpu.nvidia.com", POOL, MIG_DEVICE, "ml/small").known)
+        mapping = ctx.build_mapping(devices)
+    finally:
+        ctx.stop()
+    assert mapping.owners == {} and mapping.unresolved == (MIG_DEVICE,)
+
+
+def test_resource_slices_and_claims_fall_back_to_v1beta1(api, tmp_path):
+    api.served = {"v1", "resource.k8s.io/v1beta1"}
+    devices = mig_slice_and_claim(api, "v1beta1")
+    api.put("resource.k8s.io/v1beta1", "resourceclaims", {**claim("ml", "small", MIG_DEVICE, admin=True),
+                                                          "apiVersion": "resource.k8s.io/v1beta1"})
+    ctx = context(api, tmp_path, resolve_mig=lambda _: (UUID0, "13"))
+    try:
+        assert ctx.dra.resolve("gpu.nvidia.com", POOL, MIG_DEVICE, "other/none").key == GpuKey("UUID", UUID0, "13")
+        assert ctx.build_mapping(devices).allocations == ()  # its claim has adminAccess (v1beta1 fields)
+    finally:
+        ctx.stop()
+
+
+def test_bookmarks_pass_and_the_cache_follows_the_watch(api, tmp_path):
+    api.bookmarks = "always"  # a real server sends them when asked; a client must take them any time
+    api.put("v1", "pods", make_pod("ml", "a", NODE, labels={"team": "x"}, containers=("main", "sidecar")))
+    api.put("v1", "pods", make_pod("ml", "b", "another-node"))
+    ctx = context(api, tmp_path, LabelSpec(pod_uid=True))
+    try:
+        wait_until(lambda: api.bookmarks_sent >= 2, 10)
+        api.put("v1", "pods", make_pod("ml", "c", NODE))
+        wait_until(lambda: ctx.pod("ml", "c") is not None)
+        info = ctx.pod("ml", "a")
+        assert ctx.up and ctx.pod("ml", "b") is None  # another node's pod is never seen
+    finally:
+        ctx.stop()
+    # What per-process attribution needs next: the pod UID and each container's ID.
+    assert info.uid and [name for name, _ in info.containers] == ["main", "sidecar"]
+    assert all(container_id.startswith("containerd://") for _, container_id in info.containers)
+    assert info.labels == ()  # not allow-listed: not kept

@@ -1,0 +1,196 @@
+"""MIG-<uuid> resolution through NVML: cached answers and failures, errors as "unknown", the no-library path."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import threading
+from pathlib import Path
+
+import pytest
+
+from exporter.core.identity import GpuKey, Owner
+from exporter.core.mapping import build_mapping
+from exporter.exposition.rewriter import Rewriter
+from exporter.sources.nvml.library import make_mig_resolver
+from exporter.sources.nvml.mig import NvmlMigResolver
+from support.devices import Device
+
+PARENT = "GPU-be839661-c0f5-7452-284b-b875666df60c"
+MIG_A = "MIG-3a9c2f4e-1b2c-5d6e-8f90-123456789abc"
+MIG_B = "MIG-7d1e0b55-9a3f-5c2e-b1d4-0f9e8d7c6b5a"
+
+
+class NVMLError(Exception):
+    """Stands in for pynvml.NVMLError."""
+
+
+class FakeNvml:
+    """The outside world: the few pynvml functions the resolver calls, counting every call.
+
+    MIG handles are the MIG UUIDs as bytes (what the resolver passes), parent handles "parent:<uuid>".
+    """
+
+    def __init__(self, instances=None, init_error=None, uuid_as_bytes=False):
+        self.instances = dict(instances or {})  # MIG UUID -> (parent UUID, GPU instance ID)
+        self.init_error = init_error
+        self.uuid_as_bytes = uuid_as_bytes  # old nvidia-ml-py returned bytes
+        self.fail_with = None
+        self.calls = []
+        self._lock = threading.Lock()
+
+    def _record(self, name):
+        with self._lock:
+            self.calls.append(name)
+
+    def nvmlInit(self):  # noqa: N802 - NVML's names
+        self._record("nvmlInit")
+        if self.init_error:
+            raise self.init_error
+
+    def nvmlDeviceGetHandleByUUID(self, uuid):  # noqa: N802
+        self._record("nvmlDeviceGetHandleByUUID")
+        if self.fail_with:
+            raise self.fail_with
+        if not isinstance(uuid, bytes) or uuid.decode() not in self.instances:
+            raise NVMLError("Not Found")
+        return uuid
+
+    def nvmlDeviceGetDeviceHandleFromMigDeviceHandle(self, handle):  # noqa: N802
+        self._record("nvmlDeviceGetDeviceHandleFromMigDeviceHandle")
+        return "parent:" + self.instances[handle.decode()][0]
+
+    def nvmlDeviceGetUUID(self, handle):  # noqa: N802
+        self._record("nvmlDeviceGetUUID")
+        uuid = handle.split(":", 1)[1]
+        return uuid.encode() if self.uuid_as_bytes else uuid
+
+    def nvmlDeviceGetGpuInstanceId(self, handle):  # noqa: N802
+        self._record("nvmlDeviceGetGpuInstanceId")
+        return self.instances[handle.decode()][1]
+
+
+class Clock:
+    def __init__(self):
+        self.now = 100.0
+
+    def __call__(self):
+        return self.now
+
+
+def test_resolves_parent_and_instance_and_caches_answers():
+    nvml = FakeNvml({MIG_A: (PARENT, 13), MIG_B: (PARENT, 11)})
+    resolver = NvmlMigResolver(nvml)
+    assert resolver(MIG_A) == (PARENT, "13")
+    assert resolver(MIG_B) == (PARENT, "11")
+    calls = len(nvml.calls)
+    for _ in range(5):
+        assert resolver(MIG_A) == (PARENT, "13")
+    assert len(nvml.calls) == calls and resolver.lookups == 2  # no NVML call for a known device
+
+
+def test_bytes_from_an_old_nvidia_ml_py_are_decoded():
+    resolver = NvmlMigResolver(FakeNvml({MIG_A: (PARENT, 3)}, uuid_as_bytes=True))
+    assert resolver(MIG_A) == (PARENT, "3")
+
+
+def test_failures_are_cached_then_retried_after_the_interval(log_stream):
+    clock = Clock()
+    nvml = FakeNvml({})
+    resolver = NvmlMigResolver(nvml, retry_failed_after_seconds=300, clock=clock)
+    assert resolver(MIG_A) is None
+    calls = len(nvml.calls)
+    clock.now += 299
+    assert resolver(MIG_A) is None
+    assert len(nvml.calls) == calls  # negative cache: NVML not asked again yet
+    nvml.instances[MIG_A] = (PARENT, 5)  # the instance shows up in NVML later
+    clock.now += 2
+    assert resolver(MIG_A) == (PARENT, "5")
+    assert resolver.lookups == 2
+    log = log_stream.getvalue()
+    assert log.count("NVML cannot resolve a MIG device") == 1 and "level=info" in log and "Not Found" in log
+
+
+def test_a_failure_retried_is_logged_at_debug_only(log_stream):
+    clock = Clock()
+    resolver = NvmlMigResolver(FakeNvml({}), retry_failed_after_seconds=1, clock=clock)
+    for _ in range(4):
+        assert resolver(MIG_A) is None
+        clock.now += 2
+    lines = [line for line in log_stream.getvalue().splitlines() if "cannot resolve" in line]
+    assert len(lines) == 4 and lines[0].count("level=info") == 1
+    assert all("level=debug" in line for line in lines[1:])
+
+
+@pytest.mark.parametrize("error", [NVMLError("GPU is lost"), RuntimeError(), OSError("driver gone"), KeyError("x")])
+def test_any_nvml_error_is_unknown_never_raised(error):
+    nvml = FakeNvml({MIG_A: (PARENT, 1)})
+    nvml.fail_with = error
+    assert NvmlMigResolver(nvml)(MIG_A) is None
+
+
+@pytest.mark.parametrize("parent, instance", [("not-a-gpu-uuid", 1), (PARENT, -1), (PARENT, "1"), (None, 1)])
+def test_unexpected_answers_are_unknown(parent, instance):
+    assert NvmlMigResolver(FakeNvml({MIG_A: (parent, instance)}))(MIG_A) is None
+
+
+def test_concurrent_lookups_of_one_device_ask_nvml_once():
+    nvml = FakeNvml({MIG_A: (PARENT, 13)})
+    resolver = NvmlMigResolver(nvml)
+    results = []
+    threads = [threading.Thread(target=lambda: results.append(resolver(MIG_A))) for _ in range(16)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert results == [(PARENT, "13")] * 16
+    assert nvml.calls.count("nvmlDeviceGetHandleByUUID") == 1
+
+
+def test_refreshes_resolve_through_the_cache_and_attribute_instance_samples():
+    nvml = FakeNvml({MIG_A: (PARENT, 13), MIG_B: (PARENT, 11)})
+    resolver = make_mig_resolver(nvml)
+    assert isinstance(resolver, NvmlMigResolver)
+    devices = [
+        Device("ml", "small-a", "c", "nvidia.com/mig-1g.10gb", MIG_A),
+        Device("ml", "small-b", "c", "nvidia.com/mig-1g.10gb", MIG_B + "::1"),
+    ]
+    first = build_mapping(devices, resolver)
+    for _ in range(3):  # later refreshes of the same node
+        assert build_mapping(devices, resolver) == first
+    assert nvml.calls.count("nvmlDeviceGetHandleByUUID") == 2 and nvml.calls.count("nvmlInit") == 1
+    assert first.owners == {
+        GpuKey("UUID", PARENT, "13"): (Owner("ml", "small-a", "c"),),
+        GpuKey("UUID", PARENT, "11"): (Owner("ml", "small-b", "c"),),
+    }
+    body = (f'F{{gpu="0",UUID="{PARENT}",GPU_I_ID="11"}} 1\n'
+            f'F{{gpu="0",UUID="{PARENT}",GPU_I_ID="13"}} 2\n'
+            f'F{{gpu="0",UUID="{PARENT}"}} 3\n').encode()
+    assert Rewriter(first).rewrite(body).text.decode().splitlines() == [
+        f'F{{gpu="0",UUID="{PARENT}",GPU_I_ID="11",namespace="ml",pod="small-b",container="c"}} 1',
+        f'F{{gpu="0",UUID="{PARENT}",GPU_I_ID="13",namespace="ml",pod="small-a",container="c"}} 2',
+        f'F{{gpu="0",UUID="{PARENT}"}} 3',  # GPU-level: no pod holds the whole GPU
+    ]
+
+
+def test_nvml_that_does_not_initialise_gives_no_resolver(log_stream):
+    nvml = FakeNvml({MIG_A: (PARENT, 1)}, init_error=NVMLError("NVML Shared Library Not Found"))
+    assert make_mig_resolver(nvml) is None
+    log = log_stream.getvalue()
+    assert log.count("level=info") == 1 and "will be reported as unresolved" in log
+    assert "NVML Shared Library Not Found" in log and nvml.calls == ["nvmlInit"]
+
+
+def test_without_nvidia_ml_py_there_is_no_resolver():
+    # The test extra installs nvidia-ml-py, so its absence is simulated the way Python itself marks a
+    # module that cannot be imported (None in sys.modules), in a child interpreter of its own.
+    program = (
+        "import sys; sys.modules['pynvml'] = None\n"
+        "from exporter.base.logs import setup_logging; setup_logging('debug', 'logfmt', sys.stdout)\n"
+        "from exporter.sources.nvml.library import make_mig_resolver\n"
+        "print(make_mig_resolver())\n"
+    )
+    result = subprocess.run([sys.executable, "-c", program], capture_output=True, text=True, check=True,
+                            cwd=str(Path(__file__).resolve().parents[2]))
+    assert result.stdout.endswith("None\n") and result.stdout.count("level=info") == 1
+    assert "libnvidia-ml.so.1 visible" in result.stdout and "nvidia-ml-py (module pynvml) is not installed" in result.stdout

@@ -1,0 +1,107 @@
+"""ProcessShares refresh by refresh (real nvidia-ml-py over the fake NVML, a fake /proc tree): what is
+served, when it is withheld, and that each reason is logged once."""
+
+from __future__ import annotations
+
+import re
+
+from exporter.core.mapping import build_mapping
+from exporter.shares.compute import PodInfo
+from exporter.shares.process_shares import ProcessShares
+from exporter.sources.nvml.library import open_nvml
+from support.devices import Device
+from support.proc_tree import ProcTree
+
+UUID = "GPU-11111111-2222-3333-4444-555555555555"
+UID = "0f5c8a12-3b4d-4e6f-8a9b-0c1d2e3f4a5b"
+CID = "ab" * 32
+PODS = {UID: PodInfo("ml", "a", {CID: "main"})}
+MAPPING = build_mapping([Device("ml", "a", "main", "nvidia.com/gpu", UUID + "::0"),
+                         Device("ml", "b", "main", "nvidia.com/gpu", UUID + "::1")])
+MEMORY_A = f'pod_gpu_container_memory_used_bytes{{UUID="{UUID}",gpu="0",namespace="ml",pod="a",container="main"}}'
+UNATTRIBUTED = f'pod_gpu_exporter_unattributed_processes{{UUID="{UUID}",gpu="0"}}'
+
+
+class Clock:
+    def __init__(self):
+        self.now = 1000.0
+
+    def __call__(self):
+        return self.now
+
+
+def make_shares(proc_root, pods=PODS, clock=None):
+    return ProcessShares(open_nvml, lambda: MAPPING, lambda: pods, str(proc_root), 5.0, "kubernetes",
+                         clock=clock or Clock())
+
+
+def lines(shares):
+    return shares.text().decode().splitlines()
+
+
+def nvml_up(shares) -> str:
+    (line,) = [line for line in lines(shares) if line.startswith("pod_gpu_exporter_nvml_up ")]
+    return line.rpartition(" ")[2]
+
+
+def test_a_lone_process_that_exits_mid_refresh_is_unattributed_not_a_missing_host_pid(nvml_node, tmp_path, log_stream):
+    nvml_node.gpu(0, UUID).process(UUID, 10, 4096).write()
+    proc = ProcTree(tmp_path / "proc")  # NVML listed PID 10; its /proc entry is already gone
+    shares = make_shares(proc.root)
+    shares.refresh()
+    assert f"{MEMORY_A} 0" in lines(shares) and f"{UNATTRIBUTED} 1" in lines(shares)
+    nvml_node.lines.pop()
+    nvml_node.write()  # the driver lets it go too
+    shares.refresh()
+    assert f"{UNATTRIBUTED} 0" in lines(shares)
+    assert "hostPID" not in log_stream.getvalue()
+
+
+def test_without_host_pids_nothing_is_served_and_the_reason_is_logged_once(nvml_node, tmp_path, log_stream):
+    nvml_node.gpu(0, UUID).process(UUID, 10, 4096).write()
+    proc = ProcTree(tmp_path / "proc")
+    shares = make_shares(proc.root)
+    for _ in range(5):
+        shares.refresh()
+    assert nvml_up(shares) == "1"
+    assert not any(line.startswith("pod_gpu_container_") for line in lines(shares))
+    assert log_stream.getvalue().count("hostPID: true") == 1
+    proc.container_process(10, UID, CID)  # now deployed with hostPID
+    shares.refresh()
+    assert f"{MEMORY_A} 4096" in lines(shares)
+    assert log_stream.getvalue().count("host processes visible again") == 1
+
+
+def test_shares_older_than_two_intervals_are_withheld(nvml_node, tmp_path):
+    nvml_node.gpu(0, UUID).process(UUID, 10, 4096).write()
+    ProcTree(tmp_path / "proc").container_process(10, UID, CID)
+    clock = Clock()
+    shares = make_shares(tmp_path / "proc", clock=clock)
+    shares.refresh()
+    clock.now += 10.0  # two intervals: still served
+    assert f"{MEMORY_A} 4096" in lines(shares) and "pod_gpu_exporter_nvml_up 1" in lines(shares)
+    clock.now += 0.1  # the refresher has stalled (a hung NVML call)
+    assert nvml_up(shares) == "0" and MEMORY_A not in shares.text().decode()
+
+
+def test_without_the_pod_index_no_share_is_served(nvml_node, tmp_path, log_stream):
+    nvml_node.gpu(0, UUID).process(UUID, 10, 4096).write()
+    ProcTree(tmp_path / "proc").container_process(10, UID, CID)
+    shares = make_shares(tmp_path / "proc", pods=None)
+    for _ in range(3):
+        shares.refresh()
+    assert nvml_up(shares) == "1" and "pod_gpu_container_" not in shares.text().decode()
+    assert log_stream.getvalue().count("need the Kubernetes API") == 1
+
+
+def test_nvml_that_cannot_list_gpus_reads_nvml_up_0(nvml_node, tmp_path, log_stream):
+    nvml_node.gpu(0, UUID).process(UUID, 10, 4096).fail("nvmlDeviceGetCount", 15).write()
+    ProcTree(tmp_path / "proc").container_process(10, UID, CID)
+    shares = make_shares(tmp_path / "proc")
+    shares.refresh()
+    shares.refresh()
+    assert lines(shares)[:3] == ["# HELP pod_gpu_exporter_nvml_up 1 when NVML answered the last per-process refresh "
+                                 "(--sharing.mode process), else 0.", "# TYPE pod_gpu_exporter_nvml_up gauge",
+                                 "pod_gpu_exporter_nvml_up 0"]
+    assert re.fullmatch(r"pod_gpu_exporter_process_shares_refresh_duration_seconds \d+\.\d+", lines(shares)[-1])
+    assert log_stream.getvalue().count("NVML failed") == 1 and "GPU is lost" in log_stream.getvalue()

@@ -1,0 +1,80 @@
+"""The streamed rewrite of large answers gives exactly what the line-by-line rewrite gives."""
+
+from __future__ import annotations
+
+from hypothesis import given
+from hypothesis import strategies as st
+
+from exporter.core.mapping import build_mapping
+from exporter.exposition.rewriter import STREAM_MIN_BYTES, STREAM_MIN_LINES, Rewriter
+from exporter.exposition.streamed import rewrite_streamed
+from exporter.sources.kubelet import AllocatedDevice
+from support.exposition_strategies import SETTINGS, families, mappings, styles
+
+
+def both(mapping, style: str, body: bytes, slice_bytes: int):
+    streamed = rewrite_streamed(Rewriter(mapping, style), body, slice_bytes)
+    lined = Rewriter(mapping, style)._rewrite_lines(body)
+    return streamed, lined
+
+
+@SETTINGS
+@given(families(), mappings, styles, st.data())
+def test_streamed_equals_line_by_line(document, mapping, style, data):
+    text, _ = document
+    lines = text.split("\n")[:-1]
+    extra = data.draw(st.lists(st.sampled_from(lines), max_size=4)) if lines else []
+    tail = data.draw(st.sampled_from(["", "cut_short 7", "  ", "# HELP x"]))
+    body = ("".join(line + "\n" for line in lines + extra) + tail).encode()
+    streamed, lined = both(mapping, style, body, data.draw(st.integers(1, 200)))
+    assert streamed == lined
+
+
+@SETTINGS
+@given(st.binary(max_size=2000), mappings, styles, st.integers(1, 300))
+def test_streamed_equals_line_by_line_on_any_bytes(data, mapping, style, slice_bytes):
+    streamed, lined = both(mapping, style, data, slice_bytes)
+    assert streamed == lined
+
+
+def test_a_body_past_the_line_limit_takes_the_streamed_way_and_keeps_no_template():
+    uuid = "GPU-c2f76b33-7953-256e-8f33-1343419b1a1c"
+    mapping = build_mapping([AllocatedDevice("ns", "p", "c", "nvidia.com/gpu", uuid)])
+    lines = [f'm{{UUID="{uuid}",i="{number}"}} {number}' for number in range(STREAM_MIN_LINES + 1)]
+    body = ("\n".join(lines) + "\n").encode()
+    rewriter = Rewriter(mapping)
+    result = rewriter.rewrite(body)
+    owners = 'namespace="ns",pod="p",container="c"'
+    expected = [line.replace("} ", "," + owners + "} ") + "\n" for line in lines]
+    assert result.text.decode() == "".join(expected)
+    assert result.malformed == 0 and [identity.uuid for identity in result.identities] == [uuid]
+    assert rewriter._template is None and not rewriter._series  # nothing per line kept
+
+
+def large_body(label_sets: int, value: int) -> bytes:
+    """Over STREAM_MIN_BYTES and under STREAM_MIN_LINES: long lines over `label_sets` label sets."""
+    pad = "x" * 200
+    lines = [f'family_{number % 97}_{number // (97 * label_sets)}{{gpu="{number % label_sets}",pad="{pad}"}} {value + number}'
+             for number in range(20_000)]
+    body = ("\n".join(lines) + "\n").encode()
+    assert len(body) > STREAM_MIN_BYTES and len(lines) < STREAM_MIN_LINES
+    return body
+
+
+def test_a_large_body_whose_lines_share_label_sets_keeps_per_line_state_and_refills():
+    """Like a 25,600-series dcgm-exporter node (6 MB, one label set per GPU or MIG instance)."""
+    mapping = build_mapping([AllocatedDevice("ns", "p", "c", "nvidia.com/gpu", "0")])
+    rewriter = Rewriter(mapping)
+    rewriter.rewrite(large_body(256, 1))
+    second = rewriter.rewrite(large_body(256, 2))
+    assert rewriter.refills == 1
+    assert second == rewrite_streamed(Rewriter(mapping), large_body(256, 2))
+
+
+def test_a_large_body_of_unique_label_sets_is_streamed_after_all():
+    """Like kube-state-metrics behind a wrong --dcgm.url: ~1 KiB more a line for its label sets."""
+    mapping = build_mapping([AllocatedDevice("ns", "p", "c", "nvidia.com/gpu", "0")])
+    rewriter = Rewriter(mapping)
+    result = rewriter.rewrite(large_body(20_000, 1))
+    assert result == rewrite_streamed(Rewriter(mapping), large_body(20_000, 1))
+    assert rewriter._template is None and not rewriter._series and not rewriter._label_sets

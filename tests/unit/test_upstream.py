@@ -1,0 +1,407 @@
+"""Tests of exporter.sources.dcgm.http_source against a real HTTP dcgm-exporter stand-in and real files."""
+
+from __future__ import annotations
+
+import gzip
+import socket
+import threading
+import time
+from typing import Callable, List
+
+import pytest
+
+from exporter.base.errors import ConfigError, UpstreamError
+from exporter.demo.fake_dcgm import FakeDcgmExporter
+from exporter.sources.dcgm.file_source import FileSource
+from exporter.sources.dcgm.http_source import HttpSource
+from support.fixtures import fixture_bytes, fixture_path  # tests/ is on sys.path (conftest.py)
+
+L4 = "dcgm/l4-aws-gpu-operator-default-counters.prom"
+LEGACY = "legacy/dcgm.prom"
+
+
+@pytest.fixture
+def l4_body() -> bytes:
+    return fixture_bytes(L4)
+
+
+@pytest.fixture
+def fake(l4_body):
+    with FakeDcgmExporter(l4_body) as server:
+        yield server
+
+
+def fetch_error(source) -> UpstreamError:
+    with pytest.raises(UpstreamError) as caught:
+        source.fetch()
+    return caught.value
+
+
+class RawHttpServer:
+    """A loopback server answering each connection with `respond(conn, stopped)`: raw bytes, any pace."""
+
+    def __init__(self, respond: Callable[[socket.socket, threading.Event], None]) -> None:
+        self._respond = respond
+        self.stopped = threading.Event()
+        self._listener = socket.create_server(("127.0.0.1", 0))
+        self._listener.settimeout(0.05)
+        self.requests_seen: List[bytes] = []
+        self._threads: List[threading.Thread] = [threading.Thread(target=self._accept_loop, daemon=True)]
+        self._threads[0].start()
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self._listener.getsockname()[1]}/metrics"
+
+    def _accept_loop(self) -> None:
+        while not self.stopped.is_set():
+            try:
+                conn, _ = self._listener.accept()
+            except socket.timeout:
+                continue
+            thread = threading.Thread(target=self._serve, args=(conn,), daemon=True)
+            self._threads.append(thread)
+            thread.start()
+
+    def _serve(self, conn: socket.socket) -> None:
+        with conn:
+            conn.settimeout(5)
+            request = b""
+            try:
+                while b"\r\n\r\n" not in request:
+                    piece = conn.recv(4096)
+                    if not piece:
+                        return
+                    request += piece
+                self.requests_seen.append(request)
+                self._respond(conn, self.stopped)
+            except OSError:
+                pass  # the client hung up, which is what several tests make it do
+
+    def stop(self) -> None:
+        self.stopped.set()
+        for thread in list(self._threads):
+            thread.join(timeout=10)
+        self._listener.close()
+
+
+@pytest.fixture
+def raw_server():
+    servers: List[RawHttpServer] = []
+
+    def start(respond) -> RawHttpServer:
+        servers.append(RawHttpServer(respond))
+        return servers[-1]
+
+    yield start
+    for server in servers:
+        server.stop()
+
+
+def canned(head: bytes, body: bytes) -> Callable[[socket.socket, threading.Event], None]:
+    def respond(conn: socket.socket, stopped: threading.Event) -> None:
+        conn.sendall(head + body)
+    return respond
+
+
+def gzip_response(gzipped: bytes) -> Callable[[socket.socket, threading.Event], None]:
+    head = (b"HTTP/1.1 200 OK\r\nContent-Type: text/plain; version=0.0.4\r\nContent-Encoding: gzip\r\n"
+            b"Content-Length: %d\r\nConnection: close\r\n\r\n" % len(gzipped))
+    return canned(head, gzipped)
+
+
+# --- HTTP -------------------------------------------------------------------------------------
+
+
+def test_http_body_is_byte_exact(fake, l4_body):
+    source = HttpSource(fake.url, timeout_seconds=5)
+    assert source.fetch() == l4_body
+    assert source.fetch() == l4_body  # again, over the kept-alive connection
+    assert fake.requests == 2
+    assert source.describe() == fake.url
+
+
+def test_http_chunked_answer_like_go_is_byte_exact_over_a_kept_alive_connection(fake, l4_body):
+    """The real dcgm-exporter (Go's net/http, one large write, no length) answers chunked."""
+    fake.chunked = True
+    source = HttpSource(fake.url, timeout_seconds=5)
+    assert [source.fetch(), source.fetch()] == [l4_body, l4_body]
+    assert fake.requests == 2
+
+
+def test_http_render_delay_is_waited_for(fake, l4_body):
+    fake.render_seconds = 0.2
+    source = HttpSource(fake.url, timeout_seconds=5)
+    started = time.monotonic()
+    assert source.fetch() == l4_body
+    assert time.monotonic() - started >= 0.2
+
+
+def test_http_callable_body_is_called_per_request(fake):
+    bodies = iter([b"a 1\n", b"a 2\n"])
+    fake.body = lambda: next(bodies)
+    source = HttpSource(fake.url, timeout_seconds=5)
+    assert [source.fetch(), source.fetch()] == [b"a 1\n", b"a 2\n"]
+
+
+def test_http_500_is_reason_status(fake):
+    fake.status = 500
+    error = fetch_error(HttpSource(fake.url, timeout_seconds=5))
+    assert error.reason == "status"
+    assert "500" in str(error) and fake.url in str(error)
+
+
+def test_http_wrong_path_is_reason_status(fake):
+    error = fetch_error(HttpSource(fake.url.replace("/metrics", "/gpu/metrics"), timeout_seconds=5))
+    assert error.reason == "status" and "404" in str(error)
+
+
+def test_http_stopped_server_is_refused_then_back(fake, l4_body):
+    source = HttpSource(fake.url, timeout_seconds=5)
+    assert source.fetch() == l4_body  # leaves a keep-alive connection in the pool
+    fake.stop()
+    error = fetch_error(source)
+    assert error.reason == "refused"
+    assert fake.url in str(error)
+    fake.start()  # same port again
+    assert source.fetch() == l4_body
+
+
+def test_http_hang_times_out(fake):
+    fake.fault = "hang"
+    error = fetch_error(HttpSource(fake.url, timeout_seconds=0.5))
+    assert error.reason == "timeout"
+    assert "0.5s" in str(error)
+
+
+def test_http_slow_drip_is_cut_by_the_total_deadline(raw_server):
+    # A byte every 20 ms never trips a per-read timeout of 0.5 s; only a total deadline stops it.
+    # Without one this fetch would read for 3 s and then fail as "truncated", not "timeout".
+    def drip(conn: socket.socket, stopped: threading.Event) -> None:
+        conn.sendall(b"HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\nContent-Length: 1000\r\n\r\n")
+        for _ in range(150):
+            if stopped.wait(0.02):
+                return
+            conn.sendall(b"#")
+
+    server = raw_server(drip)
+    error = fetch_error(HttpSource(server.url, timeout_seconds=0.5))
+    assert error.reason == "timeout"
+
+
+def test_http_body_over_cap_is_too_large(fake, l4_body):
+    error = fetch_error(HttpSource(fake.url, timeout_seconds=5, max_bytes=len(l4_body) - 1))
+    assert error.reason == "too_large"
+    assert HttpSource(fake.url, timeout_seconds=5, max_bytes=len(l4_body)).fetch() == l4_body
+
+
+def test_http_headers_trickled_in_cannot_stretch_the_fetch_past_its_deadline(raw_server):
+    # Each header line comes well within the timeout, but all of them together take far longer.
+    def respond(conn: socket.socket, stopped: threading.Event) -> None:
+        conn.sendall(b"HTTP/1.1 200 OK\r\n")
+        for number in range(40):
+            if stopped.wait(0.1):
+                return
+            conn.sendall(b"X-Slow-%d: y\r\n" % number)
+
+    server = raw_server(respond)
+    started = time.monotonic()
+    error = fetch_error(HttpSource(server.url, timeout_seconds=1))
+    assert error.reason == "timeout"
+    assert time.monotonic() - started < 3.5  # not 40 header reads of up to 1 s each
+
+
+def test_http_declared_length_over_cap_is_refused_without_reading(raw_server):
+    # The body never comes: reading it would end in "timeout", so "too_large" proves we did not read.
+    head = b"HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\nContent-Length: 52428800\r\n\r\n"
+
+    def respond(conn: socket.socket, stopped: threading.Event) -> None:
+        conn.sendall(head)
+        stopped.wait(10)
+
+    server = raw_server(respond)
+    error = fetch_error(HttpSource(server.url, timeout_seconds=5, max_bytes=1024 * 1024))
+    assert error.reason == "too_large"
+
+
+def test_http_undeclared_length_over_cap_is_too_large(raw_server):
+    head = b"HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\nConnection: close\r\n\r\n"
+    server = raw_server(canned(head, b"x 1\n" * 5000))
+    error = fetch_error(HttpSource(server.url, timeout_seconds=5, max_bytes=10000))
+    assert error.reason == "too_large"
+
+
+def test_http_gzip_is_decoded(raw_server, l4_body):
+    server = raw_server(gzip_response(gzip.compress(l4_body)))
+    assert HttpSource(server.url, timeout_seconds=5).fetch() == l4_body
+
+
+def test_http_concatenated_gzip_members_are_decoded(raw_server, l4_body):
+    half = len(l4_body) // 2
+    server = raw_server(gzip_response(gzip.compress(l4_body[:half]) + gzip.compress(l4_body[half:])))
+    assert HttpSource(server.url, timeout_seconds=5).fetch() == l4_body
+
+
+def test_http_gzip_cap_applies_to_decoded_bytes(raw_server):
+    bomb = gzip.compress(b"\0" * (4 * 1024 * 1024))  # a few KiB on the wire
+    server = raw_server(gzip_response(bomb))
+    error = fetch_error(HttpSource(server.url, timeout_seconds=5, max_bytes=64 * 1024))
+    assert len(bomb) < 64 * 1024
+    assert error.reason == "too_large"
+
+
+def test_http_cut_gzip_stream_is_truncated(raw_server, l4_body):
+    compressed = gzip.compress(l4_body)
+    server = raw_server(gzip_response(compressed[: len(compressed) // 2]))
+    assert fetch_error(HttpSource(server.url, timeout_seconds=5)).reason == "truncated"
+
+
+def test_http_asks_for_the_text_format_and_gzip(raw_server):
+    head = b"HTTP/1.1 200 OK\r\nContent-Length: 4\r\nConnection: close\r\n\r\n"
+    server = raw_server(canned(head, b"a 1\n"))
+    assert HttpSource(server.url, timeout_seconds=5).fetch() == b"a 1\n"
+    request = server.requests_seen[0].lower()
+    assert b"\r\naccept: text/plain\r\n" in request
+    assert b"\r\naccept-encoding: gzip\r\n" in request
+
+
+def test_http_fault_empty_is_reason_empty(fake):
+    fake.fault = "empty"
+    assert fetch_error(HttpSource(fake.url, timeout_seconds=5)).reason == "empty"
+
+
+def test_http_fault_truncate_is_reason_truncated(fake):
+    fake.fault = "truncate"
+    error = fetch_error(HttpSource(fake.url, timeout_seconds=5))
+    assert error.reason == "truncated"
+    assert fake.url in str(error)
+
+
+def test_http_fault_garbage_is_passed_on_for_the_parser_to_judge(fake, l4_body):
+    fake.fault = "garbage"
+    source = HttpSource(fake.url, timeout_seconds=5)
+    first, second = source.fetch(), source.fetch()
+    assert len(first) == len(second) == 4096 and first != second and first != l4_body[:4096]
+    fake.fault = None
+    assert source.fetch() == l4_body
+
+
+def test_http_recovers_after_each_fault(fake, l4_body):
+    source = HttpSource(fake.url, timeout_seconds=0.5)
+    for fault in ("hang", "empty", "truncate"):
+        fake.fault = fault
+        fetch_error(source)
+        fake.fault = None
+        assert source.fetch() == l4_body
+
+
+def test_http_twenty_concurrent_fetches_are_byte_exact(fake, l4_body):
+    source = HttpSource(fake.url, timeout_seconds=10)
+    start = threading.Barrier(20)
+    results: List[object] = [None] * 20
+
+    def scrape(index: int) -> None:
+        start.wait()
+        try:
+            results[index] = source.fetch()
+        except UpstreamError as error:  # reported below rather than lost in the thread
+            results[index] = error
+
+    threads = [threading.Thread(target=scrape, args=(i,)) for i in range(20)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert results == [l4_body] * 20
+    assert fake.requests == 20
+
+
+@pytest.mark.parametrize("url", ["127.0.0.1:9401/metrics", "unix:///run/dcgm.sock", ""])
+def test_http_url_without_http_scheme_is_a_config_error(url):
+    with pytest.raises(ConfigError):
+        HttpSource(url, timeout_seconds=5)
+
+
+def test_http_non_positive_timeout_is_a_config_error():
+    with pytest.raises(ConfigError):
+        HttpSource("http://127.0.0.1:9401/metrics", timeout_seconds=0)
+
+
+def test_fake_rejects_unknown_fault(fake):
+    with pytest.raises(ValueError):
+        fake.fault = "explode"
+
+
+# --- textfile ---------------------------------------------------------------------------------
+
+
+def test_file_legacy_textfile_is_byte_exact():
+    source = FileSource(str(fixture_path(LEGACY)))
+    assert source.fetch() == fixture_bytes(LEGACY)
+    assert source.describe() == str(fixture_path(LEGACY))
+
+
+def test_file_missing_is_reason_absent(tmp_path):
+    path = tmp_path / "dcgm.prom"
+    error = fetch_error(FileSource(str(path)))
+    assert error.reason == "absent"
+    assert str(path) in str(error) and "mounted" in str(error)
+    path.write_bytes(b"dcgm_gpu_temp{gpu=\"0\",uuid=\"GPU-1\"} 40\n")
+    assert FileSource(str(path)).fetch().startswith(b"dcgm_gpu_temp")
+
+
+def test_file_empty_is_reason_empty(tmp_path):
+    path = tmp_path / "dcgm.prom"
+    path.write_bytes(b"")
+    assert fetch_error(FileSource(str(path))).reason == "empty"
+
+
+def test_file_over_cap_is_too_large(tmp_path):
+    path = tmp_path / "dcgm.prom"
+    path.write_bytes(fixture_bytes(LEGACY))
+    assert fetch_error(FileSource(str(path), max_bytes=100)).reason == "too_large"
+
+
+def test_file_cut_without_final_newline_is_truncated(tmp_path):
+    # What a reader sees while an in-place write() is stalled part way: stable size, cut line.
+    path = tmp_path / "dcgm.prom"
+    path.write_bytes(fixture_bytes(LEGACY)[:4096])
+    error = fetch_error(FileSource(str(path)))
+    assert error.reason == "truncated" and str(path) in str(error)
+
+
+def test_file_rewritten_in_place_is_never_read_torn(tmp_path):
+    # Two versions of the same size, like a writer that truncates and rewrites the file every
+    # interval: every successful read must be exactly one of them.
+    legacy = fixture_bytes(LEGACY) * 20
+    versions = [legacy.replace(b" 3", b" 4"), legacy.replace(b" 3", b" 5")]
+    assert len(versions[0]) == len(versions[1]) and versions[0] != versions[1]
+    path = tmp_path / "dcgm.prom"
+    path.write_bytes(versions[0])
+    stop = threading.Event()
+    writes = []
+
+    def rewrite_in_place() -> None:
+        while not stop.is_set():
+            with open(path, "wb") as handle:  # truncates, then writes: the torn-read hazard
+                handle.write(versions[len(writes) % 2])
+            writes.append(1)
+
+    writer = threading.Thread(target=rewrite_in_place)
+    writer.start()
+    source, outcomes = FileSource(str(path)), []
+    try:
+        for _ in range(80):
+            try:
+                data = source.fetch()
+                outcomes.append("whole")
+                assert data in versions, "a torn read was returned"
+            except UpstreamError as error:
+                assert error.reason in ("truncated", "empty")
+                outcomes.append(error.reason)
+    finally:
+        stop.set()
+        writer.join()
+    print(f"in-place rewrites: {len(writes)}, reads: " + ", ".join(
+        f"{outcome}={outcomes.count(outcome)}" for outcome in sorted(set(outcomes))))
+    assert source.fetch() == versions[(len(writes) - 1) % 2]
