@@ -63,3 +63,22 @@ def test_license_is_an_spdx_expression_with_its_file():
     assert "https://www.apache.org/licenses/LICENSE-2.0" in text
     # PEP 639: setuptools >= 77 reads both keys; older ones reject the string form.
     assert any(r.startswith("setuptools>=77") for r in _pyproject()["build-system"]["requires"])
+
+
+def test_the_wheel_holds_every_package_and_no_test_double_but_the_demos(tmp_path):
+    """Built as users get it (pip, build isolation): every module of exporter/, the demo's fakes and data,
+    and nothing from tests/ (the fake Kubernetes API server is a test double only)."""
+    import subprocess
+    import sys
+    import zipfile
+
+    subprocess.run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "-w", str(tmp_path), str(REPO_ROOT)],
+                   check=True, capture_output=True, timeout=300)
+    (wheel,) = tmp_path.glob("pod_gpu_metrics_exporter-*.whl")
+    names = set(zipfile.ZipFile(wheel).namelist())
+    modules = {str(path.relative_to(REPO_ROOT)) for path in (REPO_ROOT / "exporter").rglob("*.py")}
+    assert modules <= names, sorted(modules - names)
+    assert "exporter/demo/data/l4-aws-gpu-operator-default-counters.prom" in names
+    doubles = sorted(name for name in names if "fake" in name.rsplit("/", 1)[-1])
+    assert doubles == ["exporter/demo/fake_dcgm.py", "exporter/demo/fake_kubelet.py"]
+    assert not [name for name in names if name.startswith(("tests/", "benchmarks/"))]
