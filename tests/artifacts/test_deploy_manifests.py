@@ -19,6 +19,7 @@ from support.deploy_tools import (
     PROMETHEUS_DIR,
     RULES,
     RULES_KEY,
+    cluster_role_grants,
     configmap_data,
     find_object,
     load_documents,
@@ -305,18 +306,6 @@ EXPORTER_RULES = {  # (API group, resource) → verbs, exactly as issue 10 grant
     ("resource.k8s.io", "resourceslices"): {"list", "watch"},
     ("resource.k8s.io", "resourceclaims"): {"get", "list", "watch"},
 }
-
-
-def cluster_role_grants():
-    """(API group, resource) → verbs of the exporter's ClusterRole in daemonset.yaml."""
-    role = find_object(load_documents(DAEMONSET), "ClusterRole")
-    grants = {}
-    for rule in role["rules"]:
-        assert "resourceNames" not in rule and "nonResourceURLs" not in rule
-        for group in rule["apiGroups"]:
-            for resource in rule["resources"]:
-                grants.setdefault((group, resource), set()).update(rule["verbs"])
-    return grants
 
 
 def test_cluster_role_is_least_privilege_read_only():

@@ -11,6 +11,7 @@ import sys
 import pytest
 
 from exporter.sources.kubelet import AllocatedDevice
+from support.deploy_tools import cluster_role_grants
 from support.exporter_process import REPO_ROOT, exporter_env
 from support.fake_kube_api import owner_reference, write_kubeconfig
 from support.fixtures import FIXTURES_DIR
@@ -229,8 +230,6 @@ def test_bad_kubernetes_flags_stop_start_up_with_exit_2(args, message):
 
 
 def test_every_api_request_is_granted_by_the_daemonset_cluster_role(node, api, run_exporter):
-    from test_deploy_manifests import cluster_role_grants
-
     kubelet = node[0]
     add_owner(api, "replicasets", "web", "infer-5d4f", ("Deployment", "infer"))
     add_owner(api, "jobs", "ml", "small-29001", ("CronJob", "small"))

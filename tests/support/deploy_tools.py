@@ -77,3 +77,15 @@ def find_object(docs: list[dict[str, Any]], kind: str, name: str | None = None) 
 
 def configmap_data() -> dict[str, str]:
     return find_object(load_documents(CONFIGMAP), "ConfigMap")["data"]
+
+
+def cluster_role_grants():
+    """(API group, resource) → verbs of the exporter's ClusterRole in daemonset.yaml."""
+    role = find_object(load_documents(DAEMONSET), "ClusterRole")
+    grants = {}
+    for rule in role["rules"]:
+        assert "resourceNames" not in rule and "nonResourceURLs" not in rule
+        for group in rule["apiGroups"]:
+            for resource in rule["resources"]:
+                grants.setdefault((group, resource), set()).update(rule["verbs"])
+    return grants

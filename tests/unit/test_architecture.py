@@ -125,6 +125,23 @@ def test_every_module_and_package_says_its_concern_in_one_line():
     assert not missing
 
 
+def test_tests_share_helpers_only_through_the_support_package():
+    """No test module imports another (shared helpers live in tests/support), and none edits sys.path:
+    pytest's `pythonpath` setting puts tests/ on the path."""
+    tests_root = PACKAGE_ROOT.parent / "tests"
+    offenders = []
+    for path in sorted(tests_root.rglob("*.py")):
+        tree = ast.parse(path.read_text())
+        for node in ast.walk(tree):
+            names = ([alias.name for alias in node.names] if isinstance(node, ast.Import)
+                     else [node.module or ""] if isinstance(node, ast.ImportFrom) else [])
+            if any(name.split(".")[0].startswith("test_") or name == "conftest" for name in names):
+                offenders.append(f"{path.relative_to(tests_root)} imports {names}")
+        if "sys.path.insert" in path.read_text() or "sys.path.append" in path.read_text():
+            offenders.append(f"{path.relative_to(tests_root)} edits sys.path")
+    assert not [o for o in offenders if not o.startswith("unit/test_architecture.py")], offenders
+
+
 def test_the_checks_see_an_upward_import_and_a_circle():
     """The checks above are not vacuous: a made-up graph with both faults is caught."""
     made_up = {"exporter.core.a": {"exporter.web.b"}, "exporter.web.b": {"exporter.web.c"},
