@@ -31,7 +31,8 @@ def serve(config: Config, on_ready: Optional[Callable[[str], None]] = None) -> i
     from exporter.sources.dcgm.http_source import HttpSource
     from exporter.sources.kubelet import PodResourcesClient
     from exporter.web.scrape import Scraper
-    from exporter.web.server import App, ExporterHTTPServer
+    from exporter.web.server import ExporterHTTPServer
+    from exporter.web.service import App
 
     try:
         web_config = _load_web_config(config.web_config_file)

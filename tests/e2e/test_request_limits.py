@@ -11,7 +11,7 @@ import pytest
 import requests
 
 from exporter.sources.kubelet import AllocatedDevice
-from exporter.web.server import REQUEST_HEAD_MAX_BYTES, REQUEST_HEAD_TIMEOUT_SECONDS
+from exporter.web.handler import REQUEST_HEAD_MAX_BYTES, REQUEST_HEAD_TIMEOUT_SECONDS
 from support.scrape_checks import L4_UUID, scrape
 
 # A slow client gets this long to be cut off (the head deadline plus ample slack for a busy machine);

@@ -2,225 +2,25 @@
 
 from __future__ import annotations
 
-import base64
 import contextlib
 import functools
 import http.client
-import io
-import queue
-import select
 import socket
-import ssl
 import time
-import zlib
-from typing import Callable, List, Optional
-from urllib.parse import unquote, urlsplit
+from typing import Optional
 
-from exporter import __version__
 from exporter.base.errors import ConfigError, UpstreamError
 from exporter.sources.dcgm import DEFAULT_MAX_BODY_BYTES, redact_url
+from exporter.sources.dcgm.http_body import CappedBody
+from exporter.sources.dcgm.http_connection import ConnectionPool, DeadlineResponse, Target, closed_by_peer
 
 DEFAULT_MAX_BYTES = DEFAULT_MAX_BODY_BYTES  # --dcgm.max-body-size
 _READ_CHUNK_BYTES = 64 * 1024
 # Idle connections kept for reuse. Scrapes beyond this many at once still work: they get a fresh
 # connection, which is closed afterwards instead of being kept.
 _IDLE_CONNECTIONS = 4
-_HEADERS = {
-    # We parse only the 0.0.4 text format; client_golang's promhttp serves it for text/plain.
-    "Accept": "text/plain",
-    # promhttp only compresses with gzip; we decode it ourselves to bound the decoded size.
-    "Accept-Encoding": "gzip",
-    "User-Agent": f"pod-gpu-metrics-exporter/{__version__}",
-}
 _GZIP_ENCODINGS = ("gzip", "x-gzip")
 _IDENTITY_ENCODINGS = ("", "identity")
-
-
-class _DeadlineReader(io.RawIOBase):
-    """A response's read side where every socket read waits only for what is left of the fetch's
-    deadline: a server trickling its status line, headers or body cannot stretch a fetch."""
-
-    def __init__(self, sock: socket.socket, deadline: float) -> None:
-        self._sock = sock
-        # Read through a socket file, as http.client does: it keeps the socket open while the
-        # response is read even after the connection lets go of it (a "Connection: close" answer).
-        self._raw = sock.makefile("rb", buffering=0)
-        self._deadline = deadline
-        self.poll_only = False  # read only what has already arrived (None when nothing has)
-
-    def readable(self) -> bool:
-        return True
-
-    def readinto(self, buffer) -> int:
-        if self.poll_only:
-            self._sock.settimeout(0.0)
-            return self._raw.readinto(buffer)
-        remaining = self._deadline - time.monotonic()
-        if remaining <= 0:
-            raise socket.timeout("the fetch's deadline passed")
-        self._sock.settimeout(remaining)
-        return self._raw.readinto(buffer)
-
-    def close(self) -> None:
-        self._raw.close()
-        super().close()
-
-
-class _DeadlineResponse(http.client.HTTPResponse):
-    def __init__(self, sock: socket.socket, *args, deadline: float, **kwargs) -> None:
-        super().__init__(sock, *args, **kwargs)
-        self.fp.close()  # the plain socket file the base class opened; ours replaces it
-        self._reader = _DeadlineReader(sock, deadline)
-        self.fp = io.BufferedReader(self._reader)
-        self.unread_bytes = False  # bytes came after the answer's end: the connection is out of step
-
-    def _close_conn(self):
-        # Called once the answer is read to its end. Anything already received beyond it (a second
-        # answer nobody asked for) would be taken for the next fetch's answer: note it, so the
-        # connection is discarded rather than reused.
-        if self.fp is not None and not self.fp.closed:
-            self._reader.poll_only = True
-            try:
-                self.unread_bytes = bool(self.fp.peek(1))
-            except OSError:
-                self.unread_bytes = True
-        super()._close_conn()
-
-
-class _ConnectionPool:
-    """Lends each fetch a kept-alive HTTP connection of its own for the length of that fetch.
-
-    The HTTP server answers every scrape on a thread of its own, so connections are lent out of a
-    LIFO queue rather than kept per thread; keep-alive still spares a TCP handshake per scrape.
-    """
-
-    def __init__(self, connect: Callable[[], http.client.HTTPConnection], idle_max: int) -> None:
-        self._connect = connect
-        self._idle: queue.LifoQueue = queue.LifoQueue(maxsize=idle_max)
-
-    def acquire(self) -> http.client.HTTPConnection:
-        while True:
-            try:
-                connection = self._idle.get_nowait()
-            except queue.Empty:
-                return self._connect()
-            if not _closed_by_peer(connection):
-                return connection
-            connection.close()
-
-    def release(self, connection: http.client.HTTPConnection) -> None:
-        try:
-            self._idle.put_nowait(connection)
-        except queue.Full:
-            connection.close()
-
-    def close(self) -> None:
-        while True:
-            try:
-                self._idle.get_nowait().close()
-            except queue.Empty:
-                return
-
-
-def _closed_by_peer(connection: http.client.HTTPConnection) -> bool:
-    """Whether an idle kept-alive connection was closed by the server (Go closes idle ones after its
-    IdleTimeout): readable with nothing asked means EOF or stray bytes, and either way it is spent."""
-    sock = connection.sock
-    if sock is None:
-        return False  # not connected: http.client connects on the next request
-    try:
-        readable, _, _ = select.select([sock], [], [], 0)
-    except (OSError, ValueError):
-        return True
-    return bool(readable)
-
-
-class _Body:
-    """Collects a response body, decoding gzip on the fly and never growing past max_bytes decoded.
-
-    Decoding here rather than in urllib3 lets us cap each inflate step (`max_length`), so a small
-    gzip bomb cannot allocate more than the cap before we notice.
-    """
-
-    def __init__(self, max_bytes: int, gzipped: bool, error: Callable[[str, str], UpstreamError]) -> None:
-        self._max_bytes = max_bytes
-        self._error = error
-        self._parts: List[bytes] = []
-        self._size = 0
-        self._inflater = _gunzipper() if gzipped else None
-        self._member_open = False  # a gzip member has begun but not yet ended
-        self.wire_bytes = 0
-
-    def feed(self, data: bytes) -> None:
-        self.wire_bytes += len(data)
-        if self._inflater is None:
-            self._keep(data)
-            return
-        try:
-            self._inflate(data)
-        except zlib.error as exc:
-            raise self._error(f"sent a gzip body that does not decode ({exc})", "error") from exc
-
-    def _inflate(self, data: bytes) -> None:
-        while data:
-            self._member_open = True
-            self._keep(self._inflater.decompress(data, self._max_bytes - self._size + 1))
-            if self._inflater.eof:
-                # Concatenated gzip members are one valid gzip stream (RFC 1952 section 2.2).
-                data = self._inflater.unused_data
-                self._inflater = _gunzipper()
-                self._member_open = False
-            else:
-                data = self._inflater.unconsumed_tail
-
-    def _keep(self, data: bytes) -> None:
-        self._size += len(data)
-        if self._size > self._max_bytes:
-            raise self._error(f"sent more than {self._max_bytes} bytes once decoded: is --dcgm.url "
-                              "really dcgm-exporter's /metrics?", "too_large")
-        if data:
-            self._parts.append(data)
-
-    def finish(self) -> bytes:
-        if self._member_open:
-            raise self._error(f"ended its response in the middle of a gzip stream after {self.wire_bytes} "
-                              "bytes: is dcgm-exporter restarting?", "truncated")
-        return b"".join(self._parts)
-
-
-def _gunzipper():
-    return zlib.decompressobj(wbits=16 + zlib.MAX_WBITS)
-
-
-class _Target:
-    """Where and how to ask: host, port, path and headers of --dcgm.url, and a connection factory."""
-
-    def __init__(self, scheme: str, host: str, port: Optional[int], path: str, headers: dict) -> None:
-        self.host, self.port, self.path, self.headers = host, port, path, headers
-        # One TLS context for all connections: building one loads the system's CA certificates.
-        self._tls = ssl.create_default_context() if scheme == "https" else None
-
-    @classmethod
-    def parse(cls, url: str) -> "_Target":
-        parts = urlsplit(url)
-        try:
-            port = parts.port
-        except ValueError as exc:
-            raise ConfigError(f"--dcgm.url {redact_url(url)!r} has an invalid port: {exc}") from exc
-        if not parts.hostname:
-            raise ConfigError(f"--dcgm.url {redact_url(url)!r} names no host")
-        path = (parts.path or "/") + (f"?{parts.query}" if parts.query else "")
-        headers = dict(_HEADERS)
-        if parts.username is not None:  # dcgm-exporter behind basic auth: http://user:pass@host/…
-            credentials = f"{unquote(parts.username)}:{unquote(parts.password or '')}".encode()
-            headers["Authorization"] = "Basic " + base64.b64encode(credentials).decode("ascii")
-        return cls(parts.scheme.lower(), parts.hostname, port, path, headers)
-
-    def connect(self) -> http.client.HTTPConnection:
-        """A new, not yet connected, connection; http.client connects on its first request."""
-        if self._tls is not None:
-            return http.client.HTTPSConnection(self.host, self.port, context=self._tls)
-        return http.client.HTTPConnection(self.host, self.port)
 
 
 class HttpSource:
@@ -242,8 +42,8 @@ class HttpSource:
         self.url = url
         self.timeout_seconds = float(timeout_seconds)
         self.max_bytes = int(max_bytes)
-        self._target = _Target.parse(url)
-        self._connections = _ConnectionPool(self._target.connect, _IDLE_CONNECTIONS)
+        self._target = Target.parse(url)
+        self._connections = ConnectionPool(self._target.connect, _IDLE_CONNECTIONS)
 
     def describe(self) -> str:
         return redact_url(self.url)  # for logs and messages: never the password
@@ -261,7 +61,7 @@ class HttpSource:
         except BaseException:
             connection.close()  # never reuse a connection whose answer was not read to its end
             raise
-        if getattr(response, "unread_bytes", False) or _closed_by_peer(connection):
+        if getattr(response, "unread_bytes", False) or closed_by_peer(connection):
             connection.close()  # bytes beyond the answer (or its end): never parsed as the next one
         else:
             self._connections.release(connection)
@@ -278,7 +78,7 @@ class HttpSource:
             if reused:
                 connection.sock.settimeout(remaining)
             # getresponse() builds its response with the connection's response_class.
-            connection.response_class = functools.partial(_DeadlineResponse, deadline=deadline)
+            connection.response_class = functools.partial(DeadlineResponse, deadline=deadline)
             connection.request("GET", self._target.path, headers=self._target.headers)
             response = connection.getresponse()
         except socket.timeout as exc:
@@ -323,7 +123,7 @@ class HttpSource:
 
     def _read_in_chunks(self, response: http.client.HTTPResponse, gzipped: bool) -> bytes:
         """A chunked, gzip-encoded or unsized body, given up as soon as it passes the cap."""
-        body = _Body(self.max_bytes, gzipped, self._error)
+        body = CappedBody(self.max_bytes, gzipped, self._error)
         while True:
             chunk = self._read_chunk(response, body.wire_bytes)
             if not chunk:

@@ -1,0 +1,65 @@
+"""A dcgm-exporter response body collected under a size cap, gzip decoded on the fly in bounded steps."""
+
+from __future__ import annotations
+
+import zlib
+from typing import Callable, List
+
+from exporter.base.errors import UpstreamError
+
+
+class CappedBody:
+    """Collects a response body, decoding gzip on the fly and never growing past max_bytes decoded.
+
+    Decoding here rather than in urllib3 lets us cap each inflate step (`max_length`), so a small
+    gzip bomb cannot allocate more than the cap before we notice.
+    """
+
+    def __init__(self, max_bytes: int, gzipped: bool, error: Callable[[str, str], UpstreamError]) -> None:
+        self._max_bytes = max_bytes
+        self._error = error
+        self._parts: List[bytes] = []
+        self._size = 0
+        self._inflater = _gunzipper() if gzipped else None
+        self._member_open = False  # a gzip member has begun but not yet ended
+        self.wire_bytes = 0
+
+    def feed(self, data: bytes) -> None:
+        self.wire_bytes += len(data)
+        if self._inflater is None:
+            self._keep(data)
+            return
+        try:
+            self._inflate(data)
+        except zlib.error as exc:
+            raise self._error(f"sent a gzip body that does not decode ({exc})", "error") from exc
+
+    def _inflate(self, data: bytes) -> None:
+        while data:
+            self._member_open = True
+            self._keep(self._inflater.decompress(data, self._max_bytes - self._size + 1))
+            if self._inflater.eof:
+                # Concatenated gzip members are one valid gzip stream (RFC 1952 section 2.2).
+                data = self._inflater.unused_data
+                self._inflater = _gunzipper()
+                self._member_open = False
+            else:
+                data = self._inflater.unconsumed_tail
+
+    def _keep(self, data: bytes) -> None:
+        self._size += len(data)
+        if self._size > self._max_bytes:
+            raise self._error(f"sent more than {self._max_bytes} bytes once decoded: is --dcgm.url "
+                              "really dcgm-exporter's /metrics?", "too_large")
+        if data:
+            self._parts.append(data)
+
+    def finish(self) -> bytes:
+        if self._member_open:
+            raise self._error(f"ended its response in the middle of a gzip stream after {self.wire_bytes} "
+                              "bytes: is dcgm-exporter restarting?", "truncated")
+        return b"".join(self._parts)
+
+
+def _gunzipper():
+    return zlib.decompressobj(wbits=16 + zlib.MAX_WBITS)

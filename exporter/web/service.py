@@ -1,0 +1,46 @@
+"""What the routes serve (App): the scraper, the self-metrics registry, the web config in force, the index page."""
+
+from __future__ import annotations
+
+import html
+import threading
+
+from exporter.web.connections import ConnectionTable
+from exporter.web.routes import HEALTH_PATH, SELF_METRICS_PATH
+from exporter.web.self_metrics import SelfCollector, build_self_registry
+
+
+class App:
+    """What the routes serve; kept apart from the HTTP plumbing so handlers stay small."""
+
+    def __init__(self, scraper, attribution, telemetry_path: str, web_config=None):
+        self.scraper = scraper
+        self.attribution = attribution
+        self.telemetry_path = telemetry_path
+        # A WebConfig, or a ReloadingWebConfig that keeps one current (its `current()`), or None.
+        self._web_config = web_config
+        self._self_collector = SelfCollector(scraper, attribution)
+        self.registry = build_self_registry(self._self_collector)
+        self.requests_lock = threading.Lock()
+
+    @property
+    def web_config(self):
+        """The web config in force now: asked for on every request and every new TLS connection."""
+        config = self._web_config
+        return config.current() if hasattr(config, "current") else config
+
+    def count_connections(self, connections: ConnectionTable) -> None:
+        """Expose the server's connection counters on /metrics."""
+        self._self_collector.connections = connections
+
+    def index_page(self) -> bytes:
+        path = html.escape(self.telemetry_path)
+        return (
+            "<!doctype html><html><head><title>pod-gpu-metrics-exporter</title></head><body>"
+            "<h1>pod-gpu-metrics-exporter</h1>"
+            "<p>NVIDIA dcgm-exporter metrics labelled with the pod that holds each GPU.</p><ul>"
+            f'<li><a href="{path}">{path}</a> GPU metrics with namespace/pod/container labels</li>'
+            f'<li><a href="{SELF_METRICS_PATH}">{SELF_METRICS_PATH}</a> this process\'s own metrics</li>'
+            f'<li><a href="{HEALTH_PATH}">{HEALTH_PATH}</a> liveness</li>'
+            "</ul></body></html>\n"
+        ).encode()
