@@ -26,7 +26,7 @@ REPO_ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO_ROOT))
 sys.path.insert(0, str(REPO_ROOT / "tests"))
 from exporter.core.mapping import build_mapping  # noqa: E402
-from exporter.shares.compute import PodInfo, compute_shares, render_shares  # noqa: E402
+from exporter.shares.compute import PodContainers, compute_shares, render_shares  # noqa: E402
 from exporter.shares.process_shares import ProcessShares  # noqa: E402
 from exporter.sources.kubelet import AllocatedDevice  # noqa: E402
 from exporter.sources.nvml.processes import NvmlProcessReader  # noqa: E402
@@ -66,7 +66,7 @@ def build_node(work: Path):
         for replica in range(REPLICAS):
             name = f"trainer-{index}-{replica}"
             uid, container_id = f"{index:08x}-{replica:04x}-4000-8000-000000000000", f"{index:032x}{replica:032x}"
-            pods[uid] = PodInfo("ml", name, {container_id: "main"})
+            pods[uid] = PodContainers("ml", name, {container_id: "main"})
             devices.append(AllocatedDevice("ml", name, "main", "nvidia.com/gpu", f"{gpu_uuid}::{replica}"))
     holders = list(pods.items())
     for number in range(PROCESSES):

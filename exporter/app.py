@@ -17,6 +17,7 @@ from exporter.base.logs import log
 from exporter.config import Config
 from exporter.core.attribution import Attribution
 from exporter.core.mapping import build_mapping
+from exporter.exposition.text import render_label_pairs
 
 EXIT_OK, EXIT_FAILURE, EXIT_USAGE = 0, 1, 2
 
@@ -214,7 +215,7 @@ def _print_mapping(api_version: str, mapping, output: str, with_labels: bool) ->
             "resource": a.resource,
             "device_id": a.device_id,
             "matches": _describe_key(a.key),
-            **({"labels": mapping.extra_labels.get((a.owner.namespace, a.owner.pod), "").lstrip(",")}
+            **({"labels": render_label_pairs(mapping.extra_labels.get((a.owner.namespace, a.owner.pod), ()))}
                if with_labels else {}),
         }
         for a in mapping.allocations

@@ -1,4 +1,4 @@
-"""The GPU identity model: who holds a device (Owner), and the sample labels that name a GPU (GpuKey)."""
+"""The GPU identity model: who holds a device (Owner), how a GPU is named (GpuIdentity), and the keys that claim it."""
 
 from __future__ import annotations
 
@@ -26,13 +26,21 @@ class GpuKey(NamedTuple):
 MigResolver = Callable[[str], Optional[Tuple[str, str]]]
 
 
-def sample_keys(uuid: str, gpu: str, device: str, instance: str) -> tuple:
-    """The keys a sample with these label values can be claimed by (empty values claim nothing)."""
-    keys = []
-    if uuid:
-        keys.append(GpuKey("UUID", uuid, instance))
-    if gpu:
-        keys.append(GpuKey("gpu", gpu, instance))
-    if device:
-        keys.append(GpuKey("device", device, instance))
-    return tuple(keys)
+class GpuIdentity(NamedTuple):
+    """One GPU or MIG instance, named the four ways dcgm-exporter's samples name it ("" where unknown)."""
+
+    uuid: str  # the UUID label, "GPU-…"; a MIG instance's parent GPU
+    gpu: str  # the gpu label: the NVML index
+    device: str  # the device label: "nvidia<minor>", as /dev/nvidia<minor> (GKE's and DRA's device names)
+    instance: str  # the GPU_I_ID label of a MIG instance, "" for a whole GPU
+
+    def keys(self) -> Tuple[GpuKey, ...]:
+        """The keys a device with this identity can be claimed by (empty values claim nothing)."""
+        keys = []
+        if self.uuid:
+            keys.append(GpuKey("UUID", self.uuid, self.instance))
+        if self.gpu:
+            keys.append(GpuKey("gpu", self.gpu, self.instance))
+        if self.device:
+            keys.append(GpuKey("device", self.device, self.instance))
+        return tuple(keys)

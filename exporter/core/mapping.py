@@ -39,8 +39,8 @@ class Mapping:
     owners: dict = field(default_factory=dict)  # GpuKey -> tuple[Owner, ...], sorted, distinct
     allocations: Tuple[Allocation, ...] = ()
     unresolved: Tuple[str, ...] = ()  # device IDs that no sample can be matched to
-    # (namespace, pod) → `,name="value"…` appended after the owner labels (--labels.*, from the
-    # Kubernetes API); empty without it, so the output is the kubelet-only one.
+    # (namespace, pod) → ((name, value), …): labels written after the owner labels (--labels.*, from
+    # the Kubernetes API), values unescaped; empty without it, so the output is the kubelet-only one.
     extra_labels: dict = field(default_factory=dict)
 
     def owners_for(self, key: GpuKey) -> tuple:

@@ -5,24 +5,15 @@ A wrong --dcgm.url (kube-state-metrics, another exporter) or a runaway upstream 
 keeps, per line, the objects its template and caches need (~0.6 KiB for a tiny line), so such an
 answer is rewritten here instead: ~4,000 lines at a time, nothing cached, no template left. What
 stays in memory while it runs is the output and two hashes per series (for repeat detection).
-The output is the same as the line-by-line rewrite's (tests/unit/test_streamed.py.py).
+The output is the same as the line-by-line rewrite's (tests/unit/test_streamed.py).
 """
 
 from __future__ import annotations
 
 from typing import Dict, List
 
-from exporter.exposition.rewriter import (
-    _UNDECODABLE,
-    Rewriter,
-    RewriteResult,
-    _canonical_head,
-    _cut_short,
-    _decode,
-    _is_value,
-    _Series,
-    _split_unlabelled,
-)
+from exporter.exposition.series import RewriteResult, Series, SeriesBuilder, copy_comment, split_unlabelled
+from exporter.exposition.text import UNDECODABLE, canonical_head, cut_short, decode, is_value
 
 _SLICE_BYTES = 64 * 1024  # ~4,000 tiny lines at most: a few MiB of objects alive at once
 
@@ -32,7 +23,7 @@ class _StreamState:
 
     def __init__(self) -> None:
         self.malformed = 0
-        self.described: set = set()  # as in Rewriter._rewrite_lines
+        self.described: set = set()  # as in exporter.exposition.rewriter.Rewriter._rewrite_lines
         self.sampled: set = set()
         self.identities: set = set()
         # hash(series key) -> hash(its first head's length, labels sorted): two ints per series instead of
@@ -40,10 +31,10 @@ class _StreamState:
         # 500,000 series, the most an 8 MiB answer holds).
         self._written: Dict[int, int] = {}
 
-    def first_write(self, series: _Series) -> bool:
+    def first_write(self, series: Series) -> bool:
         """Whether the series is not yet written (then it is recorded); counts exact repeats."""
-        # As exposition._same_head decides: the same length and the same labels in any order.
-        key, head = hash(series.key), hash((len(series.head), _canonical_head(series.head)))
+        # As the rewriter's _same_head decides: the same length and the same labels in any order.
+        key, head = hash(series.key), hash((len(series.head), canonical_head(series.head)))
         first = self._written.get(key)
         if first is None:
             self._written[key] = head
@@ -52,7 +43,8 @@ class _StreamState:
         return False
 
 
-def rewrite_streamed(rewriter: Rewriter, body: bytes, slice_bytes: int = _SLICE_BYTES) -> RewriteResult:
+def rewrite_streamed(builder: SeriesBuilder, body: bytes, slice_bytes: int = _SLICE_BYTES) -> RewriteResult:
+    """The rewrite of body with the builder's mapping and style, `slice_bytes` of lines at a time."""
     state = _StreamState()
     parts: List[bytes] = []
     position, size = 0, len(body)
@@ -61,33 +53,33 @@ def rewrite_streamed(rewriter: Rewriter, body: bytes, slice_bytes: int = _SLICE_
         if end < 0:  # one line longer than a slice
             end = body.find(b"\n", position)
         if end < 0:  # the last line, without its newline: cut short
-            state.malformed += _cut_short(body[position:].decode("utf-8", errors="replace"))
+            state.malformed += cut_short(body[position:].decode("utf-8", errors="replace"))
             break
-        parts.append(_rewrite_slice(rewriter, body[position:end], state))
+        parts.append(_rewrite_slice(builder, body[position:end], state))
         position = end + 1
     return RewriteResult(b"".join(parts), state.malformed, frozenset(state.identities))
 
 
-def _rewrite_slice(rewriter: Rewriter, chunk: bytes, state: _StreamState) -> bytes:
-    text, maybe_undecodable = _decode(chunk)
+def _rewrite_slice(builder: SeriesBuilder, chunk: bytes, state: _StreamState) -> bytes:
+    text, maybe_undecodable = decode(chunk)
     out: List[str] = []
     for line in text.split("\n"):
         if not line or line.isspace():
             continue
-        if maybe_undecodable and _UNDECODABLE.search(line):
+        if maybe_undecodable and UNDECODABLE.search(line):
             state.malformed += 1
             continue
         line = line.lstrip(" \t")
         if line[0] == "#":
-            state.malformed += rewriter._copy_comment(line, state.described, state.sampled, out)
+            state.malformed += copy_comment(line, state.described, state.sampled, out)
             continue
         close = line.rfind("}")
         head, rest = line[: close + 1], line[close + 1 :]
         if head:
-            series = rewriter._build_series(head, cache=False)
+            series = builder.build_series(head)  # nothing cached: these answers' lines do not repeat
         else:
-            series, rest = _split_unlabelled(line)
-        if series is None or not _is_value(rest):
+            series, rest = split_unlabelled(line)
+        if series is None or not is_value(rest):
             state.malformed += 1
         elif state.first_write(series):
             state.sampled.add(series.name)

@@ -18,9 +18,9 @@ Samples without labels (`name 5`) are kept as fixed text: dcgm-exporter sends no
 whose such values change is rewritten line by line.
 
 Anything else (a new series, a gone GPU, a comment that changed, an odd value) goes the line-by-line
-way in exposition.Rewriter, which then leaves the next template. A refill makes only a few
-containers (a list and two tuples): an earlier template made a tuple per line, which set the
-garbage collector off several times per scrape, a third of the refill's cost.
+way in exporter.exposition.rewriter.Rewriter, which then leaves the next template. A refill makes
+only a few containers (a list and two tuples): an earlier template made a tuple per line, which set
+the garbage collector off several times per scrape, a third of the refill's cost.
 """
 
 from __future__ import annotations
@@ -29,13 +29,9 @@ import re
 from operator import itemgetter
 from typing import Callable, List, Optional, Sequence, Tuple
 
-# A sample value as the 0.0.4 text format writes it (Go's ParseFloat syntax without hex forms).
-# [0-9], not \d, and re.ASCII below: other scripts' digits, or a dotless ı in "inf", are not
-# numbers to Prometheus. Each value has exactly one way to match: with `[0-9]+\.?[0-9]*` a run of
-# integers had exponentially many, and one bad value at the end of thousands of good ones kept the
-# regular expression engine busy for good.
-VALUE = r"[-+]?(?:(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+)(?:[eE][-+]?[0-9]+)?|(?i:inf|infinity|nan))"
-_PLAIN_VALUE = re.compile(VALUE, re.ASCII)
+from exporter.exposition.text import VALUE
+
+_PLAIN_VALUE = re.compile(VALUE, re.ASCII)  # re.ASCII: see VALUE
 _PLAIN_VALUE_LINES = re.compile(rb"(?:%s\n)*%s" % (VALUE.encode(), VALUE.encode()))
 _TWO_DOTS = re.compile(rb"\.[0-9]*\.")
 # What follows the first "} " of a line, up to its newline: a sample's value on dcgm-exporter's

@@ -6,10 +6,11 @@ from typing import Any, Dict, Iterable, List
 from typing import Mapping as MappingType
 from typing import NamedTuple, Optional, Tuple
 
-from exporter.core.identity import GpuKey, Owner
+from exporter.core.identity import GpuIdentity, Owner
 from exporter.core.mapping import Mapping
-from exporter.exposition.rewriter import escape_label_value, render_owner_labels
-from exporter.sources.nvml.processes import DeviceProcesses, GpuDevice
+from exporter.exposition.labels import gpu_label_pairs, render_owner_labels
+from exporter.exposition.text import LabelPairs, family_header, render_label_pairs
+from exporter.sources.nvml.processes import DeviceProcesses
 from exporter.sources.procfs import ProcessOwner
 
 MEMORY = "pod_gpu_container_memory_used_bytes"
@@ -23,19 +24,19 @@ _HELP = {
 }
 
 
-class PodInfo(NamedTuple):
-    """What the Kubernetes API says about one pod: its names, and its containers by runtime ID."""
+class PodContainers(NamedTuple):
+    """One pod's names and its containers by runtime ID: what tells a process's cgroup owner apart."""
 
     namespace: str
     pod: str
     containers: Dict[str, str]  # container ID without the runtime prefix ("containerd://") → container name
 
 
-PodIndex = MappingType[str, PodInfo]  # pod UID → PodInfo
+PodIndex = MappingType[str, PodContainers]  # pod UID → PodContainers
 
 
 class HolderShare(NamedTuple):
-    device: GpuDevice
+    device: GpuIdentity
     owner: Owner
     memory_bytes: int
     sm_ratio: Optional[float]  # None on devices where NVML reports no per-process utilisation
@@ -43,14 +44,12 @@ class HolderShare(NamedTuple):
 
 class Shares(NamedTuple):
     holders: Tuple[HolderShare, ...]
-    unattributed: Tuple[Tuple[GpuDevice, int], ...]  # per device read, 0 included
+    unattributed: Tuple[Tuple[GpuIdentity, int], ...]  # per device read, 0 included
 
 
-def holders_of(mapping: Mapping, device: GpuDevice) -> Tuple[Owner, ...]:
+def holders_of(mapping: Mapping, device: GpuIdentity) -> Tuple[Owner, ...]:
     """The containers the kubelet lists as holding this device, whatever device-ID form it used."""
-    keys = (GpuKey("UUID", device.uuid, device.instance), GpuKey("gpu", device.index, device.instance),
-            GpuKey("device", "nvidia" + device.minor, device.instance))
-    return tuple(sorted({owner for key in keys for owner in mapping.owners_for(key)}))
+    return tuple(sorted({owner for key in device.keys() for owner in mapping.owners_for(key)}))
 
 
 def owner_of_process(owner: Optional[ProcessOwner], pods: PodIndex) -> Optional[Owner]:
@@ -73,7 +72,7 @@ def compute_shares(devices: Iterable[DeviceProcesses], mapping: Mapping,
     exactly that holder: a host process, another pod's, or an unreadable one is never given away.
     """
     holders: List[HolderShare] = []
-    unattributed: List[Tuple[GpuDevice, int]] = []
+    unattributed: List[Tuple[GpuIdentity, int]] = []
     for entry in devices:
         owners = holders_of(mapping, entry.device)
         memory = dict.fromkeys(owners, 0)
@@ -95,45 +94,45 @@ def compute_shares(devices: Iterable[DeviceProcesses], mapping: Mapping,
     return Shares(tuple(holders), tuple(unattributed))
 
 
-def pod_index(pods: Iterable[Tuple[Tuple[str, str], Any]]) -> Dict[str, PodInfo]:
-    """pod UID → PodInfo from the Kubernetes API cache's ((namespace, name), pod) items; a pod there has
-    `uid` and `containers` as (name, "<runtime>://<id>") pairs."""
-    index: Dict[str, PodInfo] = {}
+def pod_index(pods: Iterable[Tuple[Tuple[str, str], Any]]) -> Dict[str, PodContainers]:
+    """pod UID → PodContainers from the Kubernetes API cache's ((namespace, name), pod) items; a pod
+    there has `uid` and `containers` as (name, "<runtime>://<id>") pairs."""
+    index: Dict[str, PodContainers] = {}
     for (namespace, name), pod in pods:
         # containerStatuses[].containerID is "containerd://<id>", "cri-o://<id>" or "docker://<id>";
         # the cgroup path names the bare ID.
         containers = {container_id.partition("://")[2] or container_id: container
                       for container, container_id in pod.containers}
-        index[pod.uid] = PodInfo(namespace, name, containers)
+        index[pod.uid] = PodContainers(namespace, name, containers)
     return index
 
 
-def render_shares(shares: Shares, style: str, extra_labels: Optional[MappingType[Tuple[str, str], str]] = None) -> str:
+def render_shares(shares: Shares, style: str,
+                  extra_labels: Optional[MappingType[Tuple[str, str], LabelPairs]] = None) -> str:
     """The share series and the unattributed gauge as exposition text (empty when nothing was read).
 
-    `extra_labels`: (namespace, pod) → the Kubernetes API's extra label text, appended after the owner
-    labels as on pod_gpu_allocation_info."""
+    `extra_labels`: (namespace, pod) → the Kubernetes API's extra labels (Mapping.extra_labels),
+    written after the owner labels as on pod_gpu_allocation_info."""
     extra_labels = extra_labels or {}
     memory = [(share, str(share.memory_bytes)) for share in shares.holders]
     sm = [(share, _ratio(share.sm_ratio)) for share in shares.holders if share.sm_ratio is not None]
     lines: List[str] = []
     for name, rows in ((MEMORY, memory), (SM_UTILIZATION, sm)):
         if rows:
-            lines += [f"# HELP {name} {_HELP[name]}", f"# TYPE {name} gauge"]
-            lines += [f"{name}{{{_device_labels(share.device)},{render_owner_labels(share.owner, style)}"
-                      f"{extra_labels.get((share.owner.namespace, share.owner.pod), '')}}} {value}"
-                      for share, value in rows]
+            lines.append(family_header(name, _HELP[name]))
+            lines += [f"{name}{{{_holder_labels(share, style, extra_labels)}}} {value}\n" for share, value in rows]
     if shares.unattributed:
-        lines += [f"# HELP {UNATTRIBUTED} {_HELP[UNATTRIBUTED]}", f"# TYPE {UNATTRIBUTED} gauge"]
-        lines += [f"{UNATTRIBUTED}{{{_device_labels(device)}}} {count}" for device, count in shares.unattributed]
-    return "\n".join(lines) + "\n" if lines else ""
+        lines.append(family_header(UNATTRIBUTED, _HELP[UNATTRIBUTED]))
+        lines += [f"{UNATTRIBUTED}{{{render_label_pairs(gpu_label_pairs(device))}}} {count}\n"
+                  for device, count in shares.unattributed]
+    return "".join(lines)
 
 
-def _device_labels(device: GpuDevice) -> str:
-    text = f'UUID="{escape_label_value(device.uuid)}",gpu="{escape_label_value(device.index)}"'
-    if device.instance:
-        text += f',GPU_I_ID="{escape_label_value(device.instance)}"'
-    return text
+def _holder_labels(share: HolderShare, style: str, extra_labels: MappingType[Tuple[str, str], LabelPairs]) -> str:
+    """The device's UUID, gpu [, GPU_I_ID], then the holder's owner labels and its pod's extra labels."""
+    owner = share.owner
+    extra = extra_labels.get((owner.namespace, owner.pod), ())
+    return render_label_pairs(gpu_label_pairs(share.device)) + "," + render_owner_labels(owner, style, extra)
 
 
 def _ratio(value: Optional[float]) -> str:

@@ -10,17 +10,18 @@ from typing import Callable, Dict, List, NamedTuple, Optional
 from exporter.base.errors import ConfigError
 from exporter.base.logs import DependencyReporter, log
 from exporter.core.mapping import Mapping
+from exporter.exposition.text import family_header
 from exporter.shares.compute import PodIndex, compute_shares, pod_index, render_shares
 from exporter.sources.nvml.processes import DeviceProcesses, NvmlError, NvmlProcessReader
 from exporter.sources.procfs import ProcessOwner, read_process_owner
 
 NVML_UP = "pod_gpu_exporter_nvml_up"
 REFRESH_DURATION = "pod_gpu_exporter_process_shares_refresh_duration_seconds"
-_NVML_UP_HELP = (f"# HELP {NVML_UP} 1 when NVML answered the last per-process refresh (--sharing.mode process), else 0.\n"
-                 f"# TYPE {NVML_UP} gauge\n")
+_NVML_UP_HELP = family_header(NVML_UP, "1 when NVML answered the last per-process refresh (--sharing.mode process), "
+                              "else 0.")
 # What a refresh costs on this node (NVML calls go to the driver): measured, since no benchmark can.
-_REFRESH_DURATION_HELP = (f"# HELP {REFRESH_DURATION} Time the last per-process refresh took: NVML, /proc and the "
-                          f"shares (--sharing.mode process).\n# TYPE {REFRESH_DURATION} gauge\n")
+_REFRESH_DURATION_HELP = family_header(REFRESH_DURATION, "Time the last per-process refresh took: NVML, /proc and "
+                                       "the shares (--sharing.mode process).")
 # The per-process SM samples asked of NVML go back at least this far, so a short refresh interval
 # still finds the driver's latest sample.
 _MIN_SAMPLE_WINDOW_SECONDS = 1.0

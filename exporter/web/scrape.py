@@ -11,7 +11,10 @@ from exporter.base.errors import UpstreamError
 from exporter.base.logs import DependencyReporter
 from exporter.core.attribution import Attribution, Snapshot
 from exporter.core.mapping import Mapping
-from exporter.exposition.rewriter import Rewriter, RewriteResult, render_allocation_info
+from exporter.exposition.allocation import render_allocation_info
+from exporter.exposition.rewriter import Rewriter
+from exporter.exposition.series import RewriteResult
+from exporter.exposition.text import family_header
 
 _STATUS_HELP = {
     "pod_gpu_exporter_dcgm_up": "1 when dcgm-exporter's metrics were fetched for this scrape, else 0 (and no GPU series).",
@@ -242,7 +245,7 @@ class Scraper:
             values["pod_gpu_exporter_kubernetes_api_up"] = int(self._kubernetes_up())
         lines = []
         for name, value in values.items():
-            lines += [f"# HELP {name} {_STATUS_HELP[name]}", f"# TYPE {name} gauge"]
+            lines.append(family_header(name, _STATUS_HELP[name]))
             if value is not None:
-                lines.append(f"{name} {value}")
-        return "\n".join(lines) + "\n"
+                lines.append(f"{name} {value}\n")
+        return "".join(lines)

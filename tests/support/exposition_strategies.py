@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 
 from exporter.core.identity import Owner
 from exporter.core.mapping import Mapping, build_mapping
-from exporter.exposition.rewriter import LABEL_STYLES, UPSTREAM_OWNER_LABELS
+from exporter.exposition.labels import LABEL_STYLES, UPSTREAM_OWNER_LABELS
 from exporter.sources.kubelet import AllocatedDevice
 
 # No "explain" phase: on a failure it costs minutes here and the shrunk example says enough.

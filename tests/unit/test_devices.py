@@ -7,7 +7,7 @@ import json
 import pytest
 
 from exporter.core.device_ids import is_gpu_device, key_for_device
-from exporter.core.identity import GpuKey, Owner, sample_keys
+from exporter.core.identity import GpuIdentity, GpuKey, Owner
 from exporter.core.mapping import EMPTY_MAPPING, build_mapping
 from support.devices import Device
 from support.fixtures import fixture_bytes
@@ -174,20 +174,20 @@ def test_a_real_mig_node_list_answer():
     assert len(mapping.allocations) == 2
 
 
-def test_sample_keys_of_gpu_level_and_instance_samples():
-    assert sample_keys(UUID, "0", "nvidia0", "") == (
+def test_keys_of_gpu_level_and_instance_samples():
+    assert GpuIdentity(UUID, "0", "nvidia0", "").keys() == (
         GpuKey("UUID", UUID, ""), GpuKey("gpu", "0", ""), GpuKey("device", "nvidia0", ""))
-    assert sample_keys(UUID, "0", "nvidia0", "13") == (
+    assert GpuIdentity(UUID, "0", "nvidia0", "13").keys() == (
         GpuKey("UUID", UUID, "13"), GpuKey("gpu", "0", "13"), GpuKey("device", "nvidia0", "13"))
-    assert sample_keys("", "1", "", "") == (GpuKey("gpu", "1", ""),)  # legacy textfile: gpu and uuid only
-    assert sample_keys("", "", "", "") == ()
+    assert GpuIdentity("", "1", "", "").keys() == (GpuKey("gpu", "1", ""),)  # legacy textfile: gpu and uuid only
+    assert GpuIdentity("", "", "", "").keys() == ()
 
 
 def test_every_form_meets_the_samples_of_its_gpu_and_no_other():
     """Each form's key is among the keys of the right sample and of no sample of another GPU/instance."""
-    gpu0 = sample_keys(UUID, "0", "nvidia0", "")
-    gpu0_gi3 = sample_keys(UUID, "0", "nvidia0", "3")
-    gpu1 = sample_keys("GPU-other", "1", "nvidia1", "")
+    gpu0 = GpuIdentity(UUID, "0", "nvidia0", "").keys()
+    gpu0_gi3 = GpuIdentity(UUID, "0", "nvidia0", "3").keys()
+    gpu1 = GpuIdentity("GPU-other", "1", "nvidia1", "").keys()
     cases = {
         UUID + "::1": gpu0, "0": gpu0, "nvidia0/vgpu1": gpu0,
         "nvidia0/gi3": gpu0_gi3, f"MIG-{UUID}/3/0": gpu0_gi3,

@@ -14,7 +14,9 @@ from hypothesis import strategies as st
 from prometheus_client.parser import text_string_to_metric_families
 
 from exporter.core.mapping import EMPTY_MAPPING, build_mapping
-from exporter.exposition.rewriter import Rewriter, escape_label_value, render_allocation_info
+from exporter.exposition.allocation import render_allocation_info
+from exporter.exposition.rewriter import Rewriter
+from exporter.exposition.text import escape_label_value
 from support.devices import Device
 from support.fixtures import FIXTURES_DIR, fixture_bytes
 

@@ -8,7 +8,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 from prometheus_client.parser import text_string_to_metric_families
 
-from exporter.exposition.rewriter import UPSTREAM_OWNER_LABELS, Rewriter
+from exporter.exposition.labels import UPSTREAM_OWNER_LABELS
+from exporter.exposition.rewriter import Rewriter
 from support.exposition_strategies import (
     SETTINGS,
     appended_owner,

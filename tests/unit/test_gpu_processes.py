@@ -6,7 +6,8 @@ from __future__ import annotations
 import pytest
 
 from exporter.sources.nvml.library import open_nvml
-from exporter.sources.nvml.processes import GpuDevice, NvmlError, NvmlProcessReader
+from exporter.core.identity import GpuIdentity
+from exporter.sources.nvml.processes import NvmlError, NvmlProcessReader
 from support.nvml_node import NODE_ENV
 
 GPU0 = "GPU-11111111-2222-3333-4444-555555555555"
@@ -33,7 +34,7 @@ def test_processes_of_every_kind_with_memory_and_sm(nvml_node):
     nvml_node.sample(GPU0, 100, 40).sample(GPU0, 100, 60, age_ms=200).sample(GPU0, 102, 25)
     nvml_node.write()
     devices = by_device(reader().read())
-    gpu0, gpu1 = GpuDevice(GPU0, "0", "4", ""), GpuDevice(GPU1, "1", "1", "")
+    gpu0, gpu1 = GpuIdentity(GPU0, "0", "nvidia4", ""), GpuIdentity(GPU1, "1", "nvidia1", "")
     assert set(devices) == {gpu0, gpu1}
     assert devices[gpu0].memory_bytes == {100: 300 * MIB, 101: 5 * MIB, 102: 700 * MIB}
     assert devices[gpu0].sm_ratio == {100: 0.5, 102: 0.25}  # two samples of 100 in the window: their mean
@@ -51,8 +52,8 @@ def test_mig_instances_are_read_one_by_one_without_sm(nvml_node):
     nvml_node.process(MIG_A, 200, 1024 * MIB).process(MIG_B, 201, 2048 * MIB).process(MIG_B, 202, 10 * MIB)
     nvml_node.write()
     devices = by_device(reader().read())
-    mig_a, mig_b = GpuDevice(GPU0, "0", "0", "3"), GpuDevice(GPU0, "0", "0", "5")
-    assert set(devices) == {mig_a, mig_b, GpuDevice(GPU1, "1", "1", "")}  # no whole-GPU entry for GPU 0
+    mig_a, mig_b = GpuIdentity(GPU0, "0", "nvidia0", "3"), GpuIdentity(GPU0, "0", "nvidia0", "5")
+    assert set(devices) == {mig_a, mig_b, GpuIdentity(GPU1, "1", "nvidia1", "")}  # no whole-GPU entry for GPU 0
     assert devices[mig_a].memory_bytes == {200: 1024 * MIB}
     assert devices[mig_b].memory_bytes == {201: 2048 * MIB, 202: 10 * MIB}
     assert devices[mig_a].sm_ratio is None and devices[mig_b].sm_ratio is None  # NOT_SUPPORTED on MIG

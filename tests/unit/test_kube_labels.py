@@ -8,15 +8,17 @@ import pytest
 
 from exporter.core.identity import Owner
 from exporter.core.mapping import build_mapping
-from exporter.exposition.rewriter import Rewriter, render_allocation_info
+from exporter.exposition.allocation import render_allocation_info
+from exporter.exposition.rewriter import Rewriter
+from exporter.exposition.text import render_label_pairs
 from exporter.sources.kubelet import AllocatedDevice
 from exporter.sources.kubernetes.labels import (
     LabelSpec,
     PodInfo,
     allowed_items,
     compile_key_pattern,
+    extra_label_pairs,
     parse_extra,
-    render_extra_labels,
     sanitise_label_name,
 )
 
@@ -59,14 +61,16 @@ def test_order_escaping_and_collisions():
     spec = LabelSpec(pod_uid=True, workload=True, pod_labels=re.compile(".*"), pod_annotations=re.compile(".*"))
     info = pod(labels=[("z", "1"), ("a.b", "dot"), ("a_b", "underscore"), ("app", 'say "hi"\\\n')],
                annotations=[("note", "x")])
-    text = render_extra_labels(spec, info, ("Deployment", "web"))
+    pairs = extra_label_pairs(spec, info, ("Deployment", "web"))
+    assert pairs[3:5] == (("label_a_b", "dot"), ("label_app", 'say "hi"\\\n'))  # unescaped: the source writes no text
+    text = "," + render_label_pairs(pairs)  # escaped by the exposition's one escape
     assert text == (',pod_uid="1f0e-uid",workload_kind="Deployment",workload="web",label_a_b="dot",'
                     'label_app="say \\"hi\\"\\\\\\n",label_z="1",annotation_note="x"')
 
 
 def test_unknown_workload_leaves_out_both_workload_labels():
     spec = LabelSpec(pod_uid=True, workload=True)
-    assert render_extra_labels(spec, pod(), None) == ',pod_uid="1f0e-uid"'
+    assert extra_label_pairs(spec, pod(), None) == (("pod_uid", "1f0e-uid"),)
 
 
 def test_extras_follow_the_owner_labels_on_samples_and_allocation_info():
@@ -74,7 +78,7 @@ def test_extras_follow_the_owner_labels_on_samples_and_allocation_info():
                AllocatedDevice("ml", "other", "main", "nvidia.com/gpu", "GPU-unseen")]
     mapping = build_mapping(devices)
     mapping = type(mapping)(mapping.owners, mapping.allocations, mapping.unresolved,
-                            {("ml", "trainer-0"): ',pod_uid="u1",label_team="a"'})
+                            {("ml", "trainer-0"): (("pod_uid", "u1"), ("label_team", "a"))})
     body = f'DCGM_FI_DEV_GPU_UTIL{{gpu="0",UUID="{UUID}"}} 7\nDCGM_FI_DEV_GPU_UTIL{{gpu="1",UUID="GPU-idle"}} 0\n'
     result = Rewriter(mapping, "legacy").rewrite(body.encode())
     assert result.text.decode().splitlines() == [

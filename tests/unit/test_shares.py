@@ -2,18 +2,18 @@
 
 from __future__ import annotations
 
-from exporter.core.identity import Owner
+from exporter.core.identity import GpuIdentity, Owner
 from exporter.core.mapping import build_mapping
-from exporter.shares.compute import PodInfo, Shares, compute_shares, holders_of, render_shares
-from exporter.sources.nvml.processes import DeviceProcesses, GpuDevice
+from exporter.shares.compute import PodContainers, Shares, compute_shares, holders_of, render_shares
+from exporter.sources.nvml.processes import DeviceProcesses
 from exporter.sources.procfs import ProcessOwner
 from support.devices import Device
 
 UUID = "GPU-11111111-2222-3333-4444-555555555555"
-GPU = GpuDevice(UUID, "0", "0", "")
-MIG = GpuDevice(UUID, "0", "0", "3")
+GPU = GpuIdentity(UUID, "0", "nvidia0", "")
+MIG = GpuIdentity(UUID, "0", "nvidia0", "3")
 UIDS = {name: f"{index:08x}-0000-4000-8000-000000000000" for index, name in enumerate(("a", "b", "c", "x"))}
-PODS = {UIDS[name]: PodInfo("ml", f"pod-{name}", {name * 64: "main", "f" * 63 + name: "side"})
+PODS = {UIDS[name]: PodContainers("ml", f"pod-{name}", {name * 64: "main", "f" * 63 + name: "side"})
         for name in ("a", "b", "c", "x")}
 
 
@@ -70,7 +70,7 @@ def test_mig_instance_shared_by_two_pods_has_no_sm_series():
 
 
 def test_holders_are_found_through_every_device_id_form():
-    device = GpuDevice(UUID, "2", "5", "")
+    device = GpuIdentity(UUID, "2", "nvidia5", "")
     for device_id, resource in ((UUID, "nvidia.com/gpu"), ("2", "nvidia.com/gpu"), ("nvidia5", "nvidia.com/gpu"),
                                 ("nvidia5/vgpu1", "nvidia.com/gpu")):
         mapping = build_mapping([Device("ml", "pod-a", "main", resource, device_id)])

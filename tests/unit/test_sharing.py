@@ -6,7 +6,7 @@ from __future__ import annotations
 import re
 
 from exporter.core.mapping import build_mapping
-from exporter.shares.compute import PodInfo
+from exporter.shares.compute import PodContainers
 from exporter.shares.process_shares import ProcessShares
 from exporter.sources.nvml.library import open_nvml
 from support.devices import Device
@@ -15,7 +15,7 @@ from support.proc_tree import ProcTree
 UUID = "GPU-11111111-2222-3333-4444-555555555555"
 UID = "0f5c8a12-3b4d-4e6f-8a9b-0c1d2e3f4a5b"
 CID = "ab" * 32
-PODS = {UID: PodInfo("ml", "a", {CID: "main"})}
+PODS = {UID: PodContainers("ml", "a", {CID: "main"})}
 MAPPING = build_mapping([Device("ml", "a", "main", "nvidia.com/gpu", UUID + "::0"),
                          Device("ml", "b", "main", "nvidia.com/gpu", UUID + "::1")])
 MEMORY_A = f'pod_gpu_container_memory_used_bytes{{UUID="{UUID}",gpu="0",namespace="ml",pod="a",container="main"}}'

@@ -2,18 +2,23 @@
 
 from __future__ import annotations
 
+import ast
+from pathlib import Path
+
 from hypothesis import given
 from hypothesis import strategies as st
 
 from exporter.core.mapping import build_mapping
 from exporter.exposition.rewriter import STREAM_MIN_BYTES, STREAM_MIN_LINES, Rewriter
+from exporter.exposition.series import SeriesBuilder
+from exporter.exposition import streamed
 from exporter.exposition.streamed import rewrite_streamed
 from exporter.sources.kubelet import AllocatedDevice
 from support.exposition_strategies import SETTINGS, families, mappings, styles
 
 
 def both(mapping, style: str, body: bytes, slice_bytes: int):
-    streamed = rewrite_streamed(Rewriter(mapping, style), body, slice_bytes)
+    streamed = rewrite_streamed(SeriesBuilder(mapping, style), body, slice_bytes)
     lined = Rewriter(mapping, style)._rewrite_lines(body)
     return streamed, lined
 
@@ -68,7 +73,7 @@ def test_a_large_body_whose_lines_share_label_sets_keeps_per_line_state_and_refi
     rewriter.rewrite(large_body(256, 1))
     second = rewriter.rewrite(large_body(256, 2))
     assert rewriter.refills == 1
-    assert second == rewrite_streamed(Rewriter(mapping), large_body(256, 2))
+    assert second == rewrite_streamed(SeriesBuilder(mapping), large_body(256, 2))
 
 
 def test_a_large_body_of_unique_label_sets_is_streamed_after_all():
@@ -76,5 +81,18 @@ def test_a_large_body_of_unique_label_sets_is_streamed_after_all():
     mapping = build_mapping([AllocatedDevice("ns", "p", "c", "nvidia.com/gpu", "0")])
     rewriter = Rewriter(mapping)
     result = rewriter.rewrite(large_body(20_000, 1))
-    assert result == rewrite_streamed(Rewriter(mapping), large_body(20_000, 1))
+    assert result == rewrite_streamed(SeriesBuilder(mapping), large_body(20_000, 1))
     assert rewriter._template is None and not rewriter._series and not rewriter._label_sets
+
+
+def test_the_streamed_rewrite_uses_only_public_names_of_the_exposition():
+    """It once imported seven private names of the rewriter and called two of its private methods:
+    a change inside the line rewrite then broke the streamed one, and the two modules imported each other."""
+    tree = ast.parse(Path(streamed.__file__).read_text())
+    imported = [alias.name for node in ast.walk(tree) if isinstance(node, ast.ImportFrom)
+                and (node.module or "").startswith("exporter.") for alias in node.names]
+    private_calls = [node.attr for node in ast.walk(tree) if isinstance(node, ast.Attribute)
+                     and node.attr.startswith("_") and not node.attr.startswith("__")
+                     and not (isinstance(node.value, ast.Name) and node.value.id == "self")]
+    assert imported and not [name for name in imported if name.startswith("_")]
+    assert not [name for name in imported if name == "Rewriter"] and private_calls == []

@@ -15,7 +15,7 @@ from exporter.base.errors import ConfigError
 from exporter.base.logs import DependencyReporter, log
 from exporter.core.mapping import Mapping, build_mapping
 from exporter.sources.kubernetes.dra import DraDevices
-from exporter.sources.kubernetes.labels import LabelSpec, PodInfo, allowed_items, render_extra_labels
+from exporter.sources.kubernetes.labels import LabelSpec, PodInfo, allowed_items, extra_label_pairs
 from exporter.sources.kubernetes.watch import ListWatch, describe_failure
 
 SERVICE_ACCOUNT_DIR = "/var/run/secrets/kubernetes.io/serviceaccount"
@@ -135,15 +135,15 @@ class KubernetesContext:
         with self._lock:
             return dict(self._pods)
 
-    def extra_labels_for(self, pods: Iterable[Tuple[str, str]]) -> Dict[Tuple[str, str], str]:
-        """(namespace, pod) → the extra label text, for the pods the cache knows. Refresher only.
+    def extra_labels_for(self, pods: Iterable[Tuple[str, str]]) -> Dict[Tuple[str, str], tuple]:
+        """(namespace, pod) → the extra labels' (name, value) pairs, for the pods the cache knows. Refresher only.
 
         While the pod watch fails, the cache is used for up to `grace_seconds` (a reconnect must not
         turn every series into a new one), then no pod gets extras until the watch is back.
         """
         if not self._spec.enabled or not self._fresh():
             return {}
-        extras: Dict[Tuple[str, str], str] = {}
+        extras: Dict[Tuple[str, str], tuple] = {}
         pods = list(pods)
         self._unseen_logged &= set(pods)  # forget pods that are gone, so the set stays bounded
         for namespace, name in pods:
@@ -152,7 +152,7 @@ class KubernetesContext:
                 self._log_unseen_once(namespace, name)
                 continue  # not seen yet (the kubelet can be quicker than the watch): next refresh
             workload = self._workload(namespace, name, info) if self._spec.workload else None
-            extras[(namespace, name)] = render_extra_labels(self._spec, info, workload)
+            extras[(namespace, name)] = extra_label_pairs(self._spec, info, workload)
         return extras
 
     def _log_unseen_once(self, namespace: str, name: str) -> None:

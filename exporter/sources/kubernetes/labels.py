@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from typing import Dict, Iterable, NamedTuple, Optional, Pattern, Tuple
+from typing import Dict, Iterable, List, NamedTuple, Optional, Pattern, Tuple
 
 EXTRA_CHOICES = ("pod_uid", "workload")
 _INVALID_NAME_CHARACTER = re.compile(r"[^a-zA-Z0-9_]")
@@ -67,20 +67,21 @@ def sanitise_label_name(key: str) -> str:
     return _INVALID_NAME_CHARACTER.sub("_", key)
 
 
-def render_extra_labels(spec: LabelSpec, pod: PodInfo, workload: Optional[Tuple[str, str]]) -> str:
-    """`,pod_uid="…",workload_kind="…",workload="…",label_…,annotation_…` in the contract's order.
+def extra_label_pairs(spec: LabelSpec, pod: PodInfo,
+                      workload: Optional[Tuple[str, str]]) -> Tuple[Tuple[str, str], ...]:
+    """(name, value) of pod_uid, workload_kind, workload, label_…, annotation_…, in the contract's order.
 
     `workload` is (kind, name), or None when it is not known yet (then both workload labels are left
-    out rather than guessed). Starts with a comma: it is appended after the owner labels.
+    out rather than guessed). Values are as the API gives them: the exposition escapes what it writes.
     """
-    pairs = []
+    pairs: List[Tuple[str, str]] = []
     if spec.pod_uid:
         pairs.append(("pod_uid", pod.uid))
     if spec.workload and workload is not None:
         pairs += [("workload_kind", workload[0]), ("workload", workload[1])]
     pairs += _prefixed("label_", pod.labels)
     pairs += _prefixed("annotation_", pod.annotations)
-    return "".join(f',{name}="{_escape(value)}"' for name, value in pairs)
+    return tuple(pairs)
 
 
 def _prefixed(prefix: str, items: Iterable[Tuple[str, str]]) -> list:
@@ -90,7 +91,3 @@ def _prefixed(prefix: str, items: Iterable[Tuple[str, str]]) -> list:
     for key, value in sorted(items):
         named.setdefault(prefix + sanitise_label_name(key), value)
     return sorted(named.items())
-
-
-def _escape(value: str) -> str:
-    return value.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")

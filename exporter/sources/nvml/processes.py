@@ -7,6 +7,7 @@ from typing import Any, Callable, Dict, List, NamedTuple, Optional
 
 from exporter.base.errors import ExporterError
 from exporter.base.logs import DependencyReporter
+from exporter.core.identity import GpuIdentity
 
 # NVML return codes the reader tells apart (nvml.h); pynvml raises NVMLError with them as .value.
 _NOT_SUPPORTED = 3
@@ -24,17 +25,8 @@ class NvmlError(ExporterError):
     """NVML could not list the node's devices (driver gone, GPU lost, library missing)."""
 
 
-class GpuDevice(NamedTuple):
-    """A GPU or MIG instance, named as dcgm-exporter's samples name it."""
-
-    uuid: str  # the GPU's UUID ("GPU-…"); a MIG instance's parent GPU
-    index: str  # NVML index, dcgm-exporter's `gpu` label
-    minor: str  # /dev/nvidia<minor>, GKE's and DRA's "nvidia<minor>" device names
-    instance: str  # GPU instance ID of a MIG instance, "" for a whole GPU
-
-
 class DeviceProcesses(NamedTuple):
-    device: GpuDevice
+    device: GpuIdentity  # as dcgm-exporter's samples name it: UUID, NVML index, nvidia<minor>, GPU_I_ID
     memory_bytes: Dict[int, int]  # PID → framebuffer bytes it uses on this device
     sm_ratio: Optional[Dict[int, float]]  # PID → SM utilisation 0–1 over the window; None: NVML has none here
 
@@ -78,8 +70,9 @@ class NvmlProcessReader:
     def _read_gpu(self, index: int, since_us: int) -> List[DeviceProcesses]:
         nvml = self._nvml
         handle = nvml.nvmlDeviceGetHandleByIndex(index)
-        gpu = GpuDevice(_text(nvml.nvmlDeviceGetUUID(handle)), str(nvml.nvmlDeviceGetIndex(handle)),
-                        str(nvml.nvmlDeviceGetMinorNumber(handle)), "")
+        # A MIG instance keeps its parent's UUID, index and minor number, as on dcgm-exporter's samples.
+        gpu = GpuIdentity(_text(nvml.nvmlDeviceGetUUID(handle)), str(nvml.nvmlDeviceGetIndex(handle)),
+                          f"nvidia{nvml.nvmlDeviceGetMinorNumber(handle)}", "")
         if not self._mig_enabled(handle):
             return [self._read_device(handle, gpu, since_us)]
         found = []
@@ -103,7 +96,7 @@ class NvmlProcessReader:
             raise
         return bool(current)
 
-    def _read_device(self, handle, device: GpuDevice, since_us: int) -> DeviceProcesses:
+    def _read_device(self, handle, device: GpuIdentity, since_us: int) -> DeviceProcesses:
         memory: Dict[int, int] = {}
         for call in _PROCESS_LISTS:
             for process in getattr(self._nvml, call)(handle):

@@ -1,0 +1,43 @@
+"""pod_gpu_allocation_info: one series per GPU device the kubelet reports as allocated."""
+
+from __future__ import annotations
+
+from typing import Dict, Iterable
+
+from exporter.core.identity import GpuIdentity, GpuKey
+from exporter.core.mapping import Mapping
+from exporter.exposition.labels import gpu_label_pairs, render_owner_labels
+from exporter.exposition.text import family_header, render_label_pairs
+
+ALLOCATION_INFO = "pod_gpu_allocation_info"
+_HELP = "A GPU device the kubelet reports as allocated to a container (1 per device)."
+
+
+def render_allocation_info(mapping: Mapping, identities: Iterable[GpuIdentity], style: str) -> str:
+    """`pod_gpu_allocation_info{owner…,resource,device_id[,UUID,gpu,GPU_I_ID]} 1` for every allocation.
+
+    UUID, gpu and GPU_I_ID come from the upstream sample that matched the device, so an index-strategy
+    device ("0") still gets its UUID and a UUID device its index, for joins in PromQL.
+    """
+    if not mapping.allocations:
+        return ""
+    by_key = _identities_by_key(identities)
+    lines = [family_header(ALLOCATION_INFO, _HELP)]
+    for allocation in mapping.allocations:
+        owner = allocation.owner
+        pairs = [("resource", allocation.resource), ("device_id", allocation.device_id)]
+        identity = by_key.get(allocation.key) if allocation.key else None
+        if identity is not None:
+            pairs += gpu_label_pairs(identity)
+        extra = mapping.extra_labels.get((owner.namespace, owner.pod), ())
+        labels = render_owner_labels(owner, style, extra) + "," + render_label_pairs(pairs)
+        lines.append(f"{ALLOCATION_INFO}{{{labels}}} 1\n")
+    return "".join(lines)
+
+
+def _identities_by_key(identities: Iterable[GpuIdentity]) -> Dict[GpuKey, GpuIdentity]:
+    by_key: Dict[GpuKey, GpuIdentity] = {}
+    for identity in sorted(identities):  # sorted: the same choice on every scrape
+        for key in identity.keys():
+            by_key.setdefault(key, identity)
+    return by_key

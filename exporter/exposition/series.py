@@ -1,0 +1,151 @@
+"""One upstream line checked and rewritten: a sample's series with its owners' labels, or a HELP/TYPE line kept."""
+
+from __future__ import annotations
+
+from typing import Callable, List, NamedTuple, Optional, Tuple
+
+from exporter.core.identity import GpuIdentity, GpuKey, Owner
+from exporter.core.mapping import Mapping
+from exporter.exposition.allocation import ALLOCATION_INFO
+from exporter.exposition.labels import UPSTREAM_OWNER_LABELS, check_label_style, render_owner_labels
+from exporter.exposition.text import HELP_LINE, METRIC_NAME, TYPE_LINE, parse_label_pairs
+
+SELF_METRIC_PREFIX = "pod_gpu_exporter_"
+
+
+class RewriteResult(NamedTuple):
+    text: bytes
+    malformed: int  # lines dropped because they break the text format
+    identities: frozenset  # GpuIdentity of every GPU sample seen
+
+
+class LabelSet(NamedTuple):
+    """A sample's label text, checked and rewritten once for every series that carries it."""
+
+    variants: Tuple[str, ...]  # label text to emit, one per owner (or the stripped original)
+    identity: Optional[GpuIdentity]
+    # The kept upstream pairs sorted, then the first owner's: the same series whatever order its
+    # labels came in (Prometheus sorts them too, and rejects the second as a duplicate).
+    key_text: str
+
+
+class Series(NamedTuple):
+    """The part of a sample line before its value (its head), checked and rewritten once."""
+
+    outputs: Tuple[str, ...]  # `name{labels…}` to emit, one per owner (or the stripped original)
+    identity: Optional[GpuIdentity]
+    # (name, sorted upstream labels and first owner): what makes it one series in a scrape. A pair,
+    # not one string: the label part is the label set's own object, shared by every family of a
+    # GPU, where a string per series cost ~300 bytes each (8 MB on a 25,600-series node).
+    key: Tuple[str, str]
+    head: str  # as received, to tell an exact repeat from an upstream per-pod copy
+    name: str  # the metric name, to refuse a TYPE line that comes after its samples
+
+
+def is_reserved_name(name: str) -> bool:
+    """Names this exporter writes itself; upstream copies of them (--dcgm.url pointed at another
+    instance of us) would be duplicate families, so they are dropped as malformed."""
+    return name.startswith(SELF_METRIC_PREFIX) or name == ALLOCATION_INFO
+
+
+class SeriesBuilder:
+    """Builds the Series of a sample's head for one Mapping and label style; caches nothing itself."""
+
+    def __init__(self, mapping: Mapping, style: str = "kubernetes"):
+        check_label_style(style)
+        self.mapping = mapping
+        self.style = style
+        extras = mapping.extra_labels
+        self._owner_text = {
+            owner: render_owner_labels(owner, style, extras.get((owner.namespace, owner.pod), ()))
+            for owners in mapping.owners.values() for owner in owners
+        }
+
+    def build_series(self, head: str,
+                     label_set_of: Optional[Callable[[str], Optional[LabelSet]]] = None) -> Optional[Series]:
+        """`name{labels}` checked and rewritten; None when it breaks the text format.
+
+        `label_set_of` gives the LabelSet of a label text (a caller's cache); build_label_set by default.
+        """
+        brace = head.find("{")
+        name = head[:brace].rstrip(" \t")  # `name {…}` is valid text too
+        if brace < 0 or not METRIC_NAME.fullmatch(name) or is_reserved_name(name):
+            return None
+        label_set = (label_set_of or self.build_label_set)(head[brace + 1 : -1])
+        if label_set is None:
+            return None
+        outputs = tuple([f"{name}{{{labels}}}" for labels in label_set.variants])
+        return Series(outputs, label_set.identity, (name, label_set.key_text), head, name)
+
+    def build_label_set(self, label_text: str) -> Optional[LabelSet]:
+        """The text between a head's braces checked, stripped of upstream owner labels and given ours."""
+        pairs = parse_label_pairs(label_text)
+        if pairs is None:
+            return None
+        values = {name: value for name, value, _ in pairs}
+        kept = ",".join(span for name, _, span in pairs if name not in UPSTREAM_OWNER_LABELS)
+        key_text = ",".join(sorted(f'{name}="{value}"' for name, value, _ in pairs if name not in UPSTREAM_OWNER_LABELS))
+        identity = GpuIdentity(
+            values.get("UUID") or values.get("uuid", ""),
+            values.get("gpu", ""),
+            values.get("device", ""),
+            values.get("GPU_I_ID", ""),
+        )
+        if not any(identity[:3]):
+            return LabelSet((kept,), None, key_text)
+        owners = self._owners(identity.keys())
+        if not owners:
+            return LabelSet((kept,), identity, key_text)
+        separator = "," if kept else ""
+        variants = tuple(kept + separator + self._owner_text[owner] for owner in owners)
+        return LabelSet(variants, identity, key_text + "|" + self._owner_text[owners[0]])
+
+    def _owners(self, keys: Tuple[GpuKey, ...]) -> Tuple[Owner, ...]:
+        found: set = set()
+        for key in keys:
+            found.update(self.mapping.owners_for(key))
+        return tuple(sorted(found))  # sorted: the same series in the same order on every scrape
+
+
+def split_unlabelled(line: str) -> Tuple[Optional[Series], str]:
+    """(series, rest) of a sample without labels, `name value`; not cached, as dcgm sends none."""
+    match = METRIC_NAME.match(line)
+    if not match or is_reserved_name(match.group()):
+        return None, line
+    # `name` and `name{}` are one series; keyed alike so that a repeat is caught either way.
+    name = match.group()
+    return Series((name,), None, (name, ""), name + "{}", name), line[match.end() :]
+
+
+def copy_comment(line: str, described: set, sampled: set, out: List[str]) -> int:
+    """Keep HELP/TYPE lines as written; return 1 when the line must be dropped as malformed.
+
+    `described` holds the (kind, name) of HELP/TYPE lines already written, `sampled` the names of
+    families with samples written; both are updated.
+    """
+    if line.startswith(("# HELP ", "# HELP\t")):
+        match = HELP_LINE.fullmatch(line)
+        kind = "HELP"
+    elif line.startswith(("# TYPE ", "# TYPE\t")):
+        match = TYPE_LINE.fullmatch(line)
+        kind = "TYPE"
+    elif line[1:].split(None, 1)[:1] in (["HELP"], ["TYPE"]):
+        # `# HELP` with nothing after it (an upstream line cut short) is a plain comment to
+        # Prometheus, but prometheus_client 0.17's parser (our declared floor) fails the whole
+        # text on it: dropped like any line that breaks a parser.
+        return 1
+    else:
+        out.append(line)  # any other comment is allowed by the format and harmless
+        return 0
+    if not match or is_reserved_name(match.group(1)):
+        return 1
+    name = match.group(1)
+    # A family described twice (an upstream repeating itself) would fail every parser downstream;
+    # the first description wins (its samples are kept unless they repeat a series).
+    if (kind, name) in described:
+        return 0
+    if kind == "TYPE" and name in sampled:
+        return 1  # a first TYPE after its family's samples: the Go parser rejects the scrape for it
+    described.add((kind, name))
+    out.append(line)
+    return 0
