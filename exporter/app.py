@@ -65,7 +65,7 @@ def serve(config: Config, on_ready: Optional[Callable[[str], None]] = None) -> i
         config.mapping_max_age_seconds,
         resolve_mig=resolve_mig,
         describe=config.kubelet_socket,
-        build=kubernetes.build_mapping if kubernetes else None,
+        context=kubernetes,
     )
     shares = _process_shares(config, attribution, kubernetes)
     scraper = Scraper(source, attribution, config.labels_style,
@@ -187,15 +187,15 @@ def print_mapping(config: Config) -> int:
         return EXIT_USAGE if isinstance(exc, ConfigError) else EXIT_FAILURE
     finally:
         client.close()
+    resolve_mig = _mig_resolver()
     if kubernetes is not None:
         from exporter.sources.kubernetes.context import start_and_wait
 
-        resolve_mig = _mig_resolver()
         start_and_wait(kubernetes, resolve_mig, config.kubelet_timeout_seconds, slices=True)
-        mapping = kubernetes.build_mapping(devices, resolve_mig)
+    # The same core function as the refresher's, so `mapping` shows what `serve` attributes.
+    mapping = build_mapping(devices, resolve_mig, kubernetes)
+    if kubernetes is not None:
         kubernetes.stop()
-    else:
-        mapping = build_mapping(devices, _mig_resolver())
     try:
         _print_mapping(client.api_version, mapping, config.output, with_labels=kubernetes is not None)
         sys.stdout.flush()

@@ -1,1 +1,1 @@
-"""Foundations every layer may use: the error hierarchy and one-line structured logs."""
+"""Foundations every layer may use: the error hierarchy, one-line structured logs, a retrying cache."""

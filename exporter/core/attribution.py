@@ -9,7 +9,8 @@ from typing import Callable, NamedTuple, Optional
 from exporter.base.errors import KubeletError
 from exporter.base.logs import DependencyReporter, log
 from exporter.core.identity import MigResolver
-from exporter.core.mapping import EMPTY_MAPPING, Mapping, build_mapping
+from exporter.core.mapping import EMPTY_MAPPING, Mapping, MappingContext, build_mapping
+from exporter.core.refresher import Refresher
 
 
 class Snapshot(NamedTuple):
@@ -37,14 +38,12 @@ class Attribution:
         resolve_mig: MigResolver | None = None,
         clock: Callable[[], float] = time.monotonic,
         describe: str = "kubelet",
-        build: Optional[Callable[..., Mapping]] = None,
+        context: Optional[MappingContext] = None,
     ):
         self._list_devices = list_devices
-        self._interval = refresh_interval_seconds
         self._max_age = max_age_seconds
         self._resolve_mig = resolve_mig
-        # build(devices, resolve_mig) → Mapping; the Kubernetes context's adds DRA slices and extra labels.
-        self._build = build or build_mapping
+        self._context = context  # the Kubernetes API's DRA keys and extra labels, when it is in use
         self._clock = clock
         self._reporter = DependencyReporter("kubelet")
         self._describe = describe
@@ -54,8 +53,7 @@ class Attribution:
         self._up = False
         self._expired_logged = False
         self._unresolved_logged: frozenset = frozenset()  # unresolved device IDs already warned about
-        self._stop = threading.Event()
-        self._thread: Optional[threading.Thread] = None
+        self._refresher = Refresher("kubelet-refresher", self.refresh, refresh_interval_seconds, "the GPU mapping")
         self.list_calls = 0
         self.list_failures = 0
 
@@ -63,9 +61,9 @@ class Attribution:
         """List once and install the new mapping; on failure keep the last good one. Returns success."""
         self.list_calls += 1
         try:
-            mapping = self._build(self._list_devices(), self._resolve_mig)
+            mapping = build_mapping(self._list_devices(), self._resolve_mig, self._context)
         except KubeletError as exc:
-            if self._stop.is_set():
+            if self._refresher.stopping:
                 return False  # cut short by shutting down: not the kubelet's failure
             self.list_failures += 1
             with self._lock:
@@ -104,28 +102,10 @@ class Attribution:
         Returns once the first refresh is done, or as soon as `interrupted` is set: a SIGTERM must
         not wait for a kubelet that hangs the first List.
         """
-        first_done = threading.Event()
-        self._thread = threading.Thread(target=self._run, args=(first_done,), name="kubelet-refresher", daemon=True)
-        self._thread.start()
-        while not first_done.wait(0.05):
-            if interrupted is not None and interrupted.is_set():
-                return
+        self._refresher.start(wait_for_first=True, interrupted=interrupted)
 
     def stop(self, timeout_seconds: float = 2.0) -> None:
-        self._stop.set()
-        if self._thread is not None:
-            self._thread.join(timeout_seconds)
-
-    def _run(self, first_done: threading.Event) -> None:
-        try:
-            self.refresh()
-        finally:
-            first_done.set()
-        while not self._stop.wait(self._interval):
-            try:
-                self.refresh()
-            except Exception:  # a bug must not end the refresher for good, as it did in the seed
-                log("error", "unexpected error refreshing the GPU mapping", exc_info=True)
+        self._refresher.stop(timeout_seconds)
 
     def _log_expired_once(self, age: float) -> None:
         with self._lock:

@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass, field
-from typing import Callable, Iterable, NamedTuple, Optional, Protocol, Tuple
+from typing import Dict, Iterable, List, NamedTuple, Optional, Protocol, Tuple
 
 from exporter.core.device_ids import is_gpu_device, key_for_device
 from exporter.core.identity import GpuKey, MigResolver, Owner
@@ -18,9 +19,26 @@ class DeviceLike(Protocol):
     dra: bool
 
 
-# With the Kubernetes API: a DRA device's resolution from its ResourceSlice and claim (an object with
-# `admin_access` and `key`, or `key` None to keep the kubelet-only rule). See exporter.kube_dra.
-DraResolver = Callable[[object], object]
+class DraResolution(NamedTuple):
+    """What the cluster says of a DRA device: its key from a ResourceSlice, and whether its claim is adminAccess."""
+
+    admin_access: bool  # held through an adminAccess claim: a monitoring pod, never an owner
+    key: Optional[GpuKey]  # None: fall back to the kubelet-only rule (device known to no slice)
+    known: bool  # whether a ResourceSlice describes the device
+
+
+class MappingContext(Protocol):
+    """What a cluster API adds to the kubelet's devices (the Kubernetes source implements it). Every
+    method runs on the mapping refresher, never on a scrape, and never raises."""
+
+    def resolve_dra(self, device: DeviceLike) -> DraResolution:
+        """A DRA device's key from its ResourceSlice, and whether its claim is adminAccess."""
+
+    def extra_labels_for(self, pods: Iterable[Tuple[str, str]]) -> Dict[Tuple[str, str], tuple]:
+        """(namespace, pod) → the ((name, value), …) written after the owner labels, for the pods known."""
+
+    def retain_claims(self, devices: List[DeviceLike]) -> None:
+        """Forget what is cached of claims that none of these devices is held through any more."""
 
 
 class Allocation(NamedTuple):
@@ -51,8 +69,23 @@ EMPTY_MAPPING = Mapping()
 
 
 def build_mapping(devices: Iterable[DeviceLike], resolve_mig: MigResolver | None = None,
-                  resolve_dra: DraResolver | None = None) -> Mapping:
-    """Group the GPU devices of a List answer by key; replicas of one container collapse into one owner.
+                  context: MappingContext | None = None) -> Mapping:
+    """The Mapping of a List answer: by the kubelet's devices alone, or with the cluster's `context`
+    (DRA keys from ResourceSlices, adminAccess claims, the pods' extra labels). The one place a
+    Mapping is built: the refresher and the `mapping` command both call it.
+    """
+    if context is None:
+        return _group(devices, resolve_mig, None)
+    devices = list(devices)
+    mapping = _group(devices, resolve_mig, context)
+    context.retain_claims(devices)
+    extras = context.extra_labels_for(sorted({(a.owner.namespace, a.owner.pod) for a in mapping.allocations}))
+    return dataclasses.replace(mapping, extra_labels=extras) if extras else mapping
+
+
+def _group(devices: Iterable[DeviceLike], resolve_mig: MigResolver | None,
+           context: MappingContext | None) -> Mapping:
+    """Group the GPU devices by key; replicas of one container collapse into one owner.
 
     A DRA device held through an adminAccess claim (a monitoring pod) is left out altogether.
     """
@@ -63,7 +96,7 @@ def build_mapping(devices: Iterable[DeviceLike], resolve_mig: MigResolver | None
         if not is_gpu_device(device.resource, device.device_id, device.dra):
             continue
         owner = Owner(device.namespace, device.pod, device.container)
-        key = _device_key(device, resolve_mig, resolve_dra)
+        key = _device_key(device, resolve_mig, context)
         if key is _NOT_AN_OWNER:
             continue
         allocations[(owner, device.resource, device.device_id)] = Allocation(
@@ -83,9 +116,9 @@ def build_mapping(devices: Iterable[DeviceLike], resolve_mig: MigResolver | None
 _NOT_AN_OWNER = object()
 
 
-def _device_key(device: DeviceLike, resolve_mig: MigResolver | None, resolve_dra: DraResolver | None):
-    if device.dra and resolve_dra is not None:
-        resolution = resolve_dra(device)
+def _device_key(device: DeviceLike, resolve_mig: MigResolver | None, context: MappingContext | None):
+    if device.dra and context is not None:
+        resolution = context.resolve_dra(device)
         if resolution.admin_access:
             return _NOT_AN_OWNER
         if resolution.known:  # a ResourceSlice describes it: its answer, even None, beats the name rule

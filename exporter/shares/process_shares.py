@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 import os
-import threading
 import time
 from typing import Callable, Dict, List, NamedTuple, Optional
 
 from exporter.base.errors import ConfigError
-from exporter.base.logs import DependencyReporter, log
+from exporter.base.logs import DependencyReporter
 from exporter.core.mapping import Mapping
+from exporter.core.refresher import Refresher
 from exporter.exposition.text import family_header
 from exporter.shares.compute import PodIndex, compute_shares, pod_index, render_shares
 from exporter.sources.nvml.processes import DeviceProcesses, NvmlError, NvmlProcessReader
@@ -60,8 +60,8 @@ class ProcessShares:
         self._procs_reporter = DependencyReporter("host-processes")
         self._api_reporter = DependencyReporter("kubernetes-api")
         self._rendered: Optional[_Rendered] = None  # replaced whole, so a scrape reads it without a lock
-        self._stop = threading.Event()
-        self._thread: Optional[threading.Thread] = None
+        self._refresher = Refresher("process-shares-refresher", self.refresh, interval_seconds,
+                                    "per-process GPU shares")
 
     def refresh(self) -> None:
         """Read NVML and /proc once and install the rendered series (or none, when they cannot be had)."""
@@ -83,22 +83,10 @@ class ProcessShares:
     def start(self) -> None:
         """Refresh now and then every interval, all on the refresher's thread: NVML calls have no
         timeout, so a hung driver must not keep the server from serving the dcgm samples."""
-        self._thread = threading.Thread(target=self._run, name="process-shares-refresher", daemon=True)
-        self._thread.start()
+        self._refresher.start()
 
     def stop(self, timeout_seconds: float = 2.0) -> None:
-        self._stop.set()
-        if self._thread is not None:
-            self._thread.join(timeout_seconds)
-
-    def _run(self) -> None:
-        while True:
-            try:
-                self.refresh()
-            except Exception:  # a bug must not end the refresher for good
-                log("error", "unexpected error refreshing per-process GPU shares", exc_info=True)
-            if self._stop.wait(self._interval):
-                return
+        self._refresher.stop(timeout_seconds)
 
     def _read_devices(self) -> Optional[List[DeviceProcesses]]:
         if self._reader is None:

@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import io
+import threading
 import time
 
 from exporter.base.errors import KubeletError
 from exporter.base.logs import setup_logging
 from exporter.core.attribution import Attribution
+from exporter.core.mapping import DraResolution
 from exporter.sources.kubelet import AllocatedDevice
 
 GPU = "GPU-c2f76b33-7953-256e-8f33-1343419b1a1c"
@@ -133,3 +135,57 @@ def test_a_healthy_kubelet_never_ages_out_even_with_a_refresh_interval_above_max
     clock.now += 119  # just before the next refresh: the kubelet answered last time
     snapshot = attribution.current()
     assert snapshot.kubelet_up and snapshot.mapping.owners and snapshot.age_seconds == 119
+
+
+class Cluster:
+    """A MappingContext, as the Kubernetes source is one: here only the pods' extra labels."""
+
+    def resolve_dra(self, device):
+        return DraResolution(False, None, False)
+
+    def extra_labels_for(self, pods):
+        return {pod: ',team="x"' for pod in pods}
+
+    def retain_claims(self, devices):
+        pass
+
+
+def test_each_refresh_builds_the_mapping_with_the_cluster_context():
+    kubelet, clock = Kubelet(), Clock()
+    attribution = Attribution(kubelet.list_devices, refresh_interval_seconds=5, max_age_seconds=60, clock=clock,
+                              context=Cluster())
+    attribution.refresh()
+    assert attribution.current().mapping.extra_labels == {("ns", "p"): ',team="x"'}
+
+
+def test_start_waits_for_the_first_list_on_the_kubelet_refresher_thread():
+    kubelet, threads = Kubelet(), []
+
+    def list_devices():
+        threads.append(threading.current_thread().name)
+        return kubelet.list_devices()
+
+    attribution = Attribution(list_devices, refresh_interval_seconds=3600, max_age_seconds=60)
+    attribution.start()
+    try:
+        assert threads == ["kubelet-refresher"] and attribution.current().kubelet_up
+    finally:
+        attribution.stop()
+
+
+def test_start_returns_when_interrupted_while_the_first_list_hangs():
+    release, interrupted = threading.Event(), threading.Event()
+
+    def hanging_list():  # a kubelet that never answers the first List
+        release.wait(10)
+        return []
+
+    attribution = Attribution(hanging_list, refresh_interval_seconds=3600, max_age_seconds=60)
+    threading.Timer(0.1, interrupted.set).start()
+    started = time.monotonic()
+    attribution.start(interrupted=interrupted)
+    try:
+        assert time.monotonic() - started < 5 and not attribution.current().kubelet_up
+    finally:
+        release.set()
+        attribution.stop()

@@ -8,7 +8,7 @@ import pytest
 
 from exporter.core.device_ids import is_gpu_device, key_for_device
 from exporter.core.identity import GpuIdentity, GpuKey, Owner
-from exporter.core.mapping import EMPTY_MAPPING, build_mapping
+from exporter.core.mapping import EMPTY_MAPPING, DraResolution, build_mapping
 from support.devices import Device
 from support.fixtures import fixture_bytes
 
@@ -198,6 +198,58 @@ def test_every_form_meets_the_samples_of_its_gpu_and_no_other():
         others = [keys for keys in (gpu0, gpu0_gi3, gpu1) if keys is not matching]
         assert all(key not in keys for keys in others), device_id
     assert key_for_device("gpu-0", dra=True) in gpu0
+
+
+class Cluster:
+    """A MappingContext, as the Kubernetes source is one: DRA answers by device name, labels by pod."""
+
+    def __init__(self, resolutions=None, labels=None):
+        self.resolutions = dict(resolutions or {})
+        self.labels = dict(labels or {})
+        self.asked_for_labels = None
+        self.retained = None
+
+    def resolve_dra(self, device):
+        return self.resolutions.get(device.device_id, DraResolution(False, None, False))
+
+    def extra_labels_for(self, pods):
+        self.asked_for_labels = list(pods)
+        return {pod: self.labels[pod] for pod in self.asked_for_labels if pod in self.labels}
+
+    def retain_claims(self, devices):
+        self.retained = [device.device_id for device in devices]
+
+
+def test_the_cluster_context_keys_dra_devices_leaves_monitors_out_and_adds_labels():
+    devices = [
+        Device("ml", "train", "c", "gpu.nvidia.com", "gpu-0", dra=True),
+        Device("ml", "small", "c", "gpu.nvidia.com", "gpu-1-mig-9-4-2", dra=True),
+        Device("ml", "strange", "c", "gpu.nvidia.com", "gpu-2", dra=True),
+        Device("monitoring", "dcgm", "c", "gpu.nvidia.com", "gpu-3", dra=True),
+        Device("ml", "plugin", "c", "nvidia.com/gpu", UUID),
+        Device("ml", "nic", "c", "nvidia.com/rdma_shared_device_a", "0"),
+    ]
+    cluster = Cluster(
+        resolutions={"gpu-1-mig-9-4-2": DraResolution(False, GpuKey("UUID", UUID, "13"), True),
+                     "gpu-2": DraResolution(False, None, True),  # a slice says: no sample is this device's
+                     "gpu-3": DraResolution(True, None, False)},  # held through an adminAccess claim
+        labels={("ml", "train"): (("workload", "train"),)})
+    mapping = build_mapping(iter(devices), context=cluster)  # any iterable: the context sees it too
+    assert mapping.owners == {
+        GpuKey("device", "nvidia0", ""): (Owner("ml", "train", "c"),),  # known to no slice: the name rule
+        GpuKey("UUID", UUID, "13"): (Owner("ml", "small", "c"),),
+        GpuKey("UUID", UUID, ""): (Owner("ml", "plugin", "c"),),
+    }
+    assert mapping.unresolved == ("gpu-2",) and "dcgm" not in {a.owner.pod for a in mapping.allocations}
+    assert cluster.asked_for_labels == [("ml", "plugin"), ("ml", "small"), ("ml", "strange"), ("ml", "train")]
+    assert mapping.extra_labels == {("ml", "train"): (("workload", "train"),)}
+    assert cluster.retained == [device.device_id for device in devices]
+
+
+def test_a_context_without_labels_builds_the_kubelet_only_mapping():
+    devices = [Device("ml", "a", "c", "nvidia.com/gpu", UUID),
+               Device("ml", "b", "c", "gpu.nvidia.com", "gpu-1", dra=True)]
+    assert build_mapping(devices, context=Cluster()) == build_mapping(devices)
 
 
 def test_empty_mapping_has_nothing():

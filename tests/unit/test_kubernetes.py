@@ -6,6 +6,7 @@ from __future__ import annotations
 import pytest
 
 from exporter.core.identity import GpuKey
+from exporter.core.mapping import build_mapping
 from exporter.sources.kubelet import AllocatedDevice
 from exporter.sources.kubernetes.context import KubernetesContext, make_client
 from exporter.sources.kubernetes.labels import LabelSpec
@@ -57,7 +58,7 @@ def test_dra_mig_device_matched_through_its_slice_and_nvml(api, tmp_path):
     ctx = context(api, tmp_path, resolve_mig=nvml)
     try:
         wait_until(lambda: ctx.dra.resolve("gpu.nvidia.com", POOL, MIG_DEVICE, "ml/small").known)
-        mapping = ctx.build_mapping(devices)
+        mapping = build_mapping(devices, context=ctx)
     finally:
         ctx.stop()
     assert mapping.owners_for(GpuKey("UUID", UUID0, "13"))[0].pod == "small-a"
@@ -69,7 +70,7 @@ def test_dra_mig_device_without_nvml_is_unresolved_not_guessed(api, tmp_path):
     ctx = context(api, tmp_path)
     try:
         wait_until(lambda: ctx.dra.resolve("gpu.nvidia.com", POOL, MIG_DEVICE, "ml/small").known)
-        mapping = ctx.build_mapping(devices)
+        mapping = build_mapping(devices, context=ctx)
     finally:
         ctx.stop()
     assert mapping.owners == {} and mapping.unresolved == (MIG_DEVICE,)
@@ -83,7 +84,7 @@ def test_resource_slices_and_claims_fall_back_to_v1beta1(api, tmp_path):
     ctx = context(api, tmp_path, resolve_mig=lambda _: (UUID0, "13"))
     try:
         assert ctx.dra.resolve("gpu.nvidia.com", POOL, MIG_DEVICE, "other/none").key == GpuKey("UUID", UUID0, "13")
-        assert ctx.build_mapping(devices).allocations == ()  # its claim has adminAccess (v1beta1 fields)
+        assert build_mapping(devices, context=ctx).allocations == ()  # its claim has adminAccess (v1beta1 fields)
     finally:
         ctx.stop()
 
@@ -105,3 +106,43 @@ def test_bookmarks_pass_and_the_cache_follows_the_watch(api, tmp_path):
     assert info.uid and [name for name, _ in info.containers] == ["main", "sidecar"]
     assert all(container_id.startswith("containerd://") for _, container_id in info.containers)
     assert info.labels == ()  # not allow-listed: not kept
+
+
+
+class GetForbidden:
+    """The real client, except that every `get` is refused as a 403 from the API server is, without a
+    round trip per object (thousands of them are needed here)."""
+
+    def __init__(self, client):
+        self._client = client
+
+    def __getattr__(self, name):
+        return getattr(self._client, name)
+
+    def get(self, resource, name, namespace=None):
+        from lightkube.core.exceptions import ApiError
+        from lightkube.models.meta_v1 import Status
+
+        raise ApiError(status=Status(code=403, reason="Forbidden", message=f"{resource.__name__} {name} is forbidden"))
+
+
+def test_failing_workload_lookups_stay_within_the_cache_bound(api, tmp_path, log_stream):
+    # RBAC without `get jobs` while a CronJob keeps making Jobs: every Job's failure is remembered for
+    # the retry interval, but only up to the bound that answers have too.
+    jobs = 4096 + 50
+    for n in range(jobs):
+        api.put("v1", "pods", make_pod("batch", f"job-{n}-pod", NODE, owner=("Job", f"job-{n}")))
+    client = GetForbidden(make_client(write_kubeconfig(str(tmp_path / "kubeconfig"), api.url)))
+    ctx = KubernetesContext(client, NODE, LabelSpec(workload=True), clock=lambda: 1000.0)  # no retry is due
+    ctx.start()
+    try:
+        wait_until(lambda: ctx.up and ctx.pod_count() == jobs, 60)
+        pods = [("batch", f"job-{n}-pod") for n in range(jobs)]
+        assert set(ctx.extra_labels_for(pods).values()) == {()}  # no workload labels: not known, not guessed
+        assert ctx.workload_gets == jobs
+        ctx.extra_labels_for(pods[:1])  # within the retry interval, yet asked again: the oldest made room
+        assert ctx.workload_gets == jobs + 1
+        assert ctx.workloads_cached <= 4096
+    finally:
+        ctx.stop()
+    assert log_stream.getvalue().count("forbids get on jobs (403)") == 1  # once, not once per Job

@@ -4,6 +4,8 @@ served, when it is withheld, and that each reason is logged once."""
 from __future__ import annotations
 
 import re
+import threading
+import time
 
 from exporter.core.mapping import build_mapping
 from exporter.shares.compute import PodContainers
@@ -11,6 +13,7 @@ from exporter.shares.process_shares import ProcessShares
 from exporter.sources.nvml.library import open_nvml
 from support.devices import Device
 from support.proc_tree import ProcTree
+from support.waiting import wait_until
 
 UUID = "GPU-11111111-2222-3333-4444-555555555555"
 UID = "0f5c8a12-3b4d-4e6f-8a9b-0c1d2e3f4a5b"
@@ -105,3 +108,25 @@ def test_nvml_that_cannot_list_gpus_reads_nvml_up_0(nvml_node, tmp_path, log_str
                                  "pod_gpu_exporter_nvml_up 0"]
     assert re.fullmatch(r"pod_gpu_exporter_process_shares_refresh_duration_seconds \d+\.\d+", lines(shares)[-1])
     assert log_stream.getvalue().count("NVML failed") == 1 and "GPU is lost" in log_stream.getvalue()
+
+
+def test_start_does_not_wait_for_a_hung_driver_and_refreshes_on_its_own_thread(tmp_path):
+    release, threads = threading.Event(), []
+
+    def hung_nvml():  # NVML calls have no timeout: a hung driver blocks the refresh, never the caller
+        threads.append(threading.current_thread().name)
+        release.wait(10)
+        return None, "driver gone"
+
+    shares = ProcessShares(hung_nvml, lambda: MAPPING, lambda: PODS, str(tmp_path), 0.01, "kubernetes")
+    started = time.monotonic()
+    shares.start()
+    assert time.monotonic() - started < 1
+    try:
+        wait_until(lambda: threads)
+        release.set()
+        wait_until(lambda: len(threads) >= 3)  # then every interval
+    finally:
+        release.set()
+        shares.stop()
+    assert set(threads) == {"process-shares-refresher"}

@@ -5,15 +5,15 @@ Everything here runs on background threads or the mapping refresher; a scrape ne
 
 from __future__ import annotations
 
-import dataclasses
 import os
 import threading
 import time
-from typing import Callable, Dict, Iterable, Optional, Tuple
+from typing import Callable, Dict, Iterable, List, Optional, Tuple
 
+from exporter.base.cache import RetryingCache
 from exporter.base.errors import ConfigError
 from exporter.base.logs import DependencyReporter, log
-from exporter.core.mapping import Mapping, build_mapping
+from exporter.core.mapping import DraResolution
 from exporter.sources.kubernetes.dra import DraDevices
 from exporter.sources.kubernetes.labels import LabelSpec, PodInfo, allowed_items, extra_label_pairs
 from exporter.sources.kubernetes.watch import ListWatch, describe_failure
@@ -68,7 +68,10 @@ def _slice_v1beta1():
 
 
 class KubernetesContext:
-    """This node's pods and DRA devices, kept by watches; labels and DRA keys computed on the refresher."""
+    """This node's pods and DRA devices, kept by watches; labels and DRA keys computed on the refresher.
+
+    It is the MappingContext that core.mapping.build_mapping asks for DRA keys and extra labels.
+    """
 
     def __init__(self, client, node_name: str, spec: LabelSpec, grace_seconds: float = 60.0,
                  resolve_mig=None, clock: Callable[[], float] = time.monotonic):
@@ -82,13 +85,13 @@ class KubernetesContext:
         self._clock = clock
         self._lock = threading.Lock()
         self._pods: Dict[Tuple[str, str], PodInfo] = {}
-        self._workloads: Dict[Tuple[str, str, str], Tuple[str, str]] = {}
-        self._workload_failed_at: Dict[Tuple[str, str, str], float] = {}
+        # (controller kind, namespace, name) → its workload (kind, name).
+        self._workloads: RetryingCache[Tuple[str, str, str], Tuple[str, str]] = RetryingCache(
+            self._fetch_workload, _WORKLOAD_RETRY_SECONDS, _MAX_WORKLOADS, clock)
         self._healthy_until: Optional[float] = None
         self._reporter = DependencyReporter("kubernetes-api")
         self._full_logged = False
         self._unseen_logged: set = set()
-        self.workload_gets = 0
         self.dra = DraDevices(self._get_claim, resolve_mig, clock)
         node = {"spec.nodeName": node_name}
         self.pod_watch = ListWatch(client, Pod, "pods", node, self._reset_pods, self._apply_pod)
@@ -108,16 +111,23 @@ class KubernetesContext:
         """pod_gpu_exporter_kubernetes_api_up: the pod watch is listed and connected."""
         return self.pod_watch.healthy
 
-    def build_mapping(self, devices: Iterable, resolve_mig=None) -> Mapping:
-        """The kubelet's devices as a Mapping, with DRA keys from ResourceSlices and the pods' extra labels."""
-        devices = list(devices)
-        mapping = build_mapping(devices, resolve_mig, self._resolve_dra)
-        self.dra.forget_claims_except({tuple(d.claim.split("/", 1)) for d in devices if d.dra and "/" in d.claim})
-        extras = self.extra_labels_for(sorted({(a.owner.namespace, a.owner.pod) for a in mapping.allocations}))
-        return dataclasses.replace(mapping, extra_labels=extras) if extras else mapping
+    @property
+    def workload_gets(self) -> int:
+        """ReplicaSets and Jobs asked of the API server (cache misses and retries), for tests and debugging."""
+        return self._workloads.lookups
 
-    def _resolve_dra(self, device):
+    @property
+    def workloads_cached(self) -> int:
+        """Workloads and failed workload lookups held (at most _MAX_WORKLOADS), for tests and debugging."""
+        return len(self._workloads)
+
+    def resolve_dra(self, device) -> DraResolution:
+        """A kubelet DRA device's key from its ResourceSlice, and whether its claim is adminAccess. Refresher only."""
         return self.dra.resolve(device.resource, getattr(device, "pool", ""), device.device_id, device.claim)
+
+    def retain_claims(self, devices: List) -> None:
+        """Forget the claims that none of the kubelet's devices is held through any more."""
+        self.dra.retain_claims({device.claim for device in devices if device.dra})
 
     def pod_count(self) -> int:
         with self._lock:
@@ -204,15 +214,7 @@ class KubernetesContext:
         kind, name = info.controller
         if kind not in _PARENT_KINDS:
             return (kind, name)
-        key = (kind, namespace, name)
-        with self._lock:
-            known = self._workloads.get(key)
-            failed_at = self._workload_failed_at.get(key)
-        if known is not None:
-            return known
-        if failed_at is not None and self._clock() - failed_at < _WORKLOAD_RETRY_SECONDS:
-            return None
-        return self._fetch_workload(key)
+        return self._workloads.get((kind, namespace, name))
 
     def _fetch_workload(self, key: Tuple[str, str, str]) -> Optional[Tuple[str, str]]:
         from lightkube.resources.apps_v1 import ReplicaSet
@@ -220,26 +222,17 @@ class KubernetesContext:
 
         kind, namespace, name = key
         resource, plural = (ReplicaSet, "replicasets") if kind == "ReplicaSet" else (Job, "jobs")
-        self.workload_gets += 1
         try:
             owner = self._client.get(resource, name, namespace=namespace)
         except Exception as exc:  # noqa: BLE001 - reported once per kind; the pod lacks workload labels meanwhile
             reason, message = describe_failure(exc, "get", plural)
             self._reporter.failed(f"{plural}:{reason}", message, object=f"{namespace}/{name}")
-            with self._lock:
-                self._workload_failed_at[key] = self._clock()
             return None
         refs = owner.metadata.ownerReferences or ()
         parent = next(((ref.kind, ref.name) for ref in refs if ref.controller), None)
         # A ReplicaSet made by a Deployment (or a Job by a CronJob) is named by its parent; one made by
         # anything else (a user, Argo Rollouts) is the workload itself.
-        workload = parent if parent is not None and parent[0] == _PARENT_KINDS[kind] else (kind, name)
-        with self._lock:
-            if len(self._workloads) >= _MAX_WORKLOADS:
-                self._workloads.clear()
-            self._workloads[key] = workload
-            self._workload_failed_at.pop(key, None)
-        return workload
+        return parent if parent is not None and parent[0] == _PARENT_KINDS[kind] else (kind, name)
 
     def _get_claim(self, namespace: str, name: str):
         from lightkube.resources.resource_v1 import ResourceClaim

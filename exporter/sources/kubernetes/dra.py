@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import threading
 import time
-from typing import Callable, Dict, NamedTuple, Optional, Tuple
+from typing import Callable, Dict, Iterable, NamedTuple, Optional, Tuple
 
+from exporter.base.cache import RetryingCache
 from exporter.base.logs import DependencyReporter
 from exporter.core.device_ids import DRA_GPU_DRIVER
 from exporter.core.identity import GpuKey, MigResolver
+from exporter.core.mapping import DraResolution
 from exporter.sources.kubernetes.watch import describe_failure
 
 DeviceRef = Tuple[str, str, str]  # (driver, pool, device name), as the kubelet and ResourceSlices name it
@@ -28,12 +30,6 @@ class SliceDevice(NamedTuple):
     kind: str  # "gpu", "mig", or whatever else the driver says
     uuid: str
     parent_uuid: str
-
-
-class DraResolution(NamedTuple):
-    admin_access: bool  # held through an adminAccess claim: a monitoring pod, never an owner
-    key: Optional[GpuKey]  # None: fall back to the kubelet-only rule (device known to no slice)
-    known: bool  # whether a ResourceSlice describes the device
 
 
 def slice_devices(resource_slice) -> Dict[DeviceRef, SliceDevice]:
@@ -68,14 +64,18 @@ class DraDevices:
                  clock: Callable[[], float] = time.monotonic):
         self._get_claim = get_claim
         self.resolve_mig = resolve_mig
-        self._clock = clock
         self._lock = threading.Lock()
         self._by_slice: Dict[str, Dict[DeviceRef, SliceDevice]] = {}
         self._devices: Dict[DeviceRef, SliceDevice] = {}
-        self._claims: Dict[Tuple[str, str], frozenset] = {}  # claim → device refs held with adminAccess
-        self._claim_failed_at: Dict[Tuple[str, str], float] = {}
+        # "<namespace>/<name>" of a claim → the device refs it holds with adminAccess.
+        self._claims: RetryingCache[str, frozenset] = RetryingCache(
+            self._fetch_claim, _CLAIM_RETRY_SECONDS, _MAX_CLAIMS, clock)
         self._reporter = DependencyReporter("kubernetes-api")
-        self.claim_gets = 0
+
+    @property
+    def claim_gets(self) -> int:
+        """Claims asked of the API server (cache misses and retries), for tests and debugging."""
+        return self._claims.lookups
 
     # Fed by the ResourceSlice ListWatch.
     def reset(self, slices: list) -> None:
@@ -108,48 +108,27 @@ class DraDevices:
             return GpuKey("UUID", parent[0], parent[1]) if parent else None
         return GpuKey("UUID", published.uuid, "") if published.uuid.startswith("GPU-") else None
 
-    def forget_claims_except(self, claims: set) -> None:
-        """Drop cached claims the kubelet no longer reports (a claim name may be reused later)."""
-        with self._lock:
-            for cached in set(self._claims) - claims:
-                del self._claims[cached]
-            for failed in set(self._claim_failed_at) - claims:
-                del self._claim_failed_at[failed]
+    def retain_claims(self, claims: Iterable[str]) -> None:
+        """Forget cached claims ("<namespace>/<name>") the kubelet no longer reports (a claim name may be
+        reused later)."""
+        self._claims.retain(claims)
 
     def _is_admin_access(self, claim: str, ref: DeviceRef) -> bool:
-        namespace, _, name = claim.partition("/")
-        if not name:
+        if not claim.partition("/")[2]:
             return False
-        key = (namespace, name)
-        with self._lock:
-            held = self._claims.get(key)
-            failed_at = self._claim_failed_at.get(key)
-        if held is None:
-            if failed_at is not None and self._clock() - failed_at < _CLAIM_RETRY_SECONDS:
-                return False
-            held = self._fetch_claim(key)
-            if held is None:
-                return False
-        return ref in held
+        held = self._claims.get(claim)
+        return held is not None and ref in held
 
-    def _fetch_claim(self, key: Tuple[str, str]) -> Optional[frozenset]:
-        self.claim_gets += 1
+    def _fetch_claim(self, claim: str) -> Optional[frozenset]:
+        namespace, _, name = claim.partition("/")
         try:
-            claim = self._get_claim(*key)
+            found = self._get_claim(namespace, name)
         except Exception as exc:  # noqa: BLE001 - reported once per kind, retried later, never fatal
             reason, message = describe_failure(exc, "get", "resourceclaims")
-            self._reporter.failed(f"resourceclaims:{reason}", message, claim="/".join(key))
-            with self._lock:
-                self._claim_failed_at[key] = self._clock()
+            self._reporter.failed(f"resourceclaims:{reason}", message, claim=claim)
             return None
         self._reporter.succeeded("Kubernetes API answering again", resource="resourceclaims")
-        held = frozenset(_admin_access_results(claim))
-        with self._lock:
-            if len(self._claims) >= _MAX_CLAIMS:
-                self._claims.clear()
-            self._claims[key] = held
-            self._claim_failed_at.pop(key, None)
-        return held
+        return frozenset(_admin_access_results(found))
 
 
 def _admin_access_results(claim):

@@ -4,14 +4,16 @@ from __future__ import annotations
 
 import threading
 import time
-from typing import Any, Callable, Dict, Optional, Tuple
+from typing import Any, Callable, Optional, Tuple
 
+from exporter.base.cache import RetryingCache
 from exporter.base.logs import log
 
 # Failed lookups are retried this often: a MIG device the kubelet reports before NVML sees it (or an
 # NVML hiccup) resolves later, while a device that never resolves costs one lookup per interval.
 RETRY_FAILED_AFTER_SECONDS = 300.0
-# MIG UUIDs change whenever instances are re-created, so entries come and go; bound the cache.
+# MIG UUIDs change whenever instances are re-created, so entries come and go; bound the cache
+# (answers and failures together).
 _MAX_CACHED = 4096
 
 
@@ -26,33 +28,30 @@ class NvmlMigResolver:
     def __init__(self, nvml: Any, retry_failed_after_seconds: float = RETRY_FAILED_AFTER_SECONDS,
                  clock: Callable[[], float] = time.monotonic):
         self._nvml = nvml
-        self._retry_after = retry_failed_after_seconds
-        self._clock = clock
-        self._lock = threading.Lock()
-        self._found: Dict[str, Tuple[str, str]] = {}
-        self._failed_at: Dict[str, float] = {}
-        self.lookups = 0  # NVML lookups made (cache misses), for tests and debugging
+        self._lock = threading.Lock()  # one lookup at a time: concurrent asks of one device cost one
+        self._cache: RetryingCache[str, Tuple[str, str]] = RetryingCache(
+            self._lookup_logged, retry_failed_after_seconds, _MAX_CACHED, clock)
+
+    @property
+    def lookups(self) -> int:
+        """NVML lookups made (cache misses and retries), for tests and debugging."""
+        return self._cache.lookups
 
     def __call__(self, mig_uuid: str) -> Optional[Tuple[str, str]]:
         with self._lock:
-            found = self._found.get(mig_uuid)
-            if found is not None:
-                return found
-            failed_at = self._failed_at.get(mig_uuid)
-            if failed_at is not None and self._clock() - failed_at < self._retry_after:
-                return None
-            self.lookups += 1
-            try:
-                result = self._lookup(mig_uuid)
-                problem = "" if result is not None else "NVML answered an unexpected MIG parent"
-            except Exception as exc:  # any NVML failure (NVMLError, a driver gone away) means "unknown"
-                result, problem = None, str(exc) or type(exc).__name__
-            if result is None:
-                # The first failure of a device is worth a line; its periodic retries are not.
-                level = "debug" if mig_uuid in self._failed_at else "info"
-                log(level, "NVML cannot resolve a MIG device; it stays unresolved", device_id=mig_uuid, error=problem)
-            self._remember(mig_uuid, result)
-            return result
+            return self._cache.get(mig_uuid)
+
+    def _lookup_logged(self, mig_uuid: str) -> Optional[Tuple[str, str]]:
+        try:
+            result = self._lookup(mig_uuid)
+            problem = "" if result is not None else "NVML answered an unexpected MIG parent"
+        except Exception as exc:  # any NVML failure (NVMLError, a driver gone away) means "unknown"
+            result, problem = None, str(exc) or type(exc).__name__
+        if result is None:
+            # The first failure of a device is worth a line; its periodic retries are not.
+            level = "debug" if self._cache.failed_before(mig_uuid) else "info"
+            log(level, "NVML cannot resolve a MIG device; it stays unresolved", device_id=mig_uuid, error=problem)
+        return result
 
     def _lookup(self, mig_uuid: str) -> Optional[Tuple[str, str]]:
         nvml = self._nvml
@@ -68,13 +67,3 @@ class NvmlMigResolver:
         if isinstance(instance_id, bool) or not isinstance(instance_id, int) or instance_id < 0:
             return None
         return parent_uuid, str(instance_id)
-
-    def _remember(self, mig_uuid: str, result: Optional[Tuple[str, str]]) -> None:
-        if len(self._found) + len(self._failed_at) >= _MAX_CACHED:
-            self._found.clear()
-            self._failed_at.clear()
-        if result is None:
-            self._failed_at[mig_uuid] = self._clock()
-        else:
-            self._found[mig_uuid] = result
-            self._failed_at.pop(mig_uuid, None)

@@ -1,0 +1,64 @@
+"""A background loop on its own daemon thread: refresh now, then every interval, until stopped."""
+
+from __future__ import annotations
+
+import threading
+from typing import Callable, Optional
+
+from exporter.base.logs import log
+
+_INTERRUPT_POLL_SECONDS = 0.05
+
+
+class Refresher:
+    """Calls `refresh` at once and then every `interval_seconds` on a thread called `name`.
+
+    An unexpected exception is logged (one error line naming `what` is refreshed) and the loop goes
+    on: a bug must not end a refresher for good, as it once did. `stop` ends the loop at once, even
+    mid-wait.
+    """
+
+    def __init__(self, name: str, refresh: Callable[[], object], interval_seconds: float, what: str):
+        self._name = name
+        self._refresh = refresh
+        self._interval = interval_seconds
+        self._what = what
+        self._stop = threading.Event()
+        self._thread: Optional[threading.Thread] = None
+
+    @property
+    def stopping(self) -> bool:
+        """Whether `stop` was called: a refresh failing now may be cut short by the shutdown."""
+        return self._stop.is_set()
+
+    def start(self, wait_for_first: bool = False, interrupted: Optional[threading.Event] = None) -> None:
+        """Start the thread; with `wait_for_first`, return once the first refresh is done, or as soon
+        as `interrupted` is set (a SIGTERM must not wait for a dependency that hangs)."""
+        first_done = threading.Event()
+        self._thread = threading.Thread(target=self._run, args=(first_done,), name=self._name, daemon=True)
+        self._thread.start()
+        if not wait_for_first:
+            return
+        while not first_done.wait(_INTERRUPT_POLL_SECONDS):
+            if interrupted is not None and interrupted.is_set():
+                return
+
+    def stop(self, timeout_seconds: float = 2.0) -> None:
+        """End the loop and wait up to `timeout_seconds` for a refresh in progress to return."""
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout_seconds)
+
+    def _run(self, first_done: threading.Event) -> None:
+        try:
+            self._refresh_once()
+        finally:
+            first_done.set()
+        while not self._stop.wait(self._interval):
+            self._refresh_once()
+
+    def _refresh_once(self) -> None:
+        try:
+            self._refresh()
+        except Exception:  # noqa: BLE001 - a bug: logged with its trace, and the next interval tries again
+            log("error", f"unexpected error refreshing {self._what}", exc_info=True)
