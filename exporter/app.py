@@ -129,6 +129,12 @@ def _load_web_config(path: Optional[str]):
 def _prepare_kubernetes(config: Config):
     """The Kubernetes API context (not started), or None when --kubernetes.api is off or finds no config."""
     if config.kubernetes_api == "off":
+        # prepare_kubernetes warns when `auto` finds no cluster; `off` never reaches it.
+        from exporter.sources.kubernetes.labels import parse_extra  # pure, and already loaded by config
+
+        if any(parse_extra(config.labels_extra)) or config.labels_pod_labels or config.labels_pod_annotations:
+            log("warn", "--labels.extra/--labels.pod-labels/--labels.pod-annotations need the Kubernetes API, which "
+                "is off (--kubernetes.api); they are ignored", kubernetes_api=config.kubernetes_api)
         return None
     from exporter.sources.kubernetes.context import (  # imported lazily: lightkube is only loaded when used
         prepare_kubernetes,
@@ -149,12 +155,10 @@ def _process_shares(config: Config, attribution: Attribution, kubernetes):
 
 
 def _mig_resolver():
-    """NVML resolves MIG-<uuid> device IDs when the optional nvidia-ml-py extra and a driver are present."""
-    try:
-        from exporter.sources.nvml.library import make_mig_resolver
-    except ImportError:
-        return None
-    return make_mig_resolver()
+    """Resolves MIG-<uuid> device IDs through NVML, opened (and its outcome logged) at the first such ID."""
+    from exporter.sources.nvml.library import LazyMigResolver
+
+    return LazyMigResolver()
 
 
 def _stop_on_signals(server, stopping: threading.Event) -> None:

@@ -71,7 +71,7 @@ _FLAGS: Tuple[Tuple[str, str, str, str], ...] = (
     ("--labels.style", "labels_style", LABEL_STYLE_CHOICES, "Owner label names: kubernetes = namespace,pod,container; legacy = pod_name,pod_namespace,container_name (the 2019 exporter's)."),
     ("--kubernetes.api", "kubernetes_api", KUBERNETES_API_CHOICES, "Kubernetes API server for pod UIDs, workloads, pod labels and DRA ResourceSlices: auto = when running in a pod or --kubernetes.kubeconfig is set; on = required (start-up fails without a config); off = never."),
     ("--kubernetes.kubeconfig", "kubernetes_kubeconfig", "text", "Kubeconfig file for the API server when not running in a pod (in a pod: the service account)."),
-    ("--kubernetes.node-name", "kubernetes_node_name", "name", "This node's name; its pods are watched with fieldSelector spec.nodeName=<it>. Default: env NODE_NAME (downward API), else the host name."),
+    ("--kubernetes.node-name", "kubernetes_node_name", "name", "This node's name; its pods are watched with fieldSelector spec.nodeName=<it>."),
     ("--labels.extra", "labels_extra", "extra", "Comma list of extra labels from the API: pod_uid (adds pod_uid), workload (adds workload_kind, workload)."),
     ("--labels.pod-labels", "labels_pod_labels", "regex", "Regex (full match) of pod label keys to add as label_<key>, sanitised like kube-state-metrics."),
     ("--labels.pod-annotations", "labels_pod_annotations", "regex", "Regex (full match) of pod annotation keys to add as annotation_<key>."),
@@ -80,6 +80,9 @@ _FLAGS: Tuple[Tuple[str, str, str, str], ...] = (
     ("--log.level", "log_level", LOG_LEVELS, "Only log messages at or above this level."),
     ("--log.format", "log_format", LOG_FORMATS, "Log line format."),
 )
+
+# Defaults decided at run time, where the Config field's own default (None) would read "none".
+_SHOWN_DEFAULTS = {"kubernetes_node_name": "env NODE_NAME, as the downward API sets it, else the host name"}
 
 
 _DURATION = re.compile(r"(\d+(?:\.\d+)?)(ms|s|m|h)")
@@ -190,7 +193,7 @@ def build_parser() -> argparse.ArgumentParser:
             default = _format_seconds(default)
         elif kind == "size":
             default = _format_size(default)
-        shown = "none" if default in (None, "") else default
+        shown = _SHOWN_DEFAULTS.get(field, "none" if default in (None, "") else default)
         parser.add_argument(flag, dest=field, metavar=_metavar(kind), help=f"{text} [env {env_var_name(flag)}] (default: {shown})")
     parser.add_argument("-o", "--output", choices=("table", "json"), help="mapping: output format (default: table)")
     parser.add_argument("--version", action="version", version=f"%(prog)s {_version()}")
@@ -232,12 +235,25 @@ def parse_config(argv: Sequence[str], environ: Mapping[str, str]) -> Config:
 
 
 # Settings a command would otherwise silently ignore: a user who passes one expects it to act.
+_OWN_KUBELET = "the demo runs its own simulated kubelet; leave out `demo` to serve a real node"
+_OWN_DCGM = "the demo runs its own simulated dcgm-exporter; leave out `demo` to serve a real node"
+_NO_API = "the demo's simulated pods exist on no API server, so it never asks one"
+_MAPPING_ONLY = "it only shapes the output of `mapping`"
 _UNUSED_BY = {
-    "demo": {"kubelet_socket": "the demo runs its own simulated kubelet; leave out `demo` to serve a real node",
-             "dcgm_url": "the demo runs its own simulated dcgm-exporter; leave out `demo` to serve a real node",
-             "dcgm_file": "the demo runs its own simulated dcgm-exporter; leave out `demo` to serve a real node",
-             "output": "it only shapes the output of `mapping`"},
-    "serve": {"output": "it only shapes the output of `mapping`"},
+    "demo": {"kubelet_socket": _OWN_KUBELET, "dcgm_url": _OWN_DCGM, "dcgm_file": _OWN_DCGM,
+             **dict.fromkeys(("kubernetes_api", "kubernetes_kubeconfig", "kubernetes_node_name",
+                              "labels_extra", "labels_pod_labels", "labels_pod_annotations"), _NO_API),
+             "output": _MAPPING_ONLY},
+    "serve": {"output": _MAPPING_ONLY},
+    # `mapping` asks the kubelet (and the API server, for its labels column) once and prints.
+    "mapping": {
+        **dict.fromkeys(("listen_address", "telemetry_path", "web_config_file"), "it prints one table and exits, serving nothing"),
+        **dict.fromkeys(("dcgm_url", "dcgm_file", "dcgm_timeout_seconds", "dcgm_max_body_bytes"),
+                        "it reads the kubelet, never dcgm-exporter"),
+        **dict.fromkeys(("kubelet_refresh_interval_seconds", "mapping_max_age_seconds"), "it asks the kubelet once"),
+        "labels_style": "it prints owners as columns, not as sample labels",
+        **dict.fromkeys(("sharing_mode", "sharing_proc_root"), "per-process shares are served, never printed by it"),
+    },
 }
 # A newcomer's demo stays on this machine unless --web.listen-address says otherwise, and
 # refreshes often enough for changes to show quickly.

@@ -5,7 +5,9 @@ from __future__ import annotations
 import dataclasses
 import math
 import re
+import shlex
 import shutil
+import sys
 import tempfile
 import time
 from pathlib import Path
@@ -114,11 +116,11 @@ def run_demo(config: Config, serve: Callable[..., int]) -> int:
     try:
         kubelet.start()
         dcgm.start()
-        # parse_config has refused --kubelet.socket and --dcgm.* for the demo, so nothing the
-        # user asked for is overridden here.
+        # parse_config has refused --kubelet.socket, --dcgm.*, --kubernetes.* and the API's --labels.*
+        # for the demo, so nothing the user asked for is overridden here; its short refresh interval
+        # is a default there, which --kubelet.refresh-interval replaces.
         demo_config = dataclasses.replace(
             config, command="serve", kubelet_socket=socket_path, dcgm_url=dcgm.url, dcgm_file=None,
-            kubelet_refresh_interval_seconds=min(config.kubelet_refresh_interval_seconds, 2.0),
             kubernetes_api="off",  # the simulated pods exist on no API server, even when run inside a pod
         )
         return serve(demo_config, on_ready=lambda url: _explain(url, socket_path, dcgm.url))
@@ -126,6 +128,19 @@ def run_demo(config: Config, serve: Callable[..., int]) -> int:
         dcgm.stop()
         kubelet.stop()
         shutil.rmtree(workdir, ignore_errors=True)
+
+
+def mapping_command(program: str, socket_path: str) -> str:
+    """The command that prints the simulated node's GPU -> pod table, ready to paste."""
+    return f"{program} mapping --kubelet.socket {shlex.quote(socket_path)}"
+
+
+def _invoked_as() -> str:
+    """This process's command as typed (`.venv/bin/pod-gpu-metrics-exporter`, `python -m exporter`)."""
+    program = sys.argv[0] if sys.argv and sys.argv[0] else "pod-gpu-metrics-exporter"
+    if Path(program).name == "__main__.py":  # python -m exporter: argv[0] is the module's file
+        return f"{shlex.quote(sys.executable)} -m exporter"
+    return shlex.quote(program)
 
 
 def _explain(url: str, socket_path: str, dcgm_url: str) -> None:
@@ -144,6 +159,9 @@ Simulated: a kubelet PodResources gRPC server on {socket_path}
   GPU 2     inference/llm-server-a + inference/llm-server-b  (nvidia.com/gpu.shared, time-sliced;
             llm-server-a holds two replicas and still gets one series per sample)
   GPU 3     idle: its samples pass unchanged, without owner labels
+
+The table the exporter works from, as `mapping` prints it on a real node; from another terminal:
+  {mapping_command(_invoked_as(), socket_path)}
 Press Ctrl+C to stop.
 """,
         flush=True,

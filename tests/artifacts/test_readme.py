@@ -5,13 +5,14 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from exporter.demo.node import gpu_uuid, simulated_allocations
+from exporter.demo.node import gpu_uuid, mapping_command, simulated_allocations
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 README = (REPO_ROOT / "README.md").read_text(encoding="utf-8")
 ORDER = ["What it is", "Install", "Quick start", "Flags", "Metrics", "Deployment", "TLS and basic auth",
          "Operations", "Development"]
 DEMO_COMMAND = "python3 -m venv .venv && .venv/bin/pip install . && .venv/bin/pod-gpu-metrics-exporter demo"
+DEMO_PROGRAM = ".venv/bin/pod-gpu-metrics-exporter"  # as the demo command above starts it
 TEST_COMMAND = "python3 -m venv .venv && .venv/bin/pip install -e '.[test]' && .venv/bin/python -m pytest"
 
 
@@ -41,3 +42,15 @@ def test_sample_examples_use_the_demos_names():
 def test_links_to_docs_resolve():
     for target in re.findall(r"\]\((docs/[^)#]+)", README):
         assert (REPO_ROOT / target).is_file(), target
+
+
+def section(title: str) -> str:
+    return README.split(f"\n## {title}\n", 1)[1].split("\n## ", 1)[0]
+
+
+def test_quick_start_shows_the_mapping_command_the_demo_prints():
+    # The demo prints mapping_command(<its program>, <this run's socket>); the README shows one run's.
+    quick_start = section("Quick start")
+    socket = re.search(r"--kubelet\.socket (/tmp/pod-gpu-demo-\w{8}/kubelet\.sock)\b", quick_start)
+    assert socket, "the Quick start shows no `mapping --kubelet.socket <the demo's socket>` command"
+    assert mapping_command(DEMO_PROGRAM, socket.group(1)) in quick_start.splitlines()

@@ -7,7 +7,7 @@ import re
 import pytest
 
 from exporter.base.errors import ConfigError
-from exporter.config import Config, env_var_name, parse_config, parse_duration, parse_listen_address
+from exporter.config import Config, build_parser, env_var_name, parse_config, parse_duration, parse_listen_address
 from support.design_flags import DESIGN_FLAGS
 
 
@@ -128,3 +128,42 @@ def test_sharing_flags_and_their_environment_variables():
 def test_bad_sharing_flags(args, says):
     with pytest.raises(ConfigError, match=re.escape(says)):
         parse_config(args, {})
+
+
+@pytest.mark.parametrize("argv, env, named", [
+    (["--web.listen-address", ":9400"], {}, "--web.listen-address"),
+    (["--web.telemetry-path", "/gpu"], {}, "--web.telemetry-path"),
+    (["--dcgm.max-body-size", "4MiB"], {}, "--dcgm.max-body-size"),
+    (["--kubelet.refresh-interval", "1s"], {}, "--kubelet.refresh-interval"),
+    (["--labels.style", "legacy"], {}, "--labels.style"),
+    ([], {"POD_GPU_EXPORTER_SHARING_PROC_ROOT": "/host/proc"}, "POD_GPU_EXPORTER_SHARING_PROC_ROOT"),
+    ([], {"POD_GPU_EXPORTER_WEB_CONFIG_FILE": "/etc/web.yml"}, "POD_GPU_EXPORTER_WEB_CONFIG_FILE"),
+])
+def test_mapping_refuses_settings_only_serving_uses(argv, env, named):
+    with pytest.raises(ConfigError, match=f"^{re.escape(named)} is not used by `mapping` "):
+        parse_config(["mapping"] + argv, env)
+
+
+def test_mapping_takes_the_kubelet_the_api_labels_and_logs():
+    argv = ["mapping", "--kubelet.socket", "/k.sock", "--kubelet.timeout", "2s", "--kubernetes.api", "on",
+            "--kubernetes.kubeconfig", "/kc", "--kubernetes.node-name", "n1", "--labels.extra", "pod_uid",
+            "--labels.pod-labels", "team", "--labels.pod-annotations", "owner", "--log.level", "debug", "-o", "json"]
+    config = parse_config(argv, {"POD_GPU_EXPORTER_LOG_FORMAT": "json"})
+    assert (config.kubelet_socket, config.labels_pod_annotations, config.log_format) == ("/k.sock", "owner", "json")
+
+
+@pytest.mark.parametrize("argv, env, named", [
+    (["--kubernetes.api", "off"], {}, "--kubernetes.api"),
+    (["--kubernetes.kubeconfig", "/kc"], {}, "--kubernetes.kubeconfig"),
+    (["--labels.pod-annotations", "owner"], {}, "--labels.pod-annotations"),
+    ([], {"POD_GPU_EXPORTER_KUBERNETES_NODE_NAME": "n1"}, "POD_GPU_EXPORTER_KUBERNETES_NODE_NAME"),
+    ([], {"POD_GPU_EXPORTER_LABELS_POD_LABELS": "team"}, "POD_GPU_EXPORTER_LABELS_POD_LABELS"),
+])
+def test_demo_refuses_the_kubernetes_api_settings(argv, env, named):
+    with pytest.raises(ConfigError, match=f"^{re.escape(named)} is not used by `demo` "):
+        parse_config(["demo"] + argv, env)
+
+
+def test_help_shows_the_node_name_default_it_computes():
+    text = " ".join(build_parser().format_help().split())
+    assert "(default: env NODE_NAME, as the downward API sets it, else the host name)" in text

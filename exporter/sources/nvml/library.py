@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import threading
 from typing import Any, Optional, Tuple
 
 from exporter.base.logs import log
@@ -35,7 +36,8 @@ def make_mig_resolver(library: Any = None) -> Optional[MigResolver]:
     """A resolver when NVML is usable (nvidia-ml-py importable and the driver's library present), else None.
 
     `library` is an NVML binding to use instead of importing pynvml (tests pass a stand-in). Called once
-    per process, so its one info line is the only notice that MIG-<uuid> IDs stay unresolved.
+    per process (by LazyMigResolver), so its one info line is the only notice that MIG-<uuid> IDs stay
+    unresolved.
     """
     library, problem = open_nvml(library)
     if library is None:
@@ -43,3 +45,25 @@ def make_mig_resolver(library: Any = None) -> Optional[MigResolver]:
         return None
     log("info", "NVML available: MIG-<uuid> device IDs are resolved to their parent GPU and GPU instance")
     return NvmlMigResolver(library)
+
+
+class LazyMigResolver:
+    """A MigResolver that opens NVML at its first MIG-<uuid> lookup, once, and answers through it after.
+
+    Most nodes never show a MIG-<uuid> device ID, and `demo` or `mapping` rarely do: opening NVML at
+    start-up would load the driver's library for nothing and log a MIG note that concerns nobody.
+    Lookups run on the mapping refresher (or `mapping`'s one build), never on a scrape.
+    """
+
+    def __init__(self, library: Any = None):
+        self._library = library  # an NVML binding instead of pynvml (tests pass a stand-in)
+        self._lock = threading.Lock()
+        self._opened = False
+        self._resolver: Optional[MigResolver] = None
+
+    def __call__(self, mig_uuid: str) -> Optional[Tuple[str, str]]:
+        with self._lock:
+            if not self._opened:
+                self._opened = True
+                self._resolver = make_mig_resolver(self._library)
+        return self._resolver(mig_uuid) if self._resolver is not None else None
