@@ -2,7 +2,7 @@
 
 Run from the repository root: `python benchmarks/process_shares.py` (a few seconds), or with
 `--iterations 20` for a quick check. Needs a C compiler: NVML is the fake libnvidia-ml.so.1 of the
-tests (tests/fake_nvml/fake_nvml.c), driven through the real nvidia-ml-py binding. The node: 8 GPUs,
+tests (tests/support/fake_nvml/fake_nvml.c), driven through the real nvidia-ml-py binding. The node: 8 GPUs,
 each time-sliced into 4 replicas held by 32 pods; 50 processes on the GPUs — 40 in holding pods (8 pods
 with two), 5 in pods holding no GPU, 5 host processes; a per-process SM sample for each.
 

@@ -3,7 +3,7 @@
 
 Usage: python scripts/generate_protos.py [--out DIR]
 
-The output is committed and never edited by hand; tests/artifacts/test_generated_code.py.py regenerates it into a
+The output is committed and never edited by hand; tests/artifacts/test_generated_code.py regenerates it into a
 temporary folder and fails on any byte of difference. The generator version is pinned because
 protoc's output (and the runtime floors it writes into the code) changes between releases.
 """

@@ -40,7 +40,7 @@ def dcgm():
 
 @pytest.fixture(scope="session")
 def fake_nvml_library(tmp_path_factory):
-    """The fake libnvidia-ml.so.1 (tests/fake_nvml/fake_nvml.c), built once with the system compiler."""
+    """The fake libnvidia-ml.so.1 (tests/support/fake_nvml/fake_nvml.c), built once with the system compiler."""
     from support.nvml_node import build_fake_nvml
 
     return build_fake_nvml(tmp_path_factory.mktemp("fake-nvml"))

@@ -299,7 +299,7 @@ def _core_schema_errors(definition: str, value) -> list:
 
 
 # --- Kubernetes API access (--kubernetes.api): service account, least-privilege RBAC, node name ---
-EXPORTER_RULES = {  # (API group, resource) → verbs, exactly as issue 10 grants them
+EXPORTER_RULES = {  # (API group, resource) → verbs, exactly as daemonset.yaml grants them for the Kubernetes context
     ("", "pods"): {"get", "list", "watch"},
     ("apps", "replicasets"): {"get"},
     ("batch", "jobs"): {"get"},

@@ -1,6 +1,6 @@
 """prometheus/grafana/grafana-dashboard.json: template variables, per-pod panels, and only metrics that exist.
 
-Its queries are also run against a real Prometheus in tests/e2e/test_prometheus_e2e.py.py.
+Its queries are also run against a real Prometheus in tests/e2e/test_prometheus_e2e.py.
 """
 
 from __future__ import annotations

@@ -68,11 +68,18 @@ def test_license_is_an_spdx_expression_with_its_file():
 def test_the_wheel_holds_every_package_and_no_test_double_but_the_demos(tmp_path):
     """Built as users get it (pip, build isolation): every module of exporter/, the demo's fakes and data,
     and nothing from tests/ (the fake Kubernetes API server is a test double only)."""
+    import shutil
     import subprocess
     import sys
     import zipfile
 
-    subprocess.run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "-w", str(tmp_path), str(REPO_ROOT)],
+    # From a copy of what the image build copies (.dockerignore): building in the checkout would leave a
+    # build/ folder there, whose stale files a later build can carry into its wheel.
+    source = tmp_path / "source"
+    shutil.copytree(REPO_ROOT / "exporter", source / "exporter", ignore=shutil.ignore_patterns("__pycache__"))
+    for name in ("pyproject.toml", "README.md", "LICENSE"):
+        shutil.copy(REPO_ROOT / name, source / name)
+    subprocess.run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "-w", str(tmp_path), str(source)],
                    check=True, capture_output=True, timeout=300)
     (wheel,) = tmp_path.glob("pod_gpu_metrics_exporter-*.whl")
     names = set(zipfile.ZipFile(wheel).namelist())

@@ -1,4 +1,4 @@
-"""The fake libnvidia-ml.so.1 (tests/fake_nvml/fake_nvml.c), built with the system compiler, and the
+"""The fake libnvidia-ml.so.1 (tests/support/fake_nvml/fake_nvml.c), built with the system compiler, and the
 node file it answers from."""
 
 from __future__ import annotations
