@@ -11,14 +11,7 @@ from __future__ import annotations
 from typing import Dict, List, Optional, Tuple
 
 from exporter.core.mapping import Mapping
-from exporter.exposition.series import (
-    LabelSet,
-    RewriteResult,
-    Series,
-    SeriesBuilder,
-    copy_comment,
-    split_unlabelled,
-)
+from exporter.exposition.series import LabelSet, RewriteResult, Series, SeriesBuilder, copy_comment, split_unlabelled
 from exporter.exposition.streamed import rewrite_streamed
 from exporter.exposition.template import BodyTemplate
 from exporter.exposition.text import UNDECODABLE, canonical_head, cut_short, decode, is_value

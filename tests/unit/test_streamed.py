@@ -9,9 +9,9 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from exporter.core.mapping import build_mapping
+from exporter.exposition import streamed
 from exporter.exposition.rewriter import STREAM_MIN_BYTES, STREAM_MIN_LINES, Rewriter
 from exporter.exposition.series import SeriesBuilder
-from exporter.exposition import streamed
 from exporter.exposition.streamed import rewrite_streamed
 from exporter.sources.kubelet import AllocatedDevice
 from support.exposition_strategies import SETTINGS, families, mappings, styles
