@@ -11,16 +11,9 @@ from exporter.base.logs import setup_logging
 from exporter.core.attribution import Attribution
 from exporter.core.mapping import DraResolution
 from exporter.sources.kubelet import AllocatedDevice
+from support.clocks import ManualClock
 
 GPU = "GPU-c2f76b33-7953-256e-8f33-1343419b1a1c"
-
-
-class Clock:
-    def __init__(self):
-        self.now = 1000.0
-
-    def __call__(self):
-        return self.now
 
 
 class Kubelet:
@@ -43,7 +36,7 @@ def make(kubelet, clock, max_age=60.0):
 
 
 def test_current_never_lists():
-    kubelet, clock = Kubelet(), Clock()
+    kubelet, clock = Kubelet(), ManualClock()
     attribution = make(kubelet, clock)
     attribution.refresh()
     for _ in range(100):
@@ -54,7 +47,7 @@ def test_current_never_lists():
 
 
 def test_before_any_answer_there_is_no_mapping():
-    kubelet, clock = Kubelet(), Clock()
+    kubelet, clock = Kubelet(), ManualClock()
     kubelet.error = KubeletError("socket missing", reason="absent")
     attribution = make(kubelet, clock)
     attribution.refresh()
@@ -63,7 +56,7 @@ def test_before_any_answer_there_is_no_mapping():
 
 
 def test_last_good_mapping_kept_until_max_age_then_dropped():
-    kubelet, clock = Kubelet(), Clock()
+    kubelet, clock = Kubelet(), ManualClock()
     attribution = make(kubelet, clock, max_age=60)
     attribution.refresh()
     kubelet.error = KubeletError("kubelet hangs", reason="timeout")
@@ -80,7 +73,7 @@ def test_last_good_mapping_kept_until_max_age_then_dropped():
 
 
 def test_non_gpu_resources_are_ignored_and_nvidia_star_counted():
-    kubelet, clock = Kubelet(), Clock()
+    kubelet, clock = Kubelet(), ManualClock()
     kubelet.devices = [
         AllocatedDevice("ns", "a", "c", "example.com/fpga", "fpga0"),
         AllocatedDevice("ns", "b", "c", "nvidia.com/gpu.shared", GPU + "::1"),
@@ -94,7 +87,7 @@ def test_non_gpu_resources_are_ignored_and_nvidia_star_counted():
 def test_repeated_failure_is_logged_once_and_recovery_once():
     stream = io.StringIO()
     setup_logging("info", "logfmt", stream)
-    kubelet, clock = Kubelet(), Clock()
+    kubelet, clock = Kubelet(), ManualClock()
     kubelet.error = KubeletError("kubelet socket /x not found", reason="absent")
     attribution = make(kubelet, clock)
     for _ in range(5):
@@ -113,7 +106,7 @@ def test_repeated_failure_is_logged_once_and_recovery_once():
 
 
 def test_background_thread_refreshes_and_stops():
-    kubelet, clock = Kubelet(), Clock()
+    kubelet, clock = Kubelet(), ManualClock()
     attribution = Attribution(kubelet.list_devices, refresh_interval_seconds=0.05, max_age_seconds=60)
     attribution.start()
     try:
@@ -129,7 +122,7 @@ def test_background_thread_refreshes_and_stops():
 
 
 def test_a_healthy_kubelet_never_ages_out_even_with_a_refresh_interval_above_max_age():
-    kubelet, clock = Kubelet(), Clock()
+    kubelet, clock = Kubelet(), ManualClock()
     attribution = Attribution(kubelet.list_devices, refresh_interval_seconds=120, max_age_seconds=60, clock=clock)
     attribution.refresh()
     clock.now += 119  # just before the next refresh: the kubelet answered last time
@@ -151,7 +144,7 @@ class Cluster:
 
 
 def test_each_refresh_builds_the_mapping_with_the_cluster_context():
-    kubelet, clock = Kubelet(), Clock()
+    kubelet, clock = Kubelet(), ManualClock()
     attribution = Attribution(kubelet.list_devices, refresh_interval_seconds=5, max_age_seconds=60, clock=clock,
                               context=Cluster())
     attribution.refresh()

@@ -5,14 +5,7 @@ from __future__ import annotations
 import pytest
 
 from exporter.base.cache import RetryingCache
-
-
-class Clock:
-    def __init__(self):
-        self.now = 100.0
-
-    def __call__(self):
-        return self.now
+from support.clocks import ManualClock
 
 
 class Lookup:
@@ -42,7 +35,7 @@ def test_a_falsy_answer_is_an_answer_not_a_failure():
 
 
 def test_a_failure_is_remembered_then_retried_after_the_interval():
-    clock, lookup = Clock(), Lookup()
+    clock, lookup = ManualClock(), Lookup()
     cache = RetryingCache(lookup, retry_after_seconds=60, clock=clock)
     assert not cache.failed_before("a")
     assert cache.get("a") is None and cache.failed_before("a")
@@ -55,7 +48,7 @@ def test_a_failure_is_remembered_then_retried_after_the_interval():
 
 
 def test_a_retry_that_fails_again_waits_a_whole_interval_more():
-    clock, lookup = Clock(), Lookup()
+    clock, lookup = ManualClock(), Lookup()
     cache = RetryingCache(lookup, retry_after_seconds=60, clock=clock)
     cache.get("a")
     clock.now += 60
@@ -66,7 +59,7 @@ def test_a_retry_that_fails_again_waits_a_whole_interval_more():
 
 
 def test_failures_count_towards_the_bound_and_the_oldest_goes_first():
-    clock, lookup = Clock(), Lookup({"answered": "x"})
+    clock, lookup = ManualClock(), Lookup({"answered": "x"})
     cache = RetryingCache(lookup, retry_after_seconds=60, max_entries=3, clock=clock)
     cache.get("answered")
     for key in range(100):  # e.g. a Job a minute that the API server will not describe
@@ -79,7 +72,7 @@ def test_failures_count_towards_the_bound_and_the_oldest_goes_first():
 
 
 def test_an_entry_stored_again_becomes_the_youngest():
-    clock, lookup = Clock(), Lookup()
+    clock, lookup = ManualClock(), Lookup()
     cache = RetryingCache(lookup, retry_after_seconds=1, max_entries=2, clock=clock)
     cache.get("a")
     cache.get("b")
@@ -109,7 +102,7 @@ def test_the_lookup_may_ask_whether_its_key_failed_before():
         seen.append(cache.failed_before(key))  # the cache's lock is not held while a lookup runs
         return None
 
-    clock = Clock()
+    clock = ManualClock()
     cache = RetryingCache(lookup, retry_after_seconds=1, clock=clock)
     cache.get("a")
     clock.now += 1

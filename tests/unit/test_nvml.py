@@ -14,68 +14,13 @@ from exporter.core.mapping import build_mapping
 from exporter.exposition.rewriter import Rewriter
 from exporter.sources.nvml.library import make_mig_resolver
 from exporter.sources.nvml.mig import NvmlMigResolver
+from support.clocks import ManualClock
 from support.devices import Device
+from support.nvml_binding import FakeNvml, NVMLError
 
 PARENT = "GPU-be839661-c0f5-7452-284b-b875666df60c"
 MIG_A = "MIG-3a9c2f4e-1b2c-5d6e-8f90-123456789abc"
 MIG_B = "MIG-7d1e0b55-9a3f-5c2e-b1d4-0f9e8d7c6b5a"
-
-
-class NVMLError(Exception):
-    """Stands in for pynvml.NVMLError."""
-
-
-class FakeNvml:
-    """The outside world: the few pynvml functions the resolver calls, counting every call.
-
-    MIG handles are the MIG UUIDs as bytes (what the resolver passes), parent handles "parent:<uuid>".
-    """
-
-    def __init__(self, instances=None, init_error=None, uuid_as_bytes=False):
-        self.instances = dict(instances or {})  # MIG UUID -> (parent UUID, GPU instance ID)
-        self.init_error = init_error
-        self.uuid_as_bytes = uuid_as_bytes  # old nvidia-ml-py returned bytes
-        self.fail_with = None
-        self.calls = []
-        self._lock = threading.Lock()
-
-    def _record(self, name):
-        with self._lock:
-            self.calls.append(name)
-
-    def nvmlInit(self):  # noqa: N802 - NVML's names
-        self._record("nvmlInit")
-        if self.init_error:
-            raise self.init_error
-
-    def nvmlDeviceGetHandleByUUID(self, uuid):  # noqa: N802
-        self._record("nvmlDeviceGetHandleByUUID")
-        if self.fail_with:
-            raise self.fail_with
-        if not isinstance(uuid, bytes) or uuid.decode() not in self.instances:
-            raise NVMLError("Not Found")
-        return uuid
-
-    def nvmlDeviceGetDeviceHandleFromMigDeviceHandle(self, handle):  # noqa: N802
-        self._record("nvmlDeviceGetDeviceHandleFromMigDeviceHandle")
-        return "parent:" + self.instances[handle.decode()][0]
-
-    def nvmlDeviceGetUUID(self, handle):  # noqa: N802
-        self._record("nvmlDeviceGetUUID")
-        uuid = handle.split(":", 1)[1]
-        return uuid.encode() if self.uuid_as_bytes else uuid
-
-    def nvmlDeviceGetGpuInstanceId(self, handle):  # noqa: N802
-        self._record("nvmlDeviceGetGpuInstanceId")
-        return self.instances[handle.decode()][1]
-
-
-class Clock:
-    def __init__(self):
-        self.now = 100.0
-
-    def __call__(self):
-        return self.now
 
 
 def test_resolves_parent_and_instance_and_caches_answers():
@@ -95,7 +40,7 @@ def test_bytes_from_an_old_nvidia_ml_py_are_decoded():
 
 
 def test_failures_are_cached_then_retried_after_the_interval(log_stream):
-    clock = Clock()
+    clock = ManualClock()
     nvml = FakeNvml({})
     resolver = NvmlMigResolver(nvml, retry_failed_after_seconds=300, clock=clock)
     assert resolver(MIG_A) is None
@@ -112,7 +57,7 @@ def test_failures_are_cached_then_retried_after_the_interval(log_stream):
 
 
 def test_a_failure_retried_is_logged_at_debug_only(log_stream):
-    clock = Clock()
+    clock = ManualClock()
     resolver = NvmlMigResolver(FakeNvml({}), retry_failed_after_seconds=1, clock=clock)
     for _ in range(4):
         assert resolver(MIG_A) is None

@@ -11,6 +11,7 @@ from exporter.core.mapping import build_mapping
 from exporter.shares.compute import PodContainers
 from exporter.shares.process_shares import ProcessShares
 from exporter.sources.nvml.library import open_nvml
+from support.clocks import ManualClock
 from support.devices import Device
 from support.proc_tree import ProcTree
 from support.waiting import wait_until
@@ -25,17 +26,9 @@ MEMORY_A = f'pod_gpu_container_memory_used_bytes{{UUID="{UUID}",gpu="0",namespac
 UNATTRIBUTED = f'pod_gpu_exporter_unattributed_processes{{UUID="{UUID}",gpu="0"}}'
 
 
-class Clock:
-    def __init__(self):
-        self.now = 1000.0
-
-    def __call__(self):
-        return self.now
-
-
 def make_shares(proc_root, pods=PODS, clock=None):
     return ProcessShares(open_nvml, lambda: MAPPING, lambda: pods, str(proc_root), 5.0, "kubernetes",
-                         clock=clock or Clock())
+                         clock=clock or ManualClock())
 
 
 def lines(shares):
@@ -78,7 +71,7 @@ def test_without_host_pids_nothing_is_served_and_the_reason_is_logged_once(nvml_
 def test_shares_older_than_two_intervals_are_withheld(nvml_node, tmp_path):
     nvml_node.gpu(0, UUID).process(UUID, 10, 4096).write()
     ProcTree(tmp_path / "proc").container_process(10, UID, CID)
-    clock = Clock()
+    clock = ManualClock()
     shares = make_shares(tmp_path / "proc", clock=clock)
     shares.refresh()
     clock.now += 10.0  # two intervals: still served
