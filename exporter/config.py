@@ -262,7 +262,11 @@ _DEMO_DEFAULTS = {"listen_host": "127.0.0.1", "kubelet_refresh_interval_seconds"
 
 def _refuse_unused_settings(command: str, sources: Mapping[str, str]) -> None:
     for field, why in _UNUSED_BY.get(command, {}).items():
-        if field in sources:
+        # `kubectl exec` into a serving container runs `mapping` with that container's environment:
+        # its serving variables are the deployment's configuration, not a mistake, so only flags
+        # given to `mapping` itself are refused.
+        from_environment = sources.get(field, "").startswith(ENV_PREFIX)
+        if field in sources and not (command == "mapping" and from_environment):
             raise ConfigError(f"{sources[field]} is not used by `{command}` ({why}): drop it")
 
 

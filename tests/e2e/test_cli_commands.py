@@ -45,13 +45,20 @@ def assert_refused(result, names, command):
     (["--labels.style", "legacy"], None, "--labels.style"),
     (["--sharing.mode", "process"], None, "--sharing.mode"),
     (["--sharing.proc-root", "/host/proc"], None, "--sharing.proc-root"),
-    ([], {"POD_GPU_EXPORTER_WEB_LISTEN_ADDRESS": ":9500"}, "POD_GPU_EXPORTER_WEB_LISTEN_ADDRESS"),
-    ([], {"POD_GPU_EXPORTER_DCGM_URL": "http://127.0.0.1:9401/metrics"}, "POD_GPU_EXPORTER_DCGM_URL"),
-    ([], {"POD_GPU_EXPORTER_LABELS_STYLE": "legacy"}, "POD_GPU_EXPORTER_LABELS_STYLE"),
-    ([], {"POD_GPU_EXPORTER_SHARING_MODE": "process"}, "POD_GPU_EXPORTER_SHARING_MODE"),
 ])
 def test_mapping_refuses_what_only_serving_uses(args, env, names, socket_dir):
     assert_refused(run(["mapping", "--kubelet.socket", str(socket_dir / "k.sock")] + args, env), names, "mapping")
+
+
+def test_mapping_runs_in_a_serving_containers_environment(kubelet):
+    """`kubectl exec … mapping` inherits the variables the container serves with; they are not refused."""
+    kubelet.set_devices([AllocatedDevice("ml", "trainer", "pytorch", "nvidia.com/gpu", GPU)])
+    env = {"POD_GPU_EXPORTER_WEB_LISTEN_ADDRESS": ":9500", "POD_GPU_EXPORTER_DCGM_URL": "http://127.0.0.1:9401/metrics",
+           "POD_GPU_EXPORTER_LABELS_STYLE": "legacy", "POD_GPU_EXPORTER_SHARING_MODE": "process",
+           "POD_GPU_EXPORTER_KUBERNETES_API": "off"}
+    result = run(["mapping", "--kubelet.socket", kubelet.socket_path], env)
+    assert result.returncode == 0, result.stderr
+    assert "trainer" in result.stdout
 
 
 def test_mapping_takes_what_it_uses(kubelet):

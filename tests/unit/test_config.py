@@ -136,12 +136,17 @@ def test_bad_sharing_flags(args, says):
     (["--dcgm.max-body-size", "4MiB"], {}, "--dcgm.max-body-size"),
     (["--kubelet.refresh-interval", "1s"], {}, "--kubelet.refresh-interval"),
     (["--labels.style", "legacy"], {}, "--labels.style"),
-    ([], {"POD_GPU_EXPORTER_SHARING_PROC_ROOT": "/host/proc"}, "POD_GPU_EXPORTER_SHARING_PROC_ROOT"),
-    ([], {"POD_GPU_EXPORTER_WEB_CONFIG_FILE": "/etc/web.yml"}, "POD_GPU_EXPORTER_WEB_CONFIG_FILE"),
 ])
 def test_mapping_refuses_settings_only_serving_uses(argv, env, named):
     with pytest.raises(ConfigError, match=f"^{re.escape(named)} is not used by `mapping` "):
         parse_config(["mapping"] + argv, env)
+
+
+def test_mapping_leaves_the_serving_containers_environment_alone():
+    """`kubectl exec` into the exporter's container runs `mapping` with the variables serving uses."""
+    env = {"POD_GPU_EXPORTER_SHARING_PROC_ROOT": "/host/proc", "POD_GPU_EXPORTER_WEB_CONFIG_FILE": "/etc/web.yml",
+           "POD_GPU_EXPORTER_DCGM_URL": "http://127.0.0.1:9401/metrics", "POD_GPU_EXPORTER_LABELS_STYLE": "legacy"}
+    assert parse_config(["mapping"], env).command == "mapping"
 
 
 def test_mapping_takes_the_kubelet_the_api_labels_and_logs():
