@@ -292,7 +292,7 @@ def _gzip(data: bytes) -> bytes:
 def summary(results: Dict[str, SizeResult], references: InProcess, reference_label: str) -> None:
     middle = results[reference_label]
     per_series = {label: result.new_values_plain.cpu_per_scrape / result.series for label, result in results.items()}
-    print("\n== against the performance goals (docs/performance.md)")
+    print("\n== against the goals (docs/performance.md)")
     print(f"  new-values rewrite inside the server at {reference_label} series: "
           f"{middle.new_values_plain.rewrite_mean * 1e3:.2f} ms (goal <= 2.5 ms)")
     print(f"  in this process at {reference_label}: prometheus_client parse+render {references.parse_render * 1e3:.1f} ms CPU, "
