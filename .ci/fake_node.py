@@ -2,8 +2,8 @@
 
 Usage: python .ci/fake_node.py SOCKDIR FIXTURE.prom
 
-Starts exporter.fake_kubelet.FakeKubelet at SOCKDIR/kubelet.sock, with one pod owning the
-first GPU (by UUID) found in FIXTURE, and exporter.fake_dcgm.FakeDcgmExporter on a free
+Starts exporter.demo.fake_kubelet.FakeKubelet at SOCKDIR/kubelet.sock, with one pod owning the
+first GPU (by UUID) found in FIXTURE, and exporter.demo.fake_dcgm.FakeDcgmExporter on a free
 loopback port serving FIXTURE. Prints one line `ready dcgm_url=URL pod=NAMESPACE/POD` once
 both answer, then runs until SIGTERM/SIGINT. .ci/image.sh mounts SOCKDIR into the container.
 """

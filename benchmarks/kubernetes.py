@@ -4,7 +4,7 @@ added packages, and a 5,000-pod node's watch (memory, CPU, time to list, churn, 
 Run from the repository root: `python benchmarks/kubernetes.py [--pods 200] [--large-pods 5000]`.
 Everything is real but the node: a gRPC kubelet on a unix socket, a simulated dcgm-exporter serving a
 real scrape (tests/data/dcgm, 8 H100s, MIG), a fake API server on loopback speaking REST + watch
-(exporter/fake_kube_api.py) and the real exporter process, reached through a kubeconfig. Figures
+(tests/support/fake_kube_api.py) and the real exporter process, reached through a kubeconfig. Figures
 are printed, never judged: CI runs it once at a small size (tests/e2e/test_benchmark_smoke.py).
 """
 

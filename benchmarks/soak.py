@@ -29,7 +29,7 @@ from node import REPO_ROOT, SIZES, Node  # noqa: E402
 sys.path.insert(0, str(REPO_ROOT / "tests"))
 from exporter.demo.fake_dcgm import FakeDcgmExporter  # noqa: E402
 from exporter.demo.fake_kubelet import FakeKubelet  # noqa: E402
-from exporter.sources.dcgm.http_source import DEFAULT_MAX_BYTES  # noqa: E402
+from exporter.sources.dcgm import DEFAULT_MAX_BODY_BYTES  # noqa: E402
 from support.exporter_process import start_exporter  # noqa: E402
 
 MIB = 2**20
@@ -147,7 +147,7 @@ def parse_args(argv: List[str]):
     parser.add_argument("--scrapes", type=int, default=1500, help="churn scrapes (default 1500)")
     parser.add_argument("--warmup", type=int, default=100, help="scrapes before the growth baseline (default 100)")
     parser.add_argument("--report-every", type=int, default=100, help="print RSS every N scrapes (default 100)")
-    parser.add_argument("--foreign-mib", type=float, default=(DEFAULT_MAX_BYTES - 1) / MIB,
+    parser.add_argument("--foreign-mib", type=float, default=(DEFAULT_MAX_BODY_BYTES - 1) / MIB,
                         help="foreign body size in MiB (default: just under the exporter's default cap)")
     parser.add_argument("--foreign-scrapes", type=int, default=3)
     parser.add_argument("--skip", choices=("churn", "foreign"), action="append", default=[])

@@ -128,17 +128,9 @@ def _load_web_config(path: Optional[str]):
 
 def _prepare_kubernetes(config: Config):
     """The Kubernetes API context (not started), or None when --kubernetes.api is off or finds no config."""
-    if config.kubernetes_api == "off":
-        # prepare_kubernetes warns when `auto` finds no cluster; `off` never reaches it.
-        from exporter.sources.kubernetes.labels import parse_extra  # pure, and already loaded by config
-
-        if any(parse_extra(config.labels_extra)) or config.labels_pod_labels or config.labels_pod_annotations:
-            log("warn", "--labels.extra/--labels.pod-labels/--labels.pod-annotations need the Kubernetes API, which "
-                "is off (--kubernetes.api); they are ignored", kubernetes_api=config.kubernetes_api)
-        return None
-    from exporter.sources.kubernetes.context import (  # imported lazily: lightkube is only loaded when used
-        prepare_kubernetes,
-    )
+    # The context module loads lightkube only when a client is made: with the API off, importing it
+    # costs nothing, and its one check also warns about --labels.* that cannot act.
+    from exporter.sources.kubernetes.context import prepare_kubernetes
 
     return prepare_kubernetes(config)
 

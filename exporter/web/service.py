@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import html
-import threading
 
 from exporter.web.connections import ConnectionTable
 from exporter.web.routes import HEALTH_PATH, SELF_METRICS_PATH
@@ -21,7 +20,6 @@ class App:
         self._web_config = web_config
         self._self_collector = SelfCollector(scraper, attribution)
         self.registry = build_self_registry(self._self_collector)
-        self.requests_lock = threading.Lock()
 
     @property
     def web_config(self):

@@ -1,4 +1,4 @@
-"""Issue 12, serving side: the real exporter process against idle, slow and odd clients, and a web
+"""Hostile conditions, serving side: the real exporter process against idle, slow and odd clients, and a web
 config that changes under it."""
 
 from __future__ import annotations

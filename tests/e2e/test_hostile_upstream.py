@@ -1,4 +1,4 @@
-"""Issue 12, upstream side: the real exporter process against hostile or unlucky dcgm-exporters and
+"""Hostile conditions, upstream side: the real exporter process against hostile or unlucky dcgm-exporters and
 kubelets. Memory is read from /proc/PID/status (VmHWM, VmRSS)."""
 
 from __future__ import annotations

@@ -230,7 +230,6 @@ def test_bad_kubernetes_flags_stop_start_up_with_exit_2(args, message):
 
 
 def test_every_api_request_is_granted_by_the_daemonset_cluster_role(node, api, run_exporter):
-    kubelet = node[0]
     add_owner(api, "replicasets", "web", "infer-5d4f", ("Deployment", "infer"))
     add_owner(api, "jobs", "ml", "small-29001", ("CronJob", "small"))
     add_pod(api, "web", "infer-1", owner=("ReplicaSet", "infer-5d4f"))

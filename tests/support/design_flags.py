@@ -1,4 +1,4 @@
-"""The flags DESIGN.md's contract names: each must exist, with its environment variable."""
+"""The flags of the project's design contract (shared/DESIGN.md beside the repository): each must exist, with its environment variable."""
 
 from __future__ import annotations
 

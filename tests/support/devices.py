@@ -6,7 +6,7 @@ from typing import NamedTuple
 
 
 class Device(NamedTuple):
-    """The fields build_mapping reads from podresources.AllocatedDevice."""
+    """The fields build_mapping reads from sources.kubelet.AllocatedDevice."""
 
     namespace: str
     pod: str

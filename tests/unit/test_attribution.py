@@ -106,7 +106,7 @@ def test_repeated_failure_is_logged_once_and_recovery_once():
 
 
 def test_background_thread_refreshes_and_stops():
-    kubelet, clock = Kubelet(), ManualClock()
+    kubelet = Kubelet()
     attribution = Attribution(kubelet.list_devices, refresh_interval_seconds=0.05, max_age_seconds=60)
     attribution.start()
     try:

@@ -197,7 +197,7 @@ def test_upstream_owner_labels_empty_or_stale_replaced_never_duplicated(style, o
     f'DCGM_X{{gpu="0",UUID="{UUID0}"}} 1 2 3',
     f'DCGM_X{{gpu="0",gpu="1",UUID="{UUID0}"}} 1',  # duplicate label name
     f'DCGM_X{{gpu="0" UUID="{UUID0}"}} 1',  # missing comma
-    f'DCGM_X{{0gpu="0"}} 1',  # bad label name
+    'DCGM_X{0gpu="0"} 1',  # bad label name
     '0DCGM_X{gpu="0"} 1',  # bad metric name
     "DCGM_X",
     "not a metric line at all",

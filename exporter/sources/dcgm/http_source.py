@@ -14,7 +14,6 @@ from exporter.sources.dcgm import DEFAULT_MAX_BODY_BYTES, redact_url
 from exporter.sources.dcgm.http_body import CappedBody
 from exporter.sources.dcgm.http_connection import ConnectionPool, DeadlineResponse, Target, closed_by_peer
 
-DEFAULT_MAX_BYTES = DEFAULT_MAX_BODY_BYTES  # --dcgm.max-body-size
 _READ_CHUNK_BYTES = 64 * 1024
 # Idle connections kept for reuse. Scrapes beyond this many at once still work: they get a fresh
 # connection, which is closed afterwards instead of being kept.
@@ -32,7 +31,7 @@ class HttpSource:
     fetch of a 1.5 MB scrape ~3x slower (benchmarks/perf.py), and we need none of its features.
     """
 
-    def __init__(self, url: str, timeout_seconds: float, max_bytes: int = DEFAULT_MAX_BYTES) -> None:
+    def __init__(self, url: str, timeout_seconds: float, max_bytes: int = DEFAULT_MAX_BODY_BYTES) -> None:
         if not url.lower().startswith(("http://", "https://")):
             raise ConfigError(f"--dcgm.url {redact_url(url)!r} must start with http:// or https://")
         if timeout_seconds <= 0:
@@ -144,7 +143,7 @@ class HttpSource:
         """Reading a response body: its failures as UpstreamErrors. `received` is what came before
         this read, None when a single read takes the whole body (then only a cut-short read knows).
 
-        The response's reader bounds each socket read by the fetch's deadline (_DeadlineReader).
+        The response's reader bounds each socket read by the fetch's deadline (http_connection.DeadlineResponse).
         """
         try:
             yield

@@ -72,11 +72,6 @@ class DraDevices:
             self._fetch_claim, _CLAIM_RETRY_SECONDS, _MAX_CLAIMS, clock)
         self._reporter = DependencyReporter("kubernetes-api")
 
-    @property
-    def claim_gets(self) -> int:
-        """Claims asked of the API server (cache misses and retries), for tests and debugging."""
-        return self._claims.lookups
-
     # Fed by the ResourceSlice ListWatch.
     def reset(self, slices: list) -> None:
         by_slice = {s.metadata.name: slice_devices(s) for s in slices}
