@@ -44,10 +44,6 @@ def serve(config: Config, on_ready: Optional[Callable[[str], None]] = None) -> i
             from exporter.shares.process_shares import check_proc_root
 
             check_proc_root(config.sharing_proc_root)
-    except ConfigError as exc:
-        print(f"pod-gpu-metrics-exporter: error: {exc}", file=sys.stderr)
-        return EXIT_USAGE
-    try:
         kubernetes = _prepare_kubernetes(config)
     except ConfigError as exc:
         print(f"pod-gpu-metrics-exporter: error: {exc}", file=sys.stderr)

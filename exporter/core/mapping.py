@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 from typing import Dict, Iterable, List, NamedTuple, Optional, Protocol, Tuple
 
 from exporter.core.device_ids import is_gpu_device, key_for_device
-from exporter.core.identity import GpuKey, MigResolver, Owner
+from exporter.core.identity import GpuIdentity, GpuKey, MigResolver, Owner
 
 
 class DeviceLike(Protocol):
@@ -63,6 +63,11 @@ class Mapping:
 
     def owners_for(self, key: GpuKey) -> tuple:
         return self.owners.get(key, ())
+
+    def owners_of(self, identity: GpuIdentity) -> Tuple[Owner, ...]:
+        """The containers holding this GPU or MIG instance, whichever of its names (UUID, index,
+        device) the kubelet's device IDs used; sorted, so the same on every call."""
+        return tuple(sorted({owner for key in identity.keys() for owner in self.owners.get(key, ())}))
 
 
 EMPTY_MAPPING = Mapping()

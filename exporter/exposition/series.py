@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Callable, List, NamedTuple, Optional, Tuple
 
-from exporter.core.identity import GpuIdentity, GpuKey, Owner
+from exporter.core.identity import GpuIdentity
 from exporter.core.mapping import Mapping
 from exporter.exposition.allocation import ALLOCATION_INFO
 from exporter.exposition.labels import UPSTREAM_OWNER_LABELS, check_label_style, render_owner_labels
@@ -93,18 +93,12 @@ class SeriesBuilder:
         )
         if not any(identity[:3]):
             return LabelSet((kept,), None, key_text)
-        owners = self._owners(identity.keys())
+        owners = self.mapping.owners_of(identity)
         if not owners:
             return LabelSet((kept,), identity, key_text)
         separator = "," if kept else ""
         variants = tuple(kept + separator + self._owner_text[owner] for owner in owners)
         return LabelSet(variants, identity, key_text + "|" + self._owner_text[owners[0]])
-
-    def _owners(self, keys: Tuple[GpuKey, ...]) -> Tuple[Owner, ...]:
-        found: set = set()
-        for key in keys:
-            found.update(self.mapping.owners_for(key))
-        return tuple(sorted(found))  # sorted: the same series in the same order on every scrape
 
 
 def split_unlabelled(line: str) -> Tuple[Optional[Series], str]:

@@ -47,11 +47,6 @@ class Shares(NamedTuple):
     unattributed: Tuple[Tuple[GpuIdentity, int], ...]  # per device read, 0 included
 
 
-def holders_of(mapping: Mapping, device: GpuIdentity) -> Tuple[Owner, ...]:
-    """The containers the kubelet lists as holding this device, whatever device-ID form it used."""
-    return tuple(sorted({owner for key in device.keys() for owner in mapping.owners_for(key)}))
-
-
 def owner_of_process(owner: Optional[ProcessOwner], pods: PodIndex) -> Optional[Owner]:
     """namespace/pod/container of a process's cgroup owner, or None when the API does not know it."""
     if owner is None or not owner.container_id:
@@ -74,7 +69,7 @@ def compute_shares(devices: Iterable[DeviceProcesses], mapping: Mapping,
     holders: List[HolderShare] = []
     unattributed: List[Tuple[GpuIdentity, int]] = []
     for entry in devices:
-        owners = holders_of(mapping, entry.device)
+        owners = mapping.owners_of(entry.device)
         memory = dict.fromkeys(owners, 0)
         sm = dict.fromkeys(owners, 0.0)
         strangers = 0

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from exporter.core.identity import GpuIdentity, Owner
 from exporter.core.mapping import build_mapping
-from exporter.shares.compute import PodContainers, Shares, compute_shares, holders_of, render_shares
+from exporter.shares.compute import PodContainers, Shares, compute_shares, render_shares
 from exporter.sources.nvml.processes import DeviceProcesses
 from exporter.sources.procfs import ProcessOwner
 from support.devices import Device
@@ -74,8 +74,8 @@ def test_holders_are_found_through_every_device_id_form():
     for device_id, resource in ((UUID, "nvidia.com/gpu"), ("2", "nvidia.com/gpu"), ("nvidia5", "nvidia.com/gpu"),
                                 ("nvidia5/vgpu1", "nvidia.com/gpu")):
         mapping = build_mapping([Device("ml", "pod-a", "main", resource, device_id)])
-        assert holders_of(mapping, device) == (holder("a"),), device_id
-    assert holders_of(build_mapping([Device("ml", "pod-a", "main", "nvidia.com/gpu", "3")]), device) == ()
+        assert mapping.owners_of(device) == (holder("a"),), device_id
+    assert build_mapping([Device("ml", "pod-a", "main", "nvidia.com/gpu", "3")]).owners_of(device) == ()
 
 
 def test_an_unheld_device_has_no_share_series_but_counts_its_processes():
