@@ -14,11 +14,17 @@ LABEL_STYLES = {
     "legacy": (("pod_name", 1), ("pod_namespace", 0), ("container_name", 2)),
 }
 
-# Owner labels that an upstream dcgm-exporter run with -k (or --use-old-namespace) may already carry.
-# They are removed from every sample so ours are the only ones: never duplicated, never stale.
-UPSTREAM_OWNER_LABELS = frozenset(
-    {"namespace", "pod", "container", "pod_uid", "pod_name", "pod_namespace", "container_name"}
-)
+# dcgm-exporter's own attribution, as its Kubernetes mapping writes it (the names in its
+# internal/pkg/transformation/const.go): the container it believes holds the GPU (-k, or
+# --use-old-namespace), pod_uid (--kubernetes-enable-pod-uid, and always on its per-pod copies),
+# vgpu (the time-slicing replica, --kubernetes-virtual-gpus) and the DRA claim
+# (--kubernetes-enable-dra). Ours replaces it, so these are removed from every sample, attributed or
+# not; two samples that differ only in them are copies of one series (see SeriesBuilder).
+UPSTREAM_OWNER_LABELS = frozenset({
+    "namespace", "pod", "container", "pod_uid", "pod_name", "pod_namespace", "container_name", "vgpu",
+    "dra_claim_name", "dra_claim_namespace", "dra_driver_name", "dra_pool_name", "dra_device_name",
+    "dra_mig_profile", "dra_mig_device_uuid",
+})
 
 
 def check_label_style(style: str) -> None:
@@ -26,12 +32,15 @@ def check_label_style(style: str) -> None:
         raise ValueError(f"unknown label style {style!r}")
 
 
+def owner_label_pairs(owner: Owner, style: str, extra_labels: LabelPairs = ()) -> Tuple[Tuple[str, str], ...]:
+    """The (name, value) pairs added for an owner, in the style's order, then its pod's extra labels
+    from the Kubernetes API (Mapping.extra_labels), if any."""
+    return tuple([(name, owner[index]) for name, index in LABEL_STYLES[style]]) + tuple(extra_labels)
+
+
 def render_owner_labels(owner: Owner, style: str, extra_labels: LabelPairs = ()) -> str:
-    """The `name="value",…` text appended for an owner, in the style's order, then its pod's extra
-    labels from the Kubernetes API (Mapping.extra_labels), if any."""
-    pairs = [(name, owner[index]) for name, index in LABEL_STYLES[style]]
-    pairs += extra_labels
-    return render_label_pairs(pairs)
+    """The `name="value",…` text appended for an owner (owner_label_pairs)."""
+    return render_label_pairs(owner_label_pairs(owner, style, extra_labels))
 
 
 def gpu_label_pairs(identity: GpuIdentity) -> Tuple[Tuple[str, str], ...]:

@@ -11,7 +11,8 @@ from __future__ import annotations
 from typing import Dict, List, Optional, Tuple
 
 from exporter.core.mapping import Mapping
-from exporter.exposition.series import LabelSet, RewriteResult, Series, SeriesBuilder, copy_comment, split_unlabelled
+from exporter.exposition.series import (LabelSet, RewriteResult, Series, SeriesBuilder, copy_comment, replace_copy,
+                                        split_unlabelled)
 from exporter.exposition.streamed import rewrite_streamed
 from exporter.exposition.template import BodyTemplate
 from exporter.exposition.text import UNDECODABLE, canonical_head, cut_short, decode, is_value
@@ -57,6 +58,7 @@ class Rewriter:
         self._bodies_before_next_build = 0
         self._build_backoff = 0
         self._label_set_budget: Optional[int] = None  # while a large body is rewritten line by line
+        self._replaced = False  # whether the body being rewritten replaced a copy's lines
         self.wasted_template_builds = 0
 
     def rewrite(self, body: bytes) -> RewriteResult:
@@ -106,6 +108,7 @@ class Rewriter:
         sampled: set = set()  # metric names with samples written
         written: Dict[str, Series] = {}  # the series written so far, by key
         known = self._series
+        self._replaced = False
         lines = text.split("\n")
         if len(lines) > STREAM_MIN_LINES + 1:
             # Counted here rather than before: bytes.count over a 1.8 MB body costs ~1 ms per scrape.
@@ -150,7 +153,9 @@ class Rewriter:
         # The decoded body and its lines are as large as the output that is joined next: let them go.
         text = lines = line = None
         identities = frozenset(series.identity for series in written.values() if series.identity is not None)
-        self._template = BodyTemplate(body, out, ends, rests, malformed, identities)
+        # A copy's outputs replaced by a later line's (see _copy_sample) no longer end in their own
+        # line's value, which a template needs: such a body is rewritten line by line each time.
+        self._template = None if self._replaced else BodyTemplate(body, out, ends, rests, malformed, identities)
         self._trim_caches(line_count, written)
         return RewriteResult("\n".join(out + [""]).encode("utf-8"), malformed, identities)
 
@@ -181,6 +186,13 @@ class Rewriter:
         # series once ours replace them, so the first is kept and the rest dropped without complaint.
         first = written.get(series.key)
         if first is not None:
+            # The device-level sample wins over dcgm-exporter's attributed copies (Series.attributed),
+            # in whatever order they come.
+            if first.attributed and not series.attributed:
+                replace_copy(out, first.outputs[0].__eq__, series.outputs, rest)
+                written[series.key] = series
+                self._replaced = True
+                return 0, rest
             return int(_same_head(first.head, series.head)), rest
         written[series.key] = series
         sampled.add(series.name)

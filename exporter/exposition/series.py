@@ -7,8 +7,8 @@ from typing import Callable, List, NamedTuple, Optional, Tuple
 from exporter.core.identity import GpuIdentity
 from exporter.core.mapping import Mapping
 from exporter.exposition.allocation import ALLOCATION_INFO
-from exporter.exposition.labels import UPSTREAM_OWNER_LABELS, check_label_style, render_owner_labels
-from exporter.exposition.text import HELP_LINE, METRIC_NAME, TYPE_LINE, parse_label_pairs
+from exporter.exposition.labels import UPSTREAM_OWNER_LABELS, check_label_style, owner_label_pairs
+from exporter.exposition.text import HELP_LINE, METRIC_NAME, TYPE_LINE, parse_label_pairs, render_label_pairs
 
 SELF_METRIC_PREFIX = "pod_gpu_exporter_"
 
@@ -27,6 +27,8 @@ class LabelSet(NamedTuple):
     # The kept upstream pairs sorted, then the first owner's: the same series whatever order its
     # labels came in (Prometheus sorts them too, and rejects the second as a duplicate).
     key_text: str
+    # Whether upstream attributed it (carries one of UPSTREAM_OWNER_LABELS): see Series.attributed.
+    attributed: bool = False
 
 
 class Series(NamedTuple):
@@ -40,6 +42,11 @@ class Series(NamedTuple):
     key: Tuple[str, str]
     head: str  # as received, to tell an exact repeat from an upstream per-pod copy
     name: str  # the metric name, to refuse a TYPE line that comes after its samples
+    # Whether upstream attributed the line to a pod (dcgm-exporter -k). Its copies of one series
+    # differ only in that attribution and collapse into one; where one of them carries none, it is the
+    # device-level sample and wins: with --kubernetes-virtual-gpus dcgm-exporter keeps GPU_UTIL and
+    # FB_USED's device-level sample unattributed beside per-pod copies holding each pod's own share.
+    attributed: bool = False
 
 
 def is_reserved_name(name: str) -> bool:
@@ -56,10 +63,17 @@ class SeriesBuilder:
         self.mapping = mapping
         self.style = style
         extras = mapping.extra_labels
-        self._owner_text = {
-            owner: render_owner_labels(owner, style, extras.get((owner.namespace, owner.pod), ()))
-            for owners in mapping.owners.values() for owner in owners
-        }
+        self._owner_text = {}
+        # The names each owner's labels use: an upstream label of any of those names is replaced by
+        # ours, so that no sample carries a name twice whatever upstream sends (a dcgm-exporter run
+        # with --kubernetes-enable-pod-labels adds pod label keys unprefixed: `workload`, `app`, …).
+        # Taken from the very pairs written, so a label added later is covered without a list to keep.
+        self._owner_names = {}
+        for owners in mapping.owners.values():
+            for owner in owners:
+                pairs = owner_label_pairs(owner, style, extras.get((owner.namespace, owner.pod), ()))
+                self._owner_text[owner] = render_label_pairs(pairs)
+                self._owner_names[owner] = UPSTREAM_OWNER_LABELS.union(name for name, _ in pairs)
 
     def build_series(self, head: str,
                      label_set_of: Optional[Callable[[str], Optional[LabelSet]]] = None) -> Optional[Series]:
@@ -75,30 +89,48 @@ class SeriesBuilder:
         if label_set is None:
             return None
         outputs = tuple([f"{name}{{{labels}}}" for labels in label_set.variants])
-        return Series(outputs, label_set.identity, (name, label_set.key_text), head, name)
+        return Series(outputs, label_set.identity, (name, label_set.key_text), head, name, label_set.attributed)
 
     def build_label_set(self, label_text: str) -> Optional[LabelSet]:
-        """The text between a head's braces checked, stripped of upstream owner labels and given ours."""
+        """The text between a head's braces checked, stripped of the labels ours replace and given ours."""
         pairs = parse_label_pairs(label_text)
         if pairs is None:
             return None
         values = {name: value for name, value, _ in pairs}
-        kept = ",".join(span for name, _, span in pairs if name not in UPSTREAM_OWNER_LABELS)
-        key_text = ",".join(sorted(f'{name}="{value}"' for name, value, _ in pairs if name not in UPSTREAM_OWNER_LABELS))
         identity = GpuIdentity(
             values.get("UUID") or values.get("uuid", ""),
             values.get("gpu", ""),
             values.get("device", ""),
             values.get("GPU_I_ID", ""),
         )
+        owners = self.mapping.owners_of(identity) if any(identity[:3]) else ()
+        # One set of names for all owners of the GPU (every owner's, not each its own): the kept
+        # upstream part, and so the series' key, is then the same for each of them.
+        replaced = UPSTREAM_OWNER_LABELS.union(*[self._owner_names[owner] for owner in owners])
+        kept = ",".join(span for name, _, span in pairs if name not in replaced)
+        key_text = ",".join(sorted(f'{name}="{value}"' for name, value, _ in pairs if name not in replaced))
+        attributed = any(name in UPSTREAM_OWNER_LABELS for name, _, _ in pairs)
         if not any(identity[:3]):
-            return LabelSet((kept,), None, key_text)
-        owners = self.mapping.owners_of(identity)
+            return LabelSet((kept,), None, key_text, attributed)
         if not owners:
-            return LabelSet((kept,), identity, key_text)
+            return LabelSet((kept,), identity, key_text, attributed)
         separator = "," if kept else ""
         variants = tuple(kept + separator + self._owner_text[owner] for owner in owners)
-        return LabelSet(variants, identity, key_text + "|" + self._owner_text[owners[0]])
+        return LabelSet(variants, identity, key_text + "|" + self._owner_text[owners[0]], attributed)
+
+
+def replace_copy(lines: List[str], is_first: Callable[[str], bool], outputs: Tuple[str, ...], rest: str) -> None:
+    """Put `output + rest` for each of `outputs` where the lines written for an upstream-attributed
+    copy of the same series are: the first line whose `name{labels}` satisfies `is_first`, and those
+    after it, one per output.
+
+    Rare (an upstream that writes a device-level sample after its per-pod copies), so a search from
+    the end rather than a position kept for every series."""
+    for index in range(len(lines) - 1, -1, -1):
+        line = lines[index]
+        if is_first(line[: line.rfind("}") + 1]):
+            lines[index : index + len(outputs)] = [output + rest for output in outputs]
+            return
 
 
 def split_unlabelled(line: str) -> Tuple[Optional[Series], str]:

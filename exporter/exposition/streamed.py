@@ -10,9 +10,9 @@ The output is the same as the line-by-line rewrite's (tests/unit/test_streamed.p
 
 from __future__ import annotations
 
-from typing import Dict, List
+from typing import Dict, List, Tuple
 
-from exporter.exposition.series import RewriteResult, Series, SeriesBuilder, copy_comment, split_unlabelled
+from exporter.exposition.series import RewriteResult, Series, SeriesBuilder, copy_comment, replace_copy, split_unlabelled
 from exporter.exposition.text import UNDECODABLE, canonical_head, cut_short, decode, is_value
 
 _SLICE_BYTES = 64 * 1024  # ~4,000 tiny lines at most: a few MiB of objects alive at once
@@ -26,19 +26,43 @@ class _StreamState:
         self.described: set = set()  # as in exporter.exposition.rewriter.Rewriter._rewrite_lines
         self.sampled: set = set()
         self.identities: set = set()
+        self.parts: List[bytes] = []  # the slices rewritten so far
         # hash(series key) -> hash(its first head's length, labels sorted): two ints per series instead of
         # its strings. A collision can at worst drop a distinct series as a repeat (odds ~1e-8 at
         # 500,000 series, the most an 8 MiB answer holds).
         self._written: Dict[int, int] = {}
+        # hash(series key) -> (slice number, hash of its first output) of series written from an
+        # upstream-attributed copy, which a later device-level sample replaces (as
+        # Rewriter._copy_sample does); two ints again, for -k answers attribute every GPU line.
+        self._copies: Dict[int, Tuple[int, int]] = {}
 
-    def first_write(self, series: Series) -> bool:
-        """Whether the series is not yet written (then it is recorded); counts exact repeats."""
+    def first_write(self, series: Series, out: List[str], rest: str) -> bool:
+        """Whether the series is not yet written (then it is recorded); counts exact repeats, and puts
+        a device-level sample in place of an attributed copy written before it."""
         # As the rewriter's _same_head decides: the same length and the same labels in any order.
         key, head = hash(series.key), hash((len(series.head), canonical_head(series.head)))
         first = self._written.get(key)
         if first is None:
             self._written[key] = head
+            if series.attributed:
+                self._copies[key] = (len(self.parts), hash(series.outputs[0]))
             return True
+        copy = self._copies.get(key)
+        if copy is not None and not series.attributed:
+            del self._copies[key]
+            self._written[key] = head
+            number, first = copy
+
+            def is_first(head: str) -> bool:
+                return hash(head) == first
+
+            if number == len(self.parts):  # written in this slice
+                replace_copy(out, is_first, series.outputs, rest)
+            else:
+                lines = self.parts[number].decode("utf-8").split("\n")
+                replace_copy(lines, is_first, series.outputs, rest)
+                self.parts[number] = "\n".join(lines).encode("utf-8")
+            return False
         self.malformed += int(first == head)
         return False
 
@@ -46,7 +70,7 @@ class _StreamState:
 def rewrite_streamed(builder: SeriesBuilder, body: bytes, slice_bytes: int = _SLICE_BYTES) -> RewriteResult:
     """The rewrite of body with the builder's mapping and style, `slice_bytes` of lines at a time."""
     state = _StreamState()
-    parts: List[bytes] = []
+    parts = state.parts
     position, size = 0, len(body)
     while position < size:
         end = body.rfind(b"\n", position, position + slice_bytes)
@@ -81,7 +105,7 @@ def _rewrite_slice(builder: SeriesBuilder, chunk: bytes, state: _StreamState) ->
             series, rest = split_unlabelled(line)
         if series is None or not is_value(rest):
             state.malformed += 1
-        elif state.first_write(series):
+        elif state.first_write(series, out, rest):
             state.sampled.add(series.name)
             if series.identity is not None:
                 state.identities.add(series.identity)
