@@ -4,7 +4,8 @@ A wrong --dcgm.url (kube-state-metrics, another exporter) or a runaway upstream 
 --dcgm.max-body-size of lines that never repeat. The line-by-line rewrite in exporter.exposition.rewriter
 keeps, per line, the objects its template and caches need (~0.6 KiB for a tiny line), so such an
 answer is rewritten here instead: ~4,000 lines at a time, nothing cached, no template left. What
-stays in memory while it runs is the output and two hashes per series (for repeat detection).
+stays in memory while it runs is the output and two hashes per series (for repeat detection),
+two ints more for a series upstream attributed (which a later device-level sample replaces).
 The output is the same as the line-by-line rewrite's (tests/unit/test_streamed.py).
 """
 
