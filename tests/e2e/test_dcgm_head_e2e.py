@@ -70,21 +70,26 @@ def test_virtual_gpu_copies_come_back_as_one_device_level_series_per_owner(head_
                 assert labels["pod_uid"] == uids[labels["pod"]] and labels["workload"] == labels["pod"], labels
 
 
-def test_pod_labels_and_uids_from_dcgm_exporter_give_way_to_ours(head_node, run_exporter):
+@pytest.mark.parametrize("options,style", [
+    (HeadOptions(pod_labels=True, pod_uid=True), "kubernetes"),
+    (HeadOptions(pod_labels=True, pod_uid=True, old_namespace=True, hostname="Hostname"), "legacy"),
+])
+def test_pod_labels_and_uids_from_dcgm_exporter_give_way_to_ours(head_node, run_exporter, options, style):
     kubelet, dcgm, kubeconfig, uids, pods = head_node
     # dcgm-exporter -k --kubernetes-enable-pod-labels --kubernetes-enable-pod-uid: one pod per GPU (the
     # last listed, a), its labels unprefixed: pod a's `workload` label meets our `workload`.
-    dcgm.body = head_body(FIXTURE, [pods[1], pods[0]], HeadOptions(pod_labels=True, pod_uid=True)).encode()
+    dcgm.body = head_body(FIXTURE, [pods[1], pods[0]], options).encode()
     assert b'workload="training"' in dcgm.body
     exporter = start(run_exporter, (kubelet, dcgm, kubeconfig), "--labels.extra", "pod_uid,workload",
-                     "--labels.pod-labels", ".*")
+                     "--labels.pod-labels", ".*", "--labels.style", style)
     text = settled(exporter, uids)
     assert_parses(text)
+    pod_label = "pod" if style == "kubernetes" else "pod_name"
     for family in FAMILIES:
         samples = list(samples_of(text, family))
-        assert sorted(labels["pod"] for labels, _ in samples) == ["a", "b", "c"], (family, samples)
+        assert sorted(labels[pod_label] for labels, _ in samples) == ["a", "b", "c"], (family, samples)
         for labels, _ in samples:
-            pod = labels["pod"]
+            pod = labels[pod_label]
             assert labels["workload_kind"] == "Pod" and labels["workload"] == pod, labels
             assert labels["pod_uid"] == uids[pod], labels
             assert labels.get("label_workload") == LABELS[pod].get("workload"), labels
