@@ -15,7 +15,7 @@ from exporter.exposition.series import (LabelSet, RewriteResult, Series, SeriesB
                                         split_unlabelled)
 from exporter.exposition.streamed import rewrite_streamed
 from exporter.exposition.template import BodyTemplate
-from exporter.exposition.text import UNDECODABLE, canonical_head, cut_short, decode, is_value
+from exporter.exposition.text import UNDECODABLE, cut_short, decode, is_value
 
 _UNSEEN = object()  # not in a cache, told apart from a cached None (known to be malformed)
 
@@ -193,7 +193,7 @@ class Rewriter:
                 written[series.key] = series
                 self._replaced = True
                 return 0, rest
-            return int(_same_head(first.head, series.head)), rest
+            return int(first.dropped == series.dropped), rest  # the same line again, or a copy (Series.dropped)
         written[series.key] = series
         sampled.add(series.name)
         for output in series.outputs:
@@ -219,10 +219,3 @@ class Rewriter:
         label_set = self._label_sets[label_text] = self._builder.build_label_set(label_text)
         return label_set
 
-
-def _same_head(first: str, again: str) -> bool:
-    """Whether two heads of one series are the same line (a repeat, malformed), labels in any order,
-    rather than copies that differ in upstream owner labels (dcgm-exporter -k, silently merged)."""
-    # Same length first: labels in another order keep it, and per-pod copies (the common case on
-    # shared GPUs) then mostly skip the parse.
-    return first == again or (len(first) == len(again) and canonical_head(first) == canonical_head(again))

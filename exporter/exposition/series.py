@@ -29,6 +29,7 @@ class LabelSet(NamedTuple):
     key_text: str
     # Whether upstream attributed it (carries one of UPSTREAM_OWNER_LABELS): see Series.attributed.
     attributed: bool = False
+    dropped: str = ""  # the upstream pairs ours replace, sorted: see Series.dropped
 
 
 class Series(NamedTuple):
@@ -40,13 +41,16 @@ class Series(NamedTuple):
     # not one string: the label part is the label set's own object, shared by every family of a
     # GPU, where a string per series cost ~300 bytes each (8 MB on a 25,600-series node).
     key: Tuple[str, str]
-    head: str  # as received, to tell an exact repeat from an upstream per-pod copy
+    head: str  # as received: the key of the rewriter's cache
     name: str  # the metric name, to refuse a TYPE line that comes after its samples
     # Whether upstream attributed the line to a pod (dcgm-exporter -k). Its copies of one series
     # differ only in that attribution and collapse into one; where one of them carries none, it is the
     # device-level sample and wins: with --kubernetes-virtual-gpus dcgm-exporter keeps GPU_UTIL and
     # FB_USED's device-level sample unattributed beside per-pod copies holding each pod's own share.
     attributed: bool = False
+    # The upstream pairs that ours replace, sorted: two lines of one key are the same line again (a
+    # repeat, malformed) when these are equal too, and copies (dropped silently) when they differ.
+    dropped: str = ""
 
 
 def is_reserved_name(name: str) -> bool:
@@ -89,7 +93,8 @@ class SeriesBuilder:
         if label_set is None:
             return None
         outputs = tuple([f"{name}{{{labels}}}" for labels in label_set.variants])
-        return Series(outputs, label_set.identity, (name, label_set.key_text), head, name, label_set.attributed)
+        return Series(outputs, label_set.identity, (name, label_set.key_text), head, name, label_set.attributed,
+                      label_set.dropped)
 
     def build_label_set(self, label_text: str) -> Optional[LabelSet]:
         """The text between a head's braces checked, stripped of the labels ours replace and given ours."""
@@ -109,14 +114,15 @@ class SeriesBuilder:
         replaced = UPSTREAM_OWNER_LABELS.union(*[self._owner_names[owner] for owner in owners])
         kept = ",".join(span for name, _, span in pairs if name not in replaced)
         key_text = ",".join(sorted(f'{name}="{value}"' for name, value, _ in pairs if name not in replaced))
+        dropped = ",".join(sorted(f'{name}="{value}"' for name, value, _ in pairs if name in replaced))
         attributed = any(name in UPSTREAM_OWNER_LABELS for name, _, _ in pairs)
         if not any(identity[:3]):
-            return LabelSet((kept,), None, key_text, attributed)
+            return LabelSet((kept,), None, key_text, attributed, dropped)
         if not owners:
-            return LabelSet((kept,), identity, key_text, attributed)
+            return LabelSet((kept,), identity, key_text, attributed, dropped)
         separator = "," if kept else ""
         variants = tuple(kept + separator + self._owner_text[owner] for owner in owners)
-        return LabelSet(variants, identity, key_text + "|" + self._owner_text[owners[0]], attributed)
+        return LabelSet(variants, identity, key_text + "|" + self._owner_text[owners[0]], attributed, dropped)
 
 
 def replace_copy(lines: List[str], is_first: Callable[[str], bool], outputs: Tuple[str, ...], rest: str) -> None:

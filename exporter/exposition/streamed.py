@@ -14,7 +14,7 @@ from __future__ import annotations
 from typing import Dict, List, Tuple
 
 from exporter.exposition.series import RewriteResult, Series, SeriesBuilder, copy_comment, replace_copy, split_unlabelled
-from exporter.exposition.text import UNDECODABLE, canonical_head, cut_short, decode, is_value
+from exporter.exposition.text import UNDECODABLE, cut_short, decode, is_value
 
 _SLICE_BYTES = 64 * 1024  # ~4,000 tiny lines at most: a few MiB of objects alive at once
 
@@ -28,7 +28,7 @@ class _StreamState:
         self.sampled: set = set()
         self.identities: set = set()
         self.parts: List[bytes] = []  # the slices rewritten so far
-        # hash(series key) -> hash(its first head's length, labels sorted): two ints per series instead of
+        # hash(series key) -> hash(its first line's replaced pairs): two ints per series instead of
         # its strings. A collision can at worst drop a distinct series as a repeat (odds ~1e-8 at
         # 500,000 series, the most an 8 MiB answer holds).
         self._written: Dict[int, int] = {}
@@ -40,8 +40,8 @@ class _StreamState:
     def first_write(self, series: Series, out: List[str], rest: str) -> bool:
         """Whether the series is not yet written (then it is recorded); counts exact repeats, and puts
         a device-level sample in place of an attributed copy written before it."""
-        # As the rewriter's _same_head decides: the same length and the same labels in any order.
-        key, head = hash(series.key), hash((len(series.head), canonical_head(series.head)))
+        # As the rewriter decides: the same key and the same replaced pairs (Series.dropped).
+        key, head = hash(series.key), hash(series.dropped)
         first = self._written.get(key)
         if first is None:
             self._written[key] = head

@@ -66,15 +66,6 @@ def parse_label_pairs(label_text: str) -> Optional[List[Tuple[str, str, str]]]:
     return pairs
 
 
-def canonical_head(head: str) -> str:
-    """`name{labels}` with its labels sorted: one text for one series, whatever order its labels came in."""
-    brace = head.find("{")
-    pairs = parse_label_pairs(head[brace + 1 : -1]) if brace >= 0 else None
-    if pairs is None:
-        return head
-    return head[:brace].rstrip(" \t") + "{" + ",".join(sorted(f'{n}="{v}"' for n, v, _ in pairs)) + "}"
-
-
 def escape_label_value(value: str) -> str:
     return value.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
 
