@@ -79,6 +79,7 @@ def test_virtual_gpu_copies_collapse_to_one_device_level_series_per_owner(hostna
         result = rewriter.rewrite(body.encode())
         assert result.malformed == 0
         check_one_device_level_series_per_owner(result.text.decode(), hostname)
+    assert rewriter.refills == 2  # the copies are fixed text of the template: the later bodies were refilled
 
 
 def test_device_level_sample_wins_in_whatever_order_the_copies_come():
