@@ -26,7 +26,8 @@ REPO_ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO_ROOT))
 sys.path.insert(0, str(REPO_ROOT / "tests"))
 from exporter.core.mapping import build_mapping  # noqa: E402
-from exporter.shares.compute import PodContainers, compute_shares, render_shares  # noqa: E402
+from exporter.shares.compute import PodContainers, compute_shares  # noqa: E402
+from exporter.shares.render import render_shares  # noqa: E402
 from exporter.shares.process_shares import ProcessShares  # noqa: E402
 from exporter.sources.kubelet import AllocatedDevice  # noqa: E402
 from exporter.sources.nvml.processes import NvmlProcessReader  # noqa: E402

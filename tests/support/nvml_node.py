@@ -44,8 +44,14 @@ class FakeNode:
         self.lines.append(f"gpu {index} {uuid}{options}")
         return self
 
-    def mig(self, gpu_index: int, instance: int, uuid: str) -> "FakeNode":
-        self.lines.append(f"mig {gpu_index} {instance} {uuid}")
+    def mig(self, gpu_index: int, instance: int, uuid: str, slices: int = None) -> "FakeNode":
+        self.lines.append(f"mig {gpu_index} {instance} {uuid}" + ("" if slices is None else f" slices={slices}"))
+        return self
+
+    def energy(self, gpu_uuid: str, millijoules: int) -> "FakeNode":
+        """The board's total energy; a later call for the same GPU replaces it (the counter moves)."""
+        self.lines = [line for line in self.lines if not line.startswith(f"energy {gpu_uuid} ")]
+        self.lines.append(f"energy {gpu_uuid} {millijoules}")
         return self
 
     def process(self, device_uuid: str, pid: int, used_bytes: int, kind: str = "compute") -> "FakeNode":

@@ -1,0 +1,78 @@
+"""The share counters kept from one refresh to the next: energy per holder and per reason, idle seconds per holder."""
+
+from __future__ import annotations
+
+from typing import Dict, List, NamedTuple, Optional, Tuple
+
+from exporter.core.identity import GpuIdentity, Owner
+from exporter.shares.compute import DeviceShares, PodIndex, Shares
+from exporter.shares.energy import split_gpu_energy
+
+HolderKey = Tuple[GpuIdentity, Owner]
+
+
+class Counters(NamedTuple):
+    """What the counters read after one refresh, for rendering."""
+
+    holder_energy_mj: Dict[HolderKey, int]  # holders of devices whose GPU reports energy
+    unattributed_energy_mj: Dict[Tuple[GpuIdentity, str], int]
+    idle_seconds: Dict[HolderKey, float]  # every holder of every device read
+
+
+class ShareLedger:
+    """Counters that only grow while their holder holds the device, and whose series go when it leaves.
+
+    A holder is one container of one pod UID on one device: a pod re-created under the same name (a
+    StatefulSet's) is a new holder and starts again from 0, as Prometheus expects of a new process.
+    Each GPU's energy counter is read once per refresh; the difference from the last reading is split
+    (energy.split_gpu_energy) and added, so over any stretch of refreshes the counters of a GPU grow by
+    exactly what NVML says the board used. The first reading of a GPU, and one lower than the last (the
+    driver reloaded and its counter restarted), only set the baseline.
+    """
+
+    def __init__(self, idle_policy: str):
+        self._idle_policy = idle_policy
+        self._baseline_mj: Dict[str, int] = {}  # GPU UUID → its energy counter at the last refresh
+        self._energy: Dict[Tuple[HolderKey, str], int] = {}  # (holder, pod UID) → mJ
+        self._unattributed: Dict[Tuple[GpuIdentity, str], int] = {}
+        self._idle: Dict[Tuple[HolderKey, str], float] = {}
+        self._last_at: Optional[float] = None
+
+    def update(self, shares: Shares, pods: PodIndex, now: float) -> Counters:
+        """Add one refresh's energy and idle time; returns every counter of the devices read."""
+        elapsed = 0.0 if self._last_at is None else max(now - self._last_at, 0.0)
+        self._last_at = now
+        uids = {(pod.namespace, pod.pod): uid for uid, pod in pods.items()}
+        held = {((share.device, share.owner), uids.get((share.owner.namespace, share.owner.pod), "")): share
+                for share in shares.holders}
+        # A holder seen for the first time starts at 0: it was not known to hold the device before.
+        self._idle = {key: (self._idle[key] + (elapsed if share.processes == 0 else 0.0)) if key in self._idle else 0.0
+                      for key, share in held.items()}
+        # Only holders still holding keep their counters; the rest's series go.
+        energy_devices = [entry for entry in shares.devices if entry.energy_mj is not None]
+        metered = {entry.device for entry in energy_devices}
+        self._energy = {key: self._energy.get(key, 0) for key in held if key[0][0] in metered}
+        self._unattributed = {key: mj for key, mj in self._unattributed.items() if key[0] in metered}
+        for uuid, instances in _by_gpu(energy_devices).items():
+            self._add_energy(uuid, instances, uids)
+        return Counters({key: mj for (key, _uid), mj in self._energy.items()}, dict(self._unattributed),
+                        {key: seconds for (key, _uid), seconds in self._idle.items()})
+
+    def _add_energy(self, uuid: str, instances: List[DeviceShares], uids: Dict[Tuple[str, str], str]) -> None:
+        reading = instances[0].energy_mj
+        last = self._baseline_mj.get(uuid)
+        self._baseline_mj[uuid] = reading
+        delta = 0 if last is None or reading < last else reading - last
+        split = split_gpu_energy(delta, instances, self._idle_policy)
+        for (device, owner), mj in split.holders.items():
+            key = ((device, owner), uids.get((owner.namespace, owner.pod), ""))
+            self._energy[key] = self._energy.get(key, 0) + mj
+        for key, mj in split.unattributed.items():
+            self._unattributed[key] = self._unattributed.get(key, 0) + mj
+
+
+def _by_gpu(devices: List[DeviceShares]) -> Dict[str, List[DeviceShares]]:
+    grouped: Dict[str, List[DeviceShares]] = {}
+    for entry in devices:
+        grouped.setdefault(entry.device.uuid, []).append(entry)
+    return grouped
