@@ -33,7 +33,7 @@ def doc_queries() -> List[str]:
 def test_every_series_of_the_mode_is_documented(gpu_node):
     gpu_node.add_pod("a")
     gpu_node.kubelet.set_devices([AllocatedDevice("ml", "a", "main", "nvidia.com/gpu", L4)])
-    gpu_node.nvml.gpu(0, L4).process(L4, 10, MIB).sample(L4, 10, 5).write()
+    gpu_node.nvml.gpu(0, L4).energy(L4, 5000).process(L4, 10, MIB).sample(L4, 10, 5).write()
     gpu_node.run_in(10, "a")
     text = shares_served(gpu_node.start())
     served = set(re.findall(r"^# TYPE (pod_gpu_\w+) ", text, re.MULTILINE))

@@ -148,6 +148,8 @@ def test_without_nvml_the_mode_serves_nvml_up_0_until_the_driver_appears(gpu_nod
     text = wait_until(lambda: (t := scrape(exporter).text) and "pod_gpu_exporter_nvml_up 0" in t and t)
     assert "pod_gpu_container_memory_used_bytes" not in text
     assert 'pod="a"' in text and "pod_gpu_exporter_dcgm_up 1" in text  # dcgm samples still attributed
+    # nvml_up 0 is served before the first refresh has run too: wait until it has found no driver.
+    wait_until(lambda: "NVML unavailable" in exporter.stderr_text())
     gpu_node.nvml.gpu(0, L4).process(L4, 10, 64 * MIB).write()  # the GPU operator installs the driver
     text = shares_served(exporter)
     assert series(text, "pod_gpu_container_memory_used_bytes") == {holder_labels("a"): str(64 * MIB)}
