@@ -13,8 +13,8 @@ def largest_remainder(total: int, weights: Sequence[int]) -> List[int]:
     deterministic. Integer arithmetic throughout: a float quota could round a part's floor up and
     hand out more than `total`. All-zero weights split evenly, so nothing is ever lost.
     """
-    if not weights:
-        return []
+    if len(weights) <= 1:
+        return [total] * len(weights)  # one part takes all: the common case of a GPU with one instance
     if total < 0 or any(weight < 0 for weight in weights):
         raise ValueError("largest_remainder takes a non-negative total and weights")
     whole = sum(weights)

@@ -60,6 +60,8 @@ class ProcessShares:
         self._clock = clock
         self._read_energy = read_energy  # off only in benchmarks, to measure what energy costs
         self._ledger = ShareLedger(idle_policy)
+        self._label_cache: Dict[tuple, str] = {}  # label texts written under self._labelled_mapping
+        self._labelled_mapping: Optional[Mapping] = None
         self._reader: Optional[NvmlProcessReader] = None
         self._invisible_refreshes = 0  # refreshes in a row in which none of NVML's PIDs could be seen
         self._nvml_reporter = DependencyReporter("nvml")
@@ -125,7 +127,9 @@ class ProcessShares:
         mapping = self._current_mapping()
         shares = compute_shares(devices, mapping, owners, pods)
         counters = self._ledger.update(shares, pods, self._clock())
-        return render_shares(shares, self._style, mapping.extra_labels, counters)
+        if mapping is not self._labelled_mapping:  # holders or their extra labels may have changed
+            self._label_cache, self._labelled_mapping = {}, mapping
+        return render_shares(shares, self._style, mapping.extra_labels, counters, self._label_cache)
 
     def _process_owners(self, devices: List[DeviceProcesses]) -> Optional[Dict[int, Optional[ProcessOwner]]]:
         """PID → cgroup owner for every process NVML listed that can be seen; None when this is not the

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Callable, Iterable, List, Optional, Tuple
+from typing import Callable, Dict, Iterable, List, Optional, Tuple
 from typing import Mapping as MappingType
 
 from exporter.core.identity import GpuIdentity
@@ -40,17 +40,28 @@ ExtraLabels = MappingType[Tuple[str, str], LabelPairs]
 
 
 def render_shares(shares: Shares, style: str, extra_labels: Optional[ExtraLabels] = None,
-                  counters: Optional[Counters] = None) -> str:
+                  counters: Optional[Counters] = None, label_cache: Optional[Dict[tuple, str]] = None) -> str:
     """Every share family with samples, in a fixed order (empty when nothing was read).
 
     `extra_labels`: (namespace, pod) → the Kubernetes API's extra labels (Mapping.extra_labels),
     written after the owner labels as on pod_gpu_allocation_info. `counters`: the ledger's energy and
-    idle counters after this refresh (none: gauges only)."""
+    idle counters after this refresh (none: gauges only). `label_cache`: the label texts of earlier
+    refreshes under the same mapping and style, kept by the caller (a refresh writes the same ones)."""
     extra_labels = extra_labels or {}
+    cache = {} if label_cache is None else label_cache
+    # Each holder's and device's label text is written once and used by every family.
+    devices = {entry.device: _cached(cache, entry.device, lambda device=entry.device: render_label_pairs(
+        gpu_label_pairs(device))) for entry in shares.devices}
+    labels = {(share.device, share.owner): _cached(cache, (share.device, share.owner), lambda share=share: (
+        devices[share.device] + "," + render_owner_labels(
+            share.owner, style, extra_labels.get((share.owner.namespace, share.owner.pod), ()))))
+        for share in shares.holders}
 
     def holder(device: GpuIdentity, owner) -> str:
-        extra = extra_labels.get((owner.namespace, owner.pod), ())
-        return render_label_pairs(gpu_label_pairs(device)) + "," + render_owner_labels(owner, style, extra)
+        return labels[(device, owner)]
+
+    def _reason(device: GpuIdentity, reason: str) -> str:
+        return f'{devices[device]},reason="{reason}"'
 
     holders = shares.holders
     remainders = [r for entry in shares.devices for r in entry.remainders]
@@ -61,23 +72,29 @@ def render_shares(shares: Shares, style: str, extra_labels: Optional[ExtraLabels
     _family(lines, UNATTRIBUTED_MEMORY, ((_reason(r.device, r.reason), str(r.memory_bytes)) for r in remainders))
     _family(lines, UNATTRIBUTED_SM, ((_reason(r.device, r.reason), _ratio(r.sm_units)) for r in remainders
                                      if r.sm_units is not None))
-    _family(lines, UNATTRIBUTED, ((render_label_pairs(gpu_label_pairs(device)), str(count))
-                                  for device, count in shares.unattributed))
+    _family(lines, UNATTRIBUTED, ((devices[device], str(count)) for device, count in shares.unattributed))
     if counters is not None:
-        _counters(lines, shares, counters, holder)
+        _counters(lines, shares, counters, holder, _reason)
     return "".join(lines)
 
 
-def _counters(lines: List[str], shares: Shares, counters: Counters,
-              holder: Callable[[GpuIdentity, object], str]) -> None:
+def _counters(lines: List[str], shares: Shares, counters: Counters, holder: Callable[[GpuIdentity, object], str],
+              reason: Callable[[GpuIdentity, str], str]) -> None:
     keys: List[HolderKey] = [(share.device, share.owner) for share in shares.holders]
     unattributed = [(entry.device, reason) for entry in shares.devices for reason in ENERGY_REASONS]
     _family(lines, ENERGY, ((holder(*key), _joules(counters.holder_energy_mj[key])) for key in keys
                             if key in counters.holder_energy_mj), "counter")
-    _family(lines, UNATTRIBUTED_ENERGY, ((_reason(*key), _joules(counters.unattributed_energy_mj[key]))
+    _family(lines, UNATTRIBUTED_ENERGY, ((reason(*key), _joules(counters.unattributed_energy_mj[key]))
                                          for key in unattributed if key in counters.unattributed_energy_mj), "counter")
     _family(lines, IDLE, ((holder(*key), f"{counters.idle_seconds[key]:.3f}") for key in keys
                           if key in counters.idle_seconds), "counter")
+
+
+def _cached(cache: Dict[tuple, str], key, write: Callable[[], str]) -> str:
+    text = cache.get(key)
+    if text is None:
+        text = cache[key] = write()
+    return text
 
 
 def _family(lines: List[str], name: str, samples: Iterable[Tuple[str, str]], metric_type: str = "gauge") -> None:
@@ -85,10 +102,6 @@ def _family(lines: List[str], name: str, samples: Iterable[Tuple[str, str]], met
     if rendered:
         lines.append(family_header(name, _HELP[name], metric_type))
         lines += rendered
-
-
-def _reason(device: GpuIdentity, reason: str) -> str:
-    return render_label_pairs(gpu_label_pairs(device) + (("reason", reason),))
 
 
 def _ratio(units: Optional[int]) -> str:

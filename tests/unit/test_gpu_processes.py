@@ -9,6 +9,7 @@ from exporter.core.identity import GpuIdentity
 from exporter.sources.nvml.library import open_nvml
 from exporter.sources.nvml.processes import NvmlError, NvmlProcessReader
 from support.nvml_node import NODE_ENV
+from support.waiting import wait_until
 
 GPU0 = "GPU-11111111-2222-3333-4444-555555555555"
 GPU1 = "GPU-66666666-7777-8888-9999-aaaaaaaaaaaa"
@@ -112,3 +113,11 @@ def test_a_gpu_without_energy_or_with_a_failing_energy_call_still_has_its_proces
     nvml_node.fail("nvmlDeviceGetTotalEnergyConsumption", 999, GPU1).write()
     assert [(entry.energy_mj, entry.memory_bytes) for entry in reader().read()] == [(None, {100: MIB}),
                                                                                    (None, {101: MIB})]
+
+
+def test_a_drawing_boards_energy_grows_by_itself(nvml_node):
+    nvml_node.gpu(0, GPU0).energy(GPU0, 1000, milliwatts=200_000).write()  # a board drawing 200 W
+    read = reader()
+    first = read.read()[0].energy_mj
+    second = wait_until(lambda: (energy := read.read()[0].energy_mj) > first and energy)
+    assert first >= 1000 and second > first

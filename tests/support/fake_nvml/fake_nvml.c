@@ -10,10 +10,11 @@
  *                                                      a MIG device of that GPU (MIG mode on); its GPU
  *                                                      instance's placement spans <n> memory slices
  *                                                      (default 1)
- *   energy <gpu uuid> <millijoules>                    the board's total energy since the driver
+ *   energy <gpu uuid> <millijoules> [<milliwatts>]     the board's total energy since the driver
  *                                                      loaded (nvmlDeviceGetTotalEnergyConsumption;
  *                                                      a GPU without the line answers NOT_SUPPORTED);
- *                                                      a test moves it by rewriting the file
+ *                                                      a test moves it by rewriting the file, or it
+ *                                                      grows by itself at <milliwatts> from nvmlInit
  *   process <device uuid> <compute|graphics|mps> <pid> <used bytes>
  *   sample <device uuid> <pid> <sm percent> [<age ms>] a per-process utilisation sample, taken
  *                                                      <age ms> before the call (default 0)
@@ -54,6 +55,7 @@ struct device {
     char uuid[96];
     int has_energy;                 /* an energy line names this GPU */
     unsigned long long energy_mj;   /* its total energy consumption */
+    unsigned long long milliwatts;  /* the power it draws: energy grows by this from the first nvmlInit */
     unsigned int memory_slices;     /* a MIG device's GPU instance placement size */
 };
 struct process { int device; enum kind kind; unsigned int pid; unsigned long long used; };
@@ -134,12 +136,13 @@ static void parse_sample(char *rest) {
 
 static void parse_energy(char *rest) {
     char uuid[96];
-    unsigned long long millijoules;
-    if (sscanf(rest, "%95s %llu", uuid, &millijoules) != 2) return;
+    unsigned long long millijoules, milliwatts = 0;
+    if (sscanf(rest, "%95s %llu %llu", uuid, &millijoules, &milliwatts) < 2) return;
     int slot = find_device(uuid);
     if (slot < 0 || devices[slot].is_mig) return;
     devices[slot].has_energy = 1;
     devices[slot].energy_mj = millijoules;
+    devices[slot].milliwatts = milliwatts;
 }
 
 static void parse_failure(char *rest) {
@@ -407,6 +410,8 @@ nvmlReturn_t nvmlDeviceGetProcessUtilization(void *handle, nvmlProcessUtilizatio
     return NVML_SUCCESS;
 }
 
+static unsigned long long energy_since_us;  /* when a drawing board's energy started to grow */
+
 /* Energy is the board's: NVML answers it for a whole GPU's handle, not for a MIG device's. */
 nvmlReturn_t nvmlDeviceGetTotalEnergyConsumption(void *handle, unsigned long long *energy) {
     CHECK("nvmlDeviceGetTotalEnergyConsumption");
@@ -415,7 +420,8 @@ nvmlReturn_t nvmlDeviceGetTotalEnergyConsumption(void *handle, unsigned long lon
     int code = injected_for("nvmlDeviceGetTotalEnergyConsumption", d);
     if (code != NVML_SUCCESS) return code;
     if (d->is_mig || !d->has_energy) return NVML_ERROR_NOT_SUPPORTED;
-    *energy = d->energy_mj;
+    if (energy_since_us == 0) energy_since_us = now_us();
+    *energy = d->energy_mj + d->milliwatts * ((now_us() - energy_since_us) / 1000ULL) / 1000ULL;
     return NVML_SUCCESS;
 }
 
