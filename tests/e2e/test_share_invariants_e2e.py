@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import subprocess
 import threading
+from decimal import Decimal
 from typing import Dict, List, Optional, Tuple
 
 import pytest
@@ -17,6 +18,7 @@ from support.share_invariants import (
     check_counters,
     check_memory_and_sm,
     distinct,
+    energy_growth,
     holders,
     parse_samples,
 )
@@ -186,8 +188,17 @@ def test_every_refresh_adds_up_while_pods_arrive_leave_and_share(gpu_node, polic
     assert sorted(set(versions)) == list(range(LAST + 1))
     for samples, version in zip(refreshes, versions):
         check_memory_and_sm(samples, listed_memory(version))
+    by_instance: Dict[str, Decimal] = {}
     for (before, old), (after, new) in zip(zip(refreshes, versions), zip(refreshes[1:], versions[1:])):
         check_counters(before, after, {uuid: energy_at(new)[uuid] - energy_at(old)[uuid] for uuid in INDEX})
+        for (uuid, instance), joules in energy_growth(before, after).items():
+            if uuid == MIGGPU:
+                by_instance[instance] = by_instance.get(instance, Decimal(0)) + joules
+    # The MIG GPU's energy went to its instances by the memory slices NVML gave their profiles (4:2:1),
+    # each refresh's split rounded to the millijoule.
+    board = Decimal(energy_at(versions[-1])[MIGGPU] - energy_at(versions[0])[MIGGPU]) / 1000
+    for instance, slices in (("1", 4), ("5", 2), ("6", 1)):
+        assert abs(by_instance[instance] - board * slices / 7) <= Decimal(len(refreshes)) / 1000, by_instance
     last = refreshes[-1]
     idle = {dict(labels)["pod"]: value for labels, value in last[IDLE].items()}
     assert idle["a"] == 0 and idle["c"] > 0  # c held its replica with no process until the fourth version

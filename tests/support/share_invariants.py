@@ -66,12 +66,20 @@ def check_counters(before, after, energy_delta_mj: Mapping[str, int]) -> None:
             previous = before.get(family, {}).get(labels)
             assert previous is None or value >= previous, f"{family}{dict(labels)} went down: {previous} → {value}"
     growth: Dict[str, Decimal] = {}
-    for family in ENERGY:
-        for labels, value in after.get(family, {}).items():
-            uuid = dict(labels)["UUID"]
-            growth[uuid] = growth.get(uuid, Decimal(0)) + value - before.get(family, {}).get(labels, Decimal(0))
+    for (uuid, _instance), joules in energy_growth(before, after).items():
+        growth[uuid] = growth.get(uuid, Decimal(0)) + joules
     expected = {uuid: Decimal(delta) / 1000 for uuid, delta in energy_delta_mj.items()}
     assert growth == expected, f"energy grew by {growth}, the boards by {expected}"
+
+
+def energy_growth(before, after) -> Dict[DeviceKey, Decimal]:
+    """Per device, how much its energy series present after grew since before (a new one from 0), in J."""
+    growth: Dict[DeviceKey, Decimal] = {}
+    for family in ENERGY:
+        for labels, value in after.get(family, {}).items():
+            device = device_of(labels)
+            growth[device] = growth.get(device, Decimal(0)) + value - before.get(family, {}).get(labels, Decimal(0))
+    return growth
 
 
 def distinct(texts: Iterable[str]) -> List[str]:
