@@ -33,39 +33,50 @@ class ShareLedger:
     def __init__(self, idle_policy: str):
         self._idle_policy = idle_policy
         self._baseline_mj: Dict[str, int] = {}  # GPU UUID → its energy counter at the last refresh
-        self._energy: Dict[Tuple[HolderKey, str], int] = {}  # (holder, pod UID) → mJ
+        self._uids: Dict[HolderKey, str] = {}  # the pod UID each holder's counters belong to ("" not yet known)
+        self._energy: Dict[HolderKey, int] = {}  # mJ
         self._unattributed: Dict[Tuple[GpuIdentity, str], int] = {}
-        self._idle: Dict[Tuple[HolderKey, str], float] = {}
+        self._idle: Dict[HolderKey, float] = {}
         self._last_at: Optional[float] = None
 
     def update(self, shares: Shares, pods: PodIndex, now: float) -> Counters:
         """Add one refresh's energy and idle time; returns every counter of the devices read."""
         elapsed = 0.0 if self._last_at is None else max(now - self._last_at, 0.0)
         self._last_at = now
-        uids = {(pod.namespace, pod.pod): uid for uid, pod in pods.items()}
-        held = {((share.device, share.owner), uids.get((share.owner.namespace, share.owner.pod), "")): share
-                for share in shares.holders}
+        held = {(share.device, share.owner): share for share in shares.holders}
+        self._follow_pod_uids(held, pods)
         # A holder seen for the first time starts at 0: it was not known to hold the device before.
         self._idle = {key: (self._idle[key] + (elapsed if share.processes == 0 else 0.0)) if key in self._idle else 0.0
                       for key, share in held.items()}
         # Only holders still holding keep their counters; the rest's series go.
         energy_devices = [entry for entry in shares.devices if entry.energy_mj is not None]
         metered = {entry.device for entry in energy_devices}
-        self._energy = {key: self._energy.get(key, 0) for key in held if key[0][0] in metered}
+        self._energy = {key: self._energy.get(key, 0) for key in held if key[0] in metered}
         self._unattributed = {key: mj for key, mj in self._unattributed.items() if key[0] in metered}
         for uuid, instances in _by_gpu(energy_devices).items():
-            self._add_energy(uuid, instances, uids)
-        return Counters({key: mj for (key, _uid), mj in self._energy.items()}, dict(self._unattributed),
-                        {key: seconds for (key, _uid), seconds in self._idle.items()})
+            self._add_energy(uuid, instances)
+        return Counters(dict(self._energy), dict(self._unattributed), dict(self._idle))
 
-    def _add_energy(self, uuid: str, instances: List[DeviceShares], uids: Dict[Tuple[str, str], str]) -> None:
+    def _follow_pod_uids(self, held: Dict[HolderKey, object], pods: PodIndex) -> None:
+        """Forget the counters of a holder whose pod was re-created under the same name (another UID).
+        A UID the API did not know yet, then learns, is the same holder: its counters carry on."""
+        uids = {(pod.namespace, pod.pod): uid for uid, pod in pods.items()}
+        known = {}
+        for key in held:
+            uid, before = uids.get((key[1].namespace, key[1].pod), ""), self._uids.get(key, "")
+            if uid and before and uid != before:
+                self._energy.pop(key, None)
+                self._idle.pop(key, None)
+            known[key] = uid or before
+        self._uids = known
+
+    def _add_energy(self, uuid: str, instances: List[DeviceShares]) -> None:
         reading = instances[0].energy_mj
         last = self._baseline_mj.get(uuid)
         self._baseline_mj[uuid] = reading
         delta = 0 if last is None or reading < last else reading - last
         split = split_gpu_energy(delta, instances, self._idle_policy)
-        for (device, owner), mj in split.holders.items():
-            key = ((device, owner), uids.get((owner.namespace, owner.pod), ""))
+        for key, mj in split.holders.items():
             self._energy[key] = self._energy.get(key, 0) + mj
         for key, mj in split.unattributed.items():
             self._unattributed[key] = self._unattributed.get(key, 0) + mj

@@ -1,4 +1,4 @@
-"""Pure: the share series of one refresh as exposition text: holders, remainders, energy and idle counters."""
+"""The share series of one refresh as exposition text (no I/O): holders, remainders, energy and idle counters."""
 
 from __future__ import annotations
 
@@ -60,7 +60,7 @@ def render_shares(shares: Shares, style: str, extra_labels: Optional[ExtraLabels
     def holder(device: GpuIdentity, owner) -> str:
         return labels[(device, owner)]
 
-    def _reason(device: GpuIdentity, reason: str) -> str:
+    def remainder(device: GpuIdentity, reason: str) -> str:
         return f'{devices[device]},reason="{reason}"'
 
     holders = shares.holders
@@ -69,12 +69,12 @@ def render_shares(shares: Shares, style: str, extra_labels: Optional[ExtraLabels
     _family(lines, MEMORY, ((holder(s.device, s.owner), str(s.memory_bytes)) for s in holders))
     _family(lines, SM_UTILIZATION, ((holder(s.device, s.owner), _ratio(s.sm_units)) for s in holders
                                     if s.sm_units is not None))
-    _family(lines, UNATTRIBUTED_MEMORY, ((_reason(r.device, r.reason), str(r.memory_bytes)) for r in remainders))
-    _family(lines, UNATTRIBUTED_SM, ((_reason(r.device, r.reason), _ratio(r.sm_units)) for r in remainders
+    _family(lines, UNATTRIBUTED_MEMORY, ((remainder(r.device, r.reason), str(r.memory_bytes)) for r in remainders))
+    _family(lines, UNATTRIBUTED_SM, ((remainder(r.device, r.reason), _ratio(r.sm_units)) for r in remainders
                                      if r.sm_units is not None))
     _family(lines, UNATTRIBUTED, ((devices[device], str(count)) for device, count in shares.unattributed))
     if counters is not None:
-        _counters(lines, shares, counters, holder, _reason)
+        _counters(lines, shares, counters, holder, remainder)
     return "".join(lines)
 
 

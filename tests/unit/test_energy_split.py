@@ -146,3 +146,11 @@ def test_a_gpu_without_energy_has_no_energy_counters_but_idle_seconds():
     counters = ledger.update(shares_of([DeviceProcesses(GPU, {}, {}, None)], held_by("a")), PODS, 0.0)
     assert counters.holder_energy_mj == {} and counters.unattributed_energy_mj == {}
     assert counters.idle_seconds == {(GPU, owner("a")): 0.0}
+
+
+def test_a_holder_whose_pod_the_api_learns_late_keeps_its_counters():
+    ledger = ShareLedger(SPLIT)
+    unknown = {uid: pod for uid, pod in PODS.items() if pod.pod != "a"}  # a's pod not yet seen by the API
+    for energy, pods in ((1000, unknown), (3000, unknown), (4000, PODS)):
+        counters = ledger.update(shares_of([DeviceProcesses(GPU, {}, {}, energy)], held_by("a"), pods), pods, 0.0)
+    assert counters.holder_energy_mj == {(GPU, owner("a")): 3000}  # never back to 0 while it holds the GPU
