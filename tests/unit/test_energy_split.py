@@ -154,3 +154,23 @@ def test_a_holder_whose_pod_the_api_learns_late_keeps_its_counters():
     for energy, pods in ((1000, unknown), (3000, unknown), (4000, PODS)):
         counters = ledger.update(shares_of([DeviceProcesses(GPU, {}, {}, energy)], held_by("a"), pods), pods, 0.0)
     assert counters.holder_energy_mj == {(GPU, owner("a")): 3000}  # never back to 0 while it holds the GPU
+
+
+def test_a_gpu_nvml_misses_for_a_while_keeps_its_counters_then_forgets_them():
+    from exporter.shares.ledger import FORGET_UNREAD_AFTER_REFRESHES
+
+    ledger = ShareLedger(SPLIT)
+    other = GpuIdentity("GPU-66666666-7777-8888-9999-aaaaaaaaaaaa", "1", "nvidia1", "")
+    both = held_by("a") + held_by("b", device_id=other.uuid)
+    for energy in (1000, 3000):
+        ledger.update(shares_of([DeviceProcesses(GPU, {}, {}, energy), DeviceProcesses(other, {}, {}, energy)], both),
+                      PODS, 0.0)
+    lost = shares_of([DeviceProcesses(other, {}, {}, 4000)], both)  # GPU 0 lost for a refresh: not read
+    counters = ledger.update(lost, PODS, 1.0)
+    back = shares_of([DeviceProcesses(GPU, {}, {}, 3500), DeviceProcesses(other, {}, {}, 4000)], both)
+    counters = ledger.update(back, PODS, 2.0)
+    assert counters.holder_energy_mj[(GPU, owner("a"))] == 2500  # carried on, not restarted
+    for _ in range(FORGET_UNREAD_AFTER_REFRESHES + 1):
+        counters = ledger.update(lost, PODS, 3.0)
+    assert (GPU, owner("a")) not in counters.holder_energy_mj and (GPU, NO_HOLDER) not in counters.unattributed_energy_mj
+    assert counters.holder_energy_mj[(other, owner("b"))] == 3000
