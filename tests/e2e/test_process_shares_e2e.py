@@ -58,17 +58,18 @@ def test_three_pods_on_a_time_sliced_gpu_with_zero_one_and_two_processes(gpu_nod
 def test_dcgm_samples_are_byte_exact_and_device_mode_is_unchanged(gpu_node, run_exporter):
     gpu_node.add_pod("a")
     gpu_node.kubelet.set_devices([AllocatedDevice("ml", "a", "main", "nvidia.com/gpu", L4)])
-    gpu_node.nvml.gpu(0, L4).process(L4, 10, MIB).write()
+    gpu_node.nvml.gpu(0, L4).energy(L4, 10**6, milliwatts=70_000).process(L4, 10, MIB).write()
     gpu_node.run_in(10, "a")
     process_mode = gpu_node.start()
     device_mode = gpu_node.start(mode="device")
     default_mode = gpu_node.start(mode=None)  # the flag left at its default is device mode
+    with_policy = gpu_node.start(mode="device", extra=["--energy.idle-policy", "unattributed"])  # no effect there
     process_text = shares_served(process_mode)
-    device_text, default_text = scrape(device_mode).text, scrape(default_mode).text
+    device_text, default_text, policy_text = (scrape(e).text for e in (device_mode, default_mode, with_policy))
     assert without_shares(process_text) == without_shares(device_text)  # dcgm samples and status untouched
-    for text in (device_text, default_text):
+    for text in (device_text, default_text, policy_text):
         assert not any(family in text for family in SHARE_FAMILIES)
-    assert without_shares(default_text) == without_shares(device_text)
+    assert without_shares(default_text) == without_shares(device_text) == without_shares(policy_text)
     assert_parses(process_text)
 
 
