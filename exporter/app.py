@@ -139,7 +139,8 @@ def _process_shares(config: Config, attribution: Attribution, kubernetes):
     from exporter.sources.nvml.library import open_nvml
 
     return ProcessShares(open_nvml, lambda: attribution.current().mapping, pod_index_source(kubernetes),
-                         config.sharing_proc_root, config.kubelet_refresh_interval_seconds, config.labels_style)
+                         config.sharing_proc_root, config.kubelet_refresh_interval_seconds, config.labels_style,
+                         idle_policy=config.energy_idle_policy)
 
 
 def _mig_resolver():

@@ -19,6 +19,7 @@ LOG_LEVELS = ("debug", "info", "warn", "error")
 LOG_FORMATS = ("logfmt", "json")
 KUBERNETES_API_CHOICES = ("auto", "on", "off")
 SHARING_MODES = ("device", "process")
+ENERGY_IDLE_POLICIES = ("split", "unattributed")  # exporter.shares.energy.IDLE_POLICIES (a layer above)
 
 
 @dataclass(frozen=True)
@@ -45,6 +46,7 @@ class Config:
     labels_pod_annotations: Optional[str] = None
     sharing_mode: str = "device"
     sharing_proc_root: str = "/proc"
+    energy_idle_policy: str = "split"
     log_level: str = "info"
     log_format: str = "logfmt"
     output: str = "table"
@@ -77,6 +79,7 @@ _FLAGS: Tuple[Tuple[str, str, str, str], ...] = (
     ("--labels.pod-annotations", "labels_pod_annotations", "regex", "Regex (full match) of pod annotation keys to add as annotation_<key>."),
     ("--sharing.mode", "sharing_mode", SHARING_MODES, "device = values are device-level; process = also serve each holding container's own memory and SM share of its GPU, from NVML's per-process data (needs NVML, hostPID and the Kubernetes API)."),
     ("--sharing.proc-root", "sharing_proc_root", "path", "Where the host's processes are seen, for --sharing.mode process: /proc with hostPID: true, or the host's /proc mounted elsewhere (e.g. /host/proc)."),
+    ("--energy.idle-policy", "energy_idle_policy", ENERGY_IDLE_POLICIES, "In --sharing.mode process, where a shared GPU's energy that no holder's SM activity accounts for goes: split = evenly between its holders; unattributed = to pod_gpu_unattributed_energy_joules_total{reason=\"idle\"}."),
     ("--log.level", "log_level", LOG_LEVELS, "Only log messages at or above this level."),
     ("--log.format", "log_format", LOG_FORMATS, "Log line format."),
 )
@@ -252,7 +255,8 @@ _UNUSED_BY = {
                         "it reads the kubelet, never dcgm-exporter"),
         **dict.fromkeys(("kubelet_refresh_interval_seconds", "mapping_max_age_seconds"), "it asks the kubelet once"),
         "labels_style": "it prints owners as columns, not as sample labels",
-        **dict.fromkeys(("sharing_mode", "sharing_proc_root"), "per-process shares are served, never printed by it"),
+        **dict.fromkeys(("sharing_mode", "sharing_proc_root", "energy_idle_policy"),
+                        "per-process shares are served, never printed by it"),
     },
 }
 # A newcomer's demo stays on this machine unless --web.listen-address says otherwise, and

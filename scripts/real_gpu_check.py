@@ -4,8 +4,10 @@
 
 Allocates GPU memory in this process through the CUDA driver API (ctypes over libcuda.so.1), then
 reads the node through the exporter's own NVML reader (exporter.sources.nvml.processes) and prints what NVML
-reports for this PID: the device, its used memory, and the per-process SM samples. Exit status 0
-when this process is listed on a device with at least the allocated memory, 1 otherwise.
+reports for this PID: the device, its used memory, and the per-process SM samples; and for each
+device the board's energy counter read twice a second apart (the power the energy split works
+from; none where the driver does not answer it) and, on MIG, the instance's memory slices. Exit
+status 0 when this process is listed on a device with at least the allocated memory, 1 otherwise.
 """
 
 from __future__ import annotations
@@ -58,8 +60,11 @@ def main() -> int:
         return 1
     time.sleep(1.0)  # let the driver take a utilisation sample
     started = time.perf_counter()
-    devices = NvmlProcessReader(nvml, 5.0).read()
+    reader = NvmlProcessReader(nvml, 5.0)
+    devices = reader.read()
     elapsed_ms = (time.perf_counter() - started) * 1000
+    time.sleep(1.0)
+    later = {entry.device: entry.energy_mj for entry in reader.read()}
     pid = os.getpid()
     print(f"NVML read of {len(devices)} device(s) in {elapsed_ms:.2f} ms; this PID {pid}, "
           f"cgroup owner {read_process_owner('/proc', pid)}")
@@ -68,11 +73,19 @@ def main() -> int:
         used = entry.memory_bytes.get(pid)
         sm = None if entry.sm_ratio is None else entry.sm_ratio.get(pid, 0.0)
         print(f"  {entry.device}: {len(entry.memory_bytes)} process(es); this PID: "
-              f"{'absent' if used is None else f'{used / MIB:.1f} MiB'}, SM {sm}")
+              f"{'absent' if used is None else f'{used / MIB:.1f} MiB'}, SM {sm}; {_energy(entry, later)}")
         found = found or (used is not None and used >= args.mib * MIB)
     del keep
     print("OK: this process is listed with its memory" if found else "NOT FOUND with its memory")
     return 0 if found else 1
+
+
+def _energy(entry, later) -> str:
+    after = later.get(entry.device)
+    if entry.energy_mj is None or after is None:
+        return "no energy counter"
+    slices = f", {entry.memory_slices} memory slices" if entry.memory_slices else ""
+    return f"board energy {entry.energy_mj} mJ, {after - entry.energy_mj} mJ in the next second{slices}"
 
 
 if __name__ == "__main__":

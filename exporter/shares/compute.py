@@ -1,4 +1,4 @@
-"""Pure: each holding container's own share of a GPU or MIG instance, from NVML's processes, and its series."""
+"""Pure: each holding container's own share of a GPU or MIG instance, and what is left to no holder, from NVML's processes."""
 
 from __future__ import annotations
 
@@ -8,20 +8,17 @@ from typing import NamedTuple, Optional, Tuple
 
 from exporter.core.identity import GpuIdentity, Owner
 from exporter.core.mapping import Mapping
-from exporter.exposition.labels import gpu_label_pairs, render_owner_labels
-from exporter.exposition.text import LabelPairs, family_header, render_label_pairs
+from exporter.shares.apportion import largest_remainder
 from exporter.sources.nvml.processes import DeviceProcesses
 from exporter.sources.procfs import ProcessOwner
 
-MEMORY = "pod_gpu_container_memory_used_bytes"
-SM_UTILIZATION = "pod_gpu_container_sm_utilization_ratio"
-UNATTRIBUTED = "pod_gpu_exporter_unattributed_processes"
-
-_HELP = {
-    MEMORY: "Framebuffer memory used on this GPU or MIG instance by the container's own processes (NVML per-process data).",
-    SM_UTILIZATION: "SM utilisation (0-1) of this GPU by the container's own processes over the last sample window (NVML per-process data).",
-    UNATTRIBUTED: "Processes on this GPU or MIG instance that belong to none of its holders (host processes, other pods, unseen PIDs).",
-}
+# Why a process's use belongs to none of the device's holders.
+HOST = "host"  # a process in no pod (Xorg, the MPS control daemon), or one whose cgroup could not be read
+NOT_HOLDER = "not_holder"  # a process of a pod (or a container of it) that does not hold this device
+REASONS = (HOST, NOT_HOLDER)
+# SM utilisation is added up in whole 1/10000ths of the device, so that sums are exact and a device's
+# shares can be made to add up to at most 1 without float rounding pushing them over.
+SM_UNITS = 10_000
 
 
 class PodContainers(NamedTuple):
@@ -39,12 +36,54 @@ class HolderShare(NamedTuple):
     device: GpuIdentity
     owner: Owner
     memory_bytes: int
-    sm_ratio: Optional[float]  # None on devices where NVML reports no per-process utilisation
+    sm_units: Optional[int]  # in SM_UNITS; None on devices where NVML reports no per-process utilisation
+    processes: int  # how many of the holder's processes NVML listed on the device (0: held, unused)
+
+    @property
+    def sm_ratio(self) -> Optional[float]:
+        return None if self.sm_units is None else self.sm_units / SM_UNITS
+
+
+class Remainder(NamedTuple):
+    """What processes given to no holder use on one device, for one reason."""
+
+    device: GpuIdentity
+    reason: str
+    memory_bytes: int
+    sm_units: Optional[int]
+    processes: int
+
+    @property
+    def sm_ratio(self) -> Optional[float]:
+        return None if self.sm_units is None else self.sm_units / SM_UNITS
+
+
+class DeviceShares(NamedTuple):
+    """One device of one NVML snapshot: its holders, then its remainders (one per reason, REASONS order);
+    their memory adds up to exactly the memory of every process NVML listed on it."""
+
+    device: GpuIdentity
+    holders: Tuple[HolderShare, ...]
+    remainders: Tuple[Remainder, ...]
+    energy_mj: Optional[int] = None  # the board's energy counter as read in the same snapshot
+    memory_slices: int = 0  # a MIG instance's size; 0 for a whole GPU
+
+    @property
+    def processes(self) -> int:
+        return sum(share.processes for share in self.holders + self.remainders)
 
 
 class Shares(NamedTuple):
-    holders: Tuple[HolderShare, ...]
-    unattributed: Tuple[Tuple[GpuIdentity, int], ...]  # per device read, 0 included
+    devices: Tuple[DeviceShares, ...]
+
+    @property
+    def holders(self) -> Tuple[HolderShare, ...]:
+        return tuple(share for entry in self.devices for share in entry.holders)
+
+    @property
+    def unattributed(self) -> Tuple[Tuple[GpuIdentity, int], ...]:
+        """Per device read, the number of processes given to no holder (0 included)."""
+        return tuple((entry.device, sum(r.processes for r in entry.remainders)) for entry in self.devices)
 
 
 def owner_of_process(owner: Optional[ProcessOwner], pods: PodIndex) -> Optional[Owner]:
@@ -60,33 +99,51 @@ def owner_of_process(owner: Optional[ProcessOwner], pods: PodIndex) -> Optional[
 
 def compute_shares(devices: Iterable[DeviceProcesses], mapping: Mapping,
                    process_owners: MappingType[int, Optional[ProcessOwner]], pods: PodIndex) -> Shares:
-    """One HolderShare per holder of every device read, and per device the processes given to none.
+    """Every device read, split between its holders and the remainders.
 
     `process_owners` holds what each PID's cgroup says (None: outside any pod); a PID missing from it
     could not be read. A process counts for a holder only when its pod UID and container ID name
-    exactly that holder: a host process, another pod's, or an unreadable one is never given away.
+    exactly that holder: a host process, another pod's, or an unreadable one is never given away; it
+    goes to a remainder instead, so that nothing NVML listed is lost.
     """
-    holders: List[HolderShare] = []
-    unattributed: List[Tuple[GpuIdentity, int]] = []
-    for entry in devices:
-        owners = mapping.owners_of(entry.device)
-        memory = dict.fromkeys(owners, 0)
-        sm = dict.fromkeys(owners, 0.0)
-        strangers = 0
-        for pid, used in entry.memory_bytes.items():
-            owner = owner_of_process(process_owners.get(pid), pods)
-            if owner not in memory:
-                strangers += 1
-                continue
-            memory[owner] += used
-            if entry.sm_ratio is not None:
-                sm[owner] += entry.sm_ratio.get(pid, 0.0)
-        for owner in owners:
-            # Processes' SM shares add up; rounding in the driver can push a sum a little over 1.
-            ratio = None if entry.sm_ratio is None else min(sm[owner], 1.0)
-            holders.append(HolderShare(entry.device, owner, memory[owner], ratio))
-        unattributed.append((entry.device, strangers))
-    return Shares(tuple(holders), tuple(unattributed))
+    return Shares(tuple(_device_shares(entry, mapping.owners_of(entry.device), process_owners, pods)
+                        for entry in devices))
+
+
+def _device_shares(entry: DeviceProcesses, owners: Tuple[Owner, ...],
+                   process_owners: MappingType[int, Optional[ProcessOwner]], pods: PodIndex) -> DeviceShares:
+    slots: List[Any] = list(owners) + list(REASONS)  # holders first, then one slot per reason
+    index = {slot: position for position, slot in enumerate(slots)}
+    memory, sm, counts = [0] * len(slots), [0] * len(slots), [0] * len(slots)
+    for pid, used in entry.memory_bytes.items():
+        slot = _slot_of(pid, process_owners, pods, index)
+        memory[slot] += used
+        counts[slot] += 1
+        if entry.sm_ratio is not None:
+            sm[slot] += round(entry.sm_ratio.get(pid, 0.0) * SM_UNITS)
+    holders_sm = None
+    if entry.sm_ratio is not None:
+        # A holder's processes' shares add up; rounding in the driver can push a sum over 1: capped,
+        # then the whole device scaled down to 1 if holders and remainders together pass it.
+        holders_sm = _at_most_whole([min(units, SM_UNITS) for units in sm[:len(owners)]] + sm[len(owners):])
+    holders = tuple(HolderShare(entry.device, owner, memory[i], None if holders_sm is None else holders_sm[i], counts[i])
+                    for i, owner in enumerate(owners))
+    remainders = tuple(Remainder(entry.device, reason, memory[i], None if holders_sm is None else holders_sm[i], counts[i])
+                       for i, reason in enumerate(REASONS, start=len(owners)))
+    return DeviceShares(entry.device, holders, remainders, entry.energy_mj, entry.memory_slices)
+
+
+def _slot_of(pid: int, process_owners: MappingType[int, Optional[ProcessOwner]], pods: PodIndex,
+             index: Dict[Any, int]) -> int:
+    if pid not in process_owners or process_owners[pid] is None:
+        return index[HOST]  # outside any pod, or exited before its cgroup could be read
+    owner = owner_of_process(process_owners[pid], pods)
+    return index.get(owner, index[NOT_HOLDER]) if owner is not None else index[NOT_HOLDER]
+
+
+def _at_most_whole(units: List[int]) -> List[int]:
+    """The SM units as they are when they add up to at most the whole device, else scaled to exactly it."""
+    return units if sum(units) <= SM_UNITS else largest_remainder(SM_UNITS, units)
 
 
 def pod_index(pods: Iterable[Tuple[Tuple[str, str], Any]]) -> Dict[str, PodContainers]:
@@ -100,35 +157,3 @@ def pod_index(pods: Iterable[Tuple[Tuple[str, str], Any]]) -> Dict[str, PodConta
                       for container, container_id in pod.containers}
         index[pod.uid] = PodContainers(namespace, name, containers)
     return index
-
-
-def render_shares(shares: Shares, style: str,
-                  extra_labels: Optional[MappingType[Tuple[str, str], LabelPairs]] = None) -> str:
-    """The share series and the unattributed gauge as exposition text (empty when nothing was read).
-
-    `extra_labels`: (namespace, pod) → the Kubernetes API's extra labels (Mapping.extra_labels),
-    written after the owner labels as on pod_gpu_allocation_info."""
-    extra_labels = extra_labels or {}
-    memory = [(share, str(share.memory_bytes)) for share in shares.holders]
-    sm = [(share, _ratio(share.sm_ratio)) for share in shares.holders if share.sm_ratio is not None]
-    lines: List[str] = []
-    for name, rows in ((MEMORY, memory), (SM_UTILIZATION, sm)):
-        if rows:
-            lines.append(family_header(name, _HELP[name]))
-            lines += [f"{name}{{{_holder_labels(share, style, extra_labels)}}} {value}\n" for share, value in rows]
-    if shares.unattributed:
-        lines.append(family_header(UNATTRIBUTED, _HELP[UNATTRIBUTED]))
-        lines += [f"{UNATTRIBUTED}{{{render_label_pairs(gpu_label_pairs(device))}}} {count}\n"
-                  for device, count in shares.unattributed]
-    return "".join(lines)
-
-
-def _holder_labels(share: HolderShare, style: str, extra_labels: MappingType[Tuple[str, str], LabelPairs]) -> str:
-    """The device's UUID, gpu [, GPU_I_ID], then the holder's owner labels and its pod's extra labels."""
-    owner = share.owner
-    extra = extra_labels.get((owner.namespace, owner.pod), ())
-    return render_label_pairs(gpu_label_pairs(share.device)) + "," + render_owner_labels(owner, style, extra)
-
-
-def _ratio(value: Optional[float]) -> str:
-    return format(round(value or 0.0, 4), "g")

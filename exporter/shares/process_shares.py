@@ -11,7 +11,10 @@ from exporter.base.logs import DependencyReporter
 from exporter.core.mapping import Mapping
 from exporter.core.refresher import Refresher
 from exporter.exposition.text import family_header
-from exporter.shares.compute import PodIndex, compute_shares, pod_index, render_shares
+from exporter.shares.compute import PodIndex, compute_shares, pod_index
+from exporter.shares.energy import SPLIT
+from exporter.shares.ledger import ShareLedger
+from exporter.shares.render import render_shares
 from exporter.sources.nvml.processes import DeviceProcesses, NvmlError, NvmlProcessReader
 from exporter.sources.procfs import ProcessOwner, read_process_owner
 
@@ -46,7 +49,8 @@ class ProcessShares:
 
     def __init__(self, open_nvml: Callable[[], tuple], current_mapping: Callable[[], Mapping],
                  pod_index: Callable[[], Optional[PodIndex]], proc_root: str, interval_seconds: float,
-                 labels_style: str, clock: Callable[[], float] = time.monotonic):
+                 labels_style: str, clock: Callable[[], float] = time.monotonic, idle_policy: str = SPLIT,
+                 read_energy: bool = True):
         self._open_nvml = open_nvml
         self._current_mapping = current_mapping
         self._pod_index = pod_index
@@ -54,6 +58,10 @@ class ProcessShares:
         self._interval = interval_seconds
         self._style = labels_style
         self._clock = clock
+        self._read_energy = read_energy  # off only in benchmarks, to measure what energy costs
+        self._ledger = ShareLedger(idle_policy)
+        self._label_cache: Dict[tuple, str] = {}  # label texts written under self._labelled_mapping
+        self._labelled_mapping: Optional[Mapping] = None
         self._reader: Optional[NvmlProcessReader] = None
         self._invisible_refreshes = 0  # refreshes in a row in which none of NVML's PIDs could be seen
         self._nvml_reporter = DependencyReporter("nvml")
@@ -95,7 +103,8 @@ class ProcessShares:
                 self._nvml_reporter.failed("unavailable", "NVML unavailable: per-process GPU shares are not served; "
                                            "dcgm samples are unaffected", error=problem)
                 return None
-            self._reader = NvmlProcessReader(nvml, max(self._interval, _MIN_SAMPLE_WINDOW_SECONDS))
+            self._reader = NvmlProcessReader(nvml, max(self._interval, _MIN_SAMPLE_WINDOW_SECONDS),
+                                             read_energy=self._read_energy)
         try:
             devices = self._reader.read()
         except NvmlError as exc:
@@ -116,7 +125,11 @@ class ProcessShares:
         if owners is None:
             return ""
         mapping = self._current_mapping()
-        return render_shares(compute_shares(devices, mapping, owners, pods), self._style, mapping.extra_labels)
+        shares = compute_shares(devices, mapping, owners, pods)
+        counters = self._ledger.update(shares, pods, self._clock())
+        if mapping is not self._labelled_mapping:  # holders or their extra labels may have changed
+            self._label_cache, self._labelled_mapping = {}, mapping
+        return render_shares(shares, self._style, mapping.extra_labels, counters, self._label_cache)
 
     def _process_owners(self, devices: List[DeviceProcesses]) -> Optional[Dict[int, Optional[ProcessOwner]]]:
         """PID → cgroup owner for every process NVML listed that can be seen; None when this is not the

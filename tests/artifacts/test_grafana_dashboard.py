@@ -12,7 +12,7 @@ import yaml
 
 from support.deploy_tools import DASHBOARD, RULES
 
-RECORDED_NAME = re.compile(r"\b(namespace(?:_pod)?:[A-Za-z_]+:[a-z]+)\b")
+RECORDED_NAME = re.compile(r"\b((?:namespace(?:_pod)?|node):[A-Za-z_]+:[a-z0-9]+)\b")
 
 
 def _dashboard():

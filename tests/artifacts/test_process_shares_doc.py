@@ -9,6 +9,7 @@ import subprocess
 from pathlib import Path
 from typing import List
 
+import pytest
 import yaml
 
 from exporter.sources.kubelet import AllocatedDevice
@@ -17,13 +18,14 @@ from support.prometheus_server import PrometheusServer, eventually
 from support.shared_node import A800_FIXTURE, A800_GPU0, L4, MIB, SHARE_FAMILIES, shares_served
 
 DOC = Path(__file__).resolve().parents[2] / "docs" / "process-shares.md"
+README = DOC.parents[1] / "README.md"
 
 
-def doc_queries() -> List[str]:
-    """The PromQL expressions of the doc's promql block, one per comment-headed paragraph."""
-    block = re.search(r"```promql\n(.*?)```", DOC.read_text(), re.DOTALL).group(1)
+def doc_queries(path: Path = DOC) -> List[str]:
+    """The PromQL expressions of a page's promql blocks, one per comment-headed paragraph."""
+    blocks = re.findall(r"```promql\n(.*?)```", path.read_text(), re.DOTALL)
     queries = []
-    for paragraph in block.split("\n\n"):
+    for paragraph in "\n\n".join(blocks).split("\n\n"):
         expression = "\n".join(line for line in paragraph.splitlines() if not line.startswith("#")).strip()
         if expression:
             queries.append(expression)
@@ -33,7 +35,7 @@ def doc_queries() -> List[str]:
 def test_every_series_of_the_mode_is_documented(gpu_node):
     gpu_node.add_pod("a")
     gpu_node.kubelet.set_devices([AllocatedDevice("ml", "a", "main", "nvidia.com/gpu", L4)])
-    gpu_node.nvml.gpu(0, L4).process(L4, 10, MIB).sample(L4, 10, 5).write()
+    gpu_node.nvml.gpu(0, L4).energy(L4, 5000).process(L4, 10, MIB).sample(L4, 10, 5).write()
     gpu_node.run_in(10, "a")
     text = shares_served(gpu_node.start())
     served = set(re.findall(r"^# TYPE (pod_gpu_\w+) ", text, re.MULTILINE))
@@ -42,9 +44,11 @@ def test_every_series_of_the_mode_is_documented(gpu_node):
     assert not sorted(name for name in SHARE_FAMILIES if f"`{name}`" not in documented)
 
 
-def test_the_docs_queries_pass_promtool(tmp_path):
-    queries = doc_queries()
-    assert len(queries) >= 5 and "sum by (namespace)" in queries[0]
+@pytest.mark.parametrize("page", [DOC, README], ids=["process-shares.md", "README.md"])
+def test_the_docs_queries_pass_promtool(tmp_path, page):
+    queries = doc_queries(page)
+    assert len(queries) >= 4 and (page != DOC or "sum by (namespace)" in queries[0])
+    assert any("pod_gpu_container_energy_joules_total" in query for query in queries)
     promtool = shutil.which("promtool")
     if promtool is None:
         missing_tool("promtool", "apt-get install prometheus (.ci/run does)")

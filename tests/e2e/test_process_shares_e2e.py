@@ -58,17 +58,18 @@ def test_three_pods_on_a_time_sliced_gpu_with_zero_one_and_two_processes(gpu_nod
 def test_dcgm_samples_are_byte_exact_and_device_mode_is_unchanged(gpu_node, run_exporter):
     gpu_node.add_pod("a")
     gpu_node.kubelet.set_devices([AllocatedDevice("ml", "a", "main", "nvidia.com/gpu", L4)])
-    gpu_node.nvml.gpu(0, L4).process(L4, 10, MIB).write()
+    gpu_node.nvml.gpu(0, L4).energy(L4, 10**6, milliwatts=70_000).process(L4, 10, MIB).write()
     gpu_node.run_in(10, "a")
     process_mode = gpu_node.start()
     device_mode = gpu_node.start(mode="device")
     default_mode = gpu_node.start(mode=None)  # the flag left at its default is device mode
+    with_policy = gpu_node.start(mode="device", extra=["--energy.idle-policy", "unattributed"])  # no effect there
     process_text = shares_served(process_mode)
-    device_text, default_text = scrape(device_mode).text, scrape(default_mode).text
+    device_text, default_text, policy_text = (scrape(e).text for e in (device_mode, default_mode, with_policy))
     assert without_shares(process_text) == without_shares(device_text)  # dcgm samples and status untouched
-    for text in (device_text, default_text):
+    for text in (device_text, default_text, policy_text):
         assert not any(family in text for family in SHARE_FAMILIES)
-    assert without_shares(default_text) == without_shares(device_text)
+    assert without_shares(default_text) == without_shares(device_text) == without_shares(policy_text)
     assert_parses(process_text)
 
 
@@ -148,6 +149,8 @@ def test_without_nvml_the_mode_serves_nvml_up_0_until_the_driver_appears(gpu_nod
     text = wait_until(lambda: (t := scrape(exporter).text) and "pod_gpu_exporter_nvml_up 0" in t and t)
     assert "pod_gpu_container_memory_used_bytes" not in text
     assert 'pod="a"' in text and "pod_gpu_exporter_dcgm_up 1" in text  # dcgm samples still attributed
+    # nvml_up 0 is served before the first refresh has run too: wait until it has found no driver.
+    wait_until(lambda: "NVML unavailable" in exporter.stderr_text())
     gpu_node.nvml.gpu(0, L4).process(L4, 10, 64 * MIB).write()  # the GPU operator installs the driver
     text = shares_served(exporter)
     assert series(text, "pod_gpu_container_memory_used_bytes") == {holder_labels("a"): str(64 * MIB)}

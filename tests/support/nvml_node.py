@@ -44,8 +44,15 @@ class FakeNode:
         self.lines.append(f"gpu {index} {uuid}{options}")
         return self
 
-    def mig(self, gpu_index: int, instance: int, uuid: str) -> "FakeNode":
-        self.lines.append(f"mig {gpu_index} {instance} {uuid}")
+    def mig(self, gpu_index: int, instance: int, uuid: str, slices: int = None) -> "FakeNode":
+        self.lines.append(f"mig {gpu_index} {instance} {uuid}" + ("" if slices is None else f" slices={slices}"))
+        return self
+
+    def energy(self, gpu_uuid: str, millijoules: int, milliwatts: int = 0) -> "FakeNode":
+        """The board's total energy; a later call for the same GPU replaces it (the counter moves), and
+        with `milliwatts` it also grows by itself, as a board drawing that power."""
+        self.lines = [line for line in self.lines if not line.startswith(f"energy {gpu_uuid} ")]
+        self.lines.append(f"energy {gpu_uuid} {millijoules}" + (f" {milliwatts}" if milliwatts else ""))
         return self
 
     def process(self, device_uuid: str, pid: int, used_bytes: int, kind: str = "compute") -> "FakeNode":

@@ -26,8 +26,10 @@ MIG_GI3 = "MIG-3a9c2f4e-1b2c-5d6e-8f90-123456789abc"
 MIB = 1024 * 1024
 NODE = "gpu-node-1"
 SHARE_FAMILIES = ("pod_gpu_container_memory_used_bytes", "pod_gpu_container_sm_utilization_ratio",
-                  "pod_gpu_exporter_unattributed_processes", "pod_gpu_exporter_nvml_up",
-                  "pod_gpu_exporter_process_shares_refresh_duration_seconds")
+                  "pod_gpu_unattributed_memory_used_bytes", "pod_gpu_unattributed_sm_utilization_ratio",
+                  "pod_gpu_exporter_unattributed_processes", "pod_gpu_container_energy_joules_total",
+                  "pod_gpu_unattributed_energy_joules_total", "pod_gpu_container_idle_seconds_total",
+                  "pod_gpu_exporter_nvml_up", "pod_gpu_exporter_process_shares_refresh_duration_seconds")
 # Values that differ from one scrape to the next whatever the mode.
 _PER_SCRAPE = re.compile(r"^pod_gpu_exporter_(scrape_duration_seconds|mapping_age_seconds) ")
 

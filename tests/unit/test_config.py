@@ -121,7 +121,25 @@ def test_sharing_flags_and_their_environment_variables():
     assert parse_config(["--sharing.mode", "device"], environ).sharing_mode == "device"  # the flag wins
 
 
+def test_energy_idle_policy_flag_and_its_environment_variable():
+    assert Config().energy_idle_policy == "split"
+    assert parse_config(["--energy.idle-policy", "unattributed"], {}).energy_idle_policy == "unattributed"
+    environ = {"POD_GPU_EXPORTER_ENERGY_IDLE_POLICY": "unattributed"}
+    assert parse_config([], environ).energy_idle_policy == "unattributed"
+    assert parse_config(["--energy.idle-policy", "split"], environ).energy_idle_policy == "split"  # the flag wins
+    with pytest.raises(ConfigError, match=re.escape("POD_GPU_EXPORTER_ENERGY_IDLE_POLICY: invalid choice 'even'")):
+        parse_config([], {"POD_GPU_EXPORTER_ENERGY_IDLE_POLICY": "even"})
+
+
+def test_the_configs_idle_policies_are_the_energy_splits():
+    from exporter.config import ENERGY_IDLE_POLICIES
+    from exporter.shares.energy import IDLE_POLICIES
+
+    assert ENERGY_IDLE_POLICIES == IDLE_POLICIES and Config().energy_idle_policy == IDLE_POLICIES[0]
+
+
 @pytest.mark.parametrize("args, says", [
+    (["--energy.idle-policy", "even"], "--energy.idle-policy: invalid choice 'even' (choose from split, unattributed)"),
     (["--sharing.mode", "pod"], "--sharing.mode: invalid choice 'pod' (choose from device, process)"),
     (["--sharing.proc-root", "host/proc"], "--sharing.proc-root: path must start with '/'"),
 ])

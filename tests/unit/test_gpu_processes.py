@@ -9,6 +9,7 @@ from exporter.core.identity import GpuIdentity
 from exporter.sources.nvml.library import open_nvml
 from exporter.sources.nvml.processes import NvmlError, NvmlProcessReader
 from support.nvml_node import NODE_ENV
+from support.waiting import wait_until
 
 GPU0 = "GPU-11111111-2222-3333-4444-555555555555"
 GPU1 = "GPU-66666666-7777-8888-9999-aaaaaaaaaaaa"
@@ -94,3 +95,29 @@ def test_without_a_driver_nvml_does_not_open(fake_nvml_loaded, tmp_path, monkeyp
     monkeypatch.setenv(NODE_ENV, str(tmp_path / "absent.txt"))
     nvml, problem = open_nvml()
     assert nvml is None and problem == "NVML did not initialise: Driver Not Loaded"
+
+
+def test_the_boards_energy_moves_and_is_repeated_on_each_mig_instance_with_its_slices(nvml_node):
+    nvml_node.gpu(0, GPU0).mig(0, 1, MIG_A, slices=4).mig(0, 5, MIG_B).gpu(1, GPU1)
+    nvml_node.energy(GPU0, 5_000_123).energy(GPU1, 77).write()
+    read = reader()
+    devices = {(entry.device.uuid, entry.device.instance): entry for entry in read.read()}
+    assert {key: (entry.energy_mj, entry.memory_slices) for key, entry in devices.items()} == {
+        (GPU0, "1"): (5_000_123, 4), (GPU0, "5"): (5_000_123, 1), (GPU1, ""): (77, 0)}
+    nvml_node.energy(GPU0, 5_100_000).write()  # the counter moves between refreshes
+    assert {entry.energy_mj for entry in read.read() if entry.device.uuid == GPU0} == {5_100_000}
+
+
+def test_a_gpu_without_energy_or_with_a_failing_energy_call_still_has_its_processes(nvml_node):
+    nvml_node.gpu(0, GPU0).gpu(1, GPU1).energy(GPU1, 10).process(GPU0, 100, MIB).process(GPU1, 101, MIB)
+    nvml_node.fail("nvmlDeviceGetTotalEnergyConsumption", 999, GPU1).write()
+    assert [(entry.energy_mj, entry.memory_bytes) for entry in reader().read()] == [(None, {100: MIB}),
+                                                                                   (None, {101: MIB})]
+
+
+def test_a_drawing_boards_energy_grows_by_itself(nvml_node):
+    nvml_node.gpu(0, GPU0).energy(GPU0, 1000, milliwatts=200_000).write()  # a board drawing 200 W
+    read = reader()
+    first = read.read()[0].energy_mj
+    second = wait_until(lambda: (energy := read.read()[0].energy_mj) > first and energy)
+    assert first >= 1000 and second > first

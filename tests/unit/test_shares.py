@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from exporter.core.identity import GpuIdentity, Owner
 from exporter.core.mapping import build_mapping
-from exporter.shares.compute import PodContainers, Shares, compute_shares, render_shares
+from exporter.shares.compute import PodContainers, Shares, compute_shares
+from exporter.shares.render import render_shares
 from exporter.sources.nvml.processes import DeviceProcesses
 from exporter.sources.procfs import ProcessOwner
 from support.devices import Device
@@ -78,15 +79,57 @@ def test_holders_are_found_through_every_device_id_form():
     assert build_mapping([Device("ml", "pod-a", "main", "nvidia.com/gpu", "3")]).owners_of(device) == ()
 
 
-def test_an_unheld_device_has_no_share_series_but_counts_its_processes():
-    device = DeviceProcesses(GPU, {10: 100}, {10: 0.1})
-    shares = compute_shares([device], build_mapping([]), {10: None}, PODS)
-    assert shares.holders == () and shares.unattributed == ((GPU, 1),)
+def test_an_unheld_device_has_no_share_series_but_counts_its_processes_and_their_memory():
+    device = DeviceProcesses(GPU, {10: 100, 11: 5}, {10: 0.1})
+    shares = compute_shares([device], build_mapping([]), {10: None, 11: process_of("x")}, PODS)
+    assert shares.holders == () and shares.unattributed == ((GPU, 2),)
+    labels = f'UUID="{UUID}",gpu="0"'
     assert render_shares(shares, "kubernetes") == (
+        "# HELP pod_gpu_unattributed_memory_used_bytes Framebuffer memory used on this GPU or MIG instance by "
+        "processes of none of its holders: reason host (no pod, or unreadable) or not_holder (a pod that does not "
+        "hold it).\n"
+        "# TYPE pod_gpu_unattributed_memory_used_bytes gauge\n"
+        f'pod_gpu_unattributed_memory_used_bytes{{{labels},reason="host"}} 100\n'
+        f'pod_gpu_unattributed_memory_used_bytes{{{labels},reason="not_holder"}} 5\n'
+        "# HELP pod_gpu_unattributed_sm_utilization_ratio SM utilisation (0-1) of this GPU by processes of none of "
+        "its holders, by reason; with the holders' it adds up to at most 1.\n"
+        "# TYPE pod_gpu_unattributed_sm_utilization_ratio gauge\n"
+        f'pod_gpu_unattributed_sm_utilization_ratio{{{labels},reason="host"}} 0.1\n'
+        f'pod_gpu_unattributed_sm_utilization_ratio{{{labels},reason="not_holder"}} 0\n'
         "# HELP pod_gpu_exporter_unattributed_processes Processes on this GPU or MIG instance that belong to none "
         "of its holders (host processes, other pods, unseen PIDs).\n"
         "# TYPE pod_gpu_exporter_unattributed_processes gauge\n"
-        f'pod_gpu_exporter_unattributed_processes{{UUID="{UUID}",gpu="0"}} 1\n')
+        f'pod_gpu_exporter_unattributed_processes{{{labels}}} 2\n')
+
+
+def remainders(shares: Shares):
+    return {(r.device.instance, r.reason): (r.memory_bytes, r.sm_ratio, r.processes)
+            for entry in shares.devices for r in entry.remainders}
+
+
+def test_memory_given_to_no_holder_is_kept_by_reason_and_everything_adds_up():
+    device = DeviceProcesses(GPU, {10: 100, 30: 7, 31: 8, 32: 9, 33: 10, 34: 11}, {10: 0.5, 30: 0.25, 31: 0.125})
+    owners = {10: process_of("a"), 30: None, 31: process_of("x"),  # host process; a pod not holding this GPU
+              33: ProcessOwner("99999999-0000-4000-8000-000000000000", "d" * 64),  # a pod the API does not know
+              34: process_of("a", "f" * 63 + "a")}  # pod-a's side container: its pod holds the GPU, it does not
+    shares = compute_shares([device], time_sliced("a", "b"), owners, PODS)  # 32: its cgroup could not be read
+    assert remainders(shares) == {("", "host"): (7 + 9, 0.25, 2), ("", "not_holder"): (8 + 10 + 11, 0.125, 3)}
+    entry, = shares.devices
+    assert sum(s.memory_bytes for s in entry.holders + entry.remainders) == sum(device.memory_bytes.values())
+    assert entry.processes == len(device.memory_bytes)
+
+
+def test_sm_of_holders_and_remainders_is_scaled_to_at_most_one():
+    # The driver's per-process samples can add up past the device: 0.7 + 0.6 + 0.4 = 1.7.
+    device = DeviceProcesses(GPU, {10: 1, 11: 1, 12: 1}, {10: 0.7, 11: 0.6, 12: 0.4})
+    shares = compute_shares([device], time_sliced("a", "b"), {10: process_of("a"), 11: process_of("b"), 12: None},
+                            PODS)
+    entry, = shares.devices
+    units = [s.sm_units for s in entry.holders + entry.remainders]
+    assert sum(units) == 10_000 and units == [4118, 3529, 2353, 0]  # 7000:6000:4000 of 10000, exactly
+    text = render_shares(shares, "kubernetes")
+    served = [float(line.rpartition(" ")[2]) for line in text.splitlines() if "sm_utilization_ratio{" in line]
+    assert sum(served) <= 1.0
 
 
 def test_sm_sum_is_capped_at_one_and_legacy_label_names_are_used():
@@ -98,4 +141,4 @@ def test_sm_sum_is_capped_at_one_and_legacy_label_names_are_used():
 
 
 def test_nothing_read_renders_nothing():
-    assert render_shares(Shares((), ()), "kubernetes") == ""
+    assert render_shares(Shares(()), "kubernetes") == ""

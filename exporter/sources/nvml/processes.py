@@ -1,4 +1,4 @@
-"""NVML's per-process data: the processes on each GPU and MIG instance, their memory and SM utilisation."""
+"""NVML's per-process data: the processes on each GPU and MIG instance, their memory and SM utilisation, the board's energy."""
 
 from __future__ import annotations
 
@@ -29,6 +29,10 @@ class DeviceProcesses(NamedTuple):
     device: GpuIdentity  # as dcgm-exporter's samples name it: UUID, NVML index, nvidia<minor>, GPU_I_ID
     memory_bytes: Dict[int, int]  # PID → framebuffer bytes it uses on this device
     sm_ratio: Optional[Dict[int, float]]  # PID → SM utilisation 0–1 over the window; None: NVML has none here
+    # The board's total energy (mJ since the driver loaded), read once per GPU and repeated on each of
+    # its MIG instances: NVML measures energy per board, never per instance. None: not supported.
+    energy_mj: Optional[int] = None
+    memory_slices: int = 0  # a MIG instance's size: its GPU instance's placement in memory slices; 0 whole GPU
 
 
 class NvmlProcessReader:
@@ -39,10 +43,12 @@ class NvmlProcessReader:
     refresh the recent ones whatever the refresh's timing.
     """
 
-    def __init__(self, nvml: Any, window_seconds: float, clock: Callable[[], float] = time.time):
+    def __init__(self, nvml: Any, window_seconds: float, clock: Callable[[], float] = time.time,
+                 read_energy: bool = True):
         self._nvml = nvml
         self._window = window_seconds
         self._clock = clock
+        self._read_energy = read_energy  # off only in benchmarks, to measure what the energy reads cost
         self._device_reporter = DependencyReporter("nvml")
 
     def read(self) -> List[DeviceProcesses]:
@@ -73,8 +79,9 @@ class NvmlProcessReader:
         # A MIG instance keeps its parent's UUID, index and minor number, as on dcgm-exporter's samples.
         gpu = GpuIdentity(_text(nvml.nvmlDeviceGetUUID(handle)), str(nvml.nvmlDeviceGetIndex(handle)),
                           f"nvidia{nvml.nvmlDeviceGetMinorNumber(handle)}", "")
+        energy = self._energy_mj(handle)
         if not self._mig_enabled(handle):
-            return [self._read_device(handle, gpu, since_us)]
+            return [self._read_device(handle, gpu, since_us)._replace(energy_mj=energy)]
         found = []
         for slot in range(nvml.nvmlDeviceGetMaxMigDeviceCount(handle)):
             try:
@@ -83,9 +90,31 @@ class NvmlProcessReader:
                 if exc.value in _EMPTY_MIG_SLOT:
                     continue
                 raise
-            device = gpu._replace(instance=str(nvml.nvmlDeviceGetGpuInstanceId(mig)))
-            found.append(self._read_device(mig, device, since_us))
+            instance_id = nvml.nvmlDeviceGetGpuInstanceId(mig)
+            device = gpu._replace(instance=str(instance_id))
+            slices = self._memory_slices(handle, instance_id) if energy is not None else 0
+            found.append(self._read_device(mig, device, since_us)._replace(energy_mj=energy, memory_slices=slices))
         return found
+
+    def _energy_mj(self, handle) -> Optional[int]:
+        """The board's energy counter, or None where it cannot be had (pre-Volta GPUs, some vGPUs):
+        then that GPU has no energy series, and its memory and SM shares are served as ever."""
+        if not self._read_energy:
+            return None
+        try:
+            return int(self._nvml.nvmlDeviceGetTotalEnergyConsumption(handle))
+        except self._nvml.NVMLError:
+            return None
+
+    def _memory_slices(self, handle, instance_id: int) -> int:
+        """The GPU instance's placement size, in memory slices (a 3g.40gb instance spans 4 of 8); 1 when
+        NVML cannot tell, so that an instance is never left out of its GPU's energy."""
+        nvml = self._nvml
+        try:
+            info = nvml.nvmlGpuInstanceGetInfo(nvml.nvmlDeviceGetGpuInstanceById(handle, instance_id))
+        except nvml.NVMLError:
+            return 1
+        return max(int(info.placement.size), 1)
 
     def _mig_enabled(self, handle) -> bool:
         try:

@@ -6,7 +6,15 @@
  * File format, one record per line, '#' starts a comment:
  *   gpu <index> <uuid> [minor=<n>] [utilization=no]   a whole GPU (utilization=no: per-process SM
  *                                                      utilisation answers NOT_SUPPORTED)
- *   mig <gpu index> <gpu instance id> <mig uuid>       a MIG device of that GPU (MIG mode on)
+ *   mig <gpu index> <gpu instance id> <mig uuid> [slices=<n>]
+ *                                                      a MIG device of that GPU (MIG mode on); its GPU
+ *                                                      instance's placement spans <n> memory slices
+ *                                                      (default 1)
+ *   energy <gpu uuid> <millijoules> [<milliwatts>]     the board's total energy since the driver
+ *                                                      loaded (nvmlDeviceGetTotalEnergyConsumption;
+ *                                                      a GPU without the line answers NOT_SUPPORTED);
+ *                                                      a test moves it by rewriting the file, or it
+ *                                                      grows by itself at <milliwatts> from nvmlInit
  *   process <device uuid> <compute|graphics|mps> <pid> <used bytes>
  *   sample <device uuid> <pid> <sm percent> [<age ms>] a per-process utilisation sample, taken
  *                                                      <age ms> before the call (default 0)
@@ -45,6 +53,10 @@ struct device {
     unsigned int index, minor, instance, parent;  /* parent: slot of a MIG device's GPU */
     int utilization;
     char uuid[96];
+    int has_energy;                 /* an energy line names this GPU */
+    unsigned long long energy_mj;   /* its total energy consumption */
+    unsigned long long milliwatts;  /* the power it draws: energy grows by this from the first nvmlInit */
+    unsigned int memory_slices;     /* a MIG device's GPU instance placement size */
 };
 struct process { int device; enum kind kind; unsigned int pid; unsigned long long used; };
 struct sample { int device; unsigned int pid, sm; unsigned long long age_ms; };
@@ -94,8 +106,10 @@ static void parse_gpu(char *rest) {
 static void parse_mig(char *rest) {
     struct device *d = &devices[device_count];
     unsigned int gpu;
+    char option[64] = "";
     memset(d, 0, sizeof *d);
-    if (sscanf(rest, "%u %u %95s", &gpu, &d->instance, d->uuid) != 3 || find_gpu(gpu) < 0) return;
+    if (sscanf(rest, "%u %u %95s %63s", &gpu, &d->instance, d->uuid, option) < 3 || find_gpu(gpu) < 0) return;
+    d->memory_slices = strncmp(option, "slices=", 7) == 0 ? (unsigned int)atoi(option + 7) : 1;
     d->is_mig = 1;
     d->parent = (unsigned int)find_gpu(gpu);
     d->index = gpu;
@@ -118,6 +132,17 @@ static void parse_sample(char *rest) {
     if (sscanf(rest, "%95s %u %u %llu", uuid, &s->pid, &s->sm, &s->age_ms) < 3) return;
     if ((s->device = find_device(uuid)) < 0) return;
     sample_count++;
+}
+
+static void parse_energy(char *rest) {
+    char uuid[96];
+    unsigned long long millijoules, milliwatts = 0;
+    if (sscanf(rest, "%95s %llu %llu", uuid, &millijoules, &milliwatts) < 2) return;
+    int slot = find_device(uuid);
+    if (slot < 0 || devices[slot].is_mig) return;
+    devices[slot].has_energy = 1;
+    devices[slot].energy_mj = millijoules;
+    devices[slot].milliwatts = milliwatts;
 }
 
 static void parse_failure(char *rest) {
@@ -148,6 +173,7 @@ static int load_node(void) {
         else if (strcmp(word, "sample") == 0 && sample_count < MAX_PROCESSES) parse_sample(rest);
         else if (strcmp(word, "fail") == 0 && failure_count < MAX_FAILURES) parse_failure(rest);
         else if (strcmp(word, "hang") == 0 && hang_count < MAX_FAILURES) parse_hang(rest);
+        else if (strcmp(word, "energy") == 0) parse_energy(rest);
     }
     fclose(file);
     return 1;
@@ -381,5 +407,50 @@ nvmlReturn_t nvmlDeviceGetProcessUtilization(void *handle, nvmlProcessUtilizatio
         n++;
     }
     *count = n;
+    return NVML_SUCCESS;
+}
+
+static unsigned long long energy_since_us;  /* when a drawing board's energy started to grow */
+
+/* Energy is the board's: NVML answers it for a whole GPU's handle, not for a MIG device's. */
+nvmlReturn_t nvmlDeviceGetTotalEnergyConsumption(void *handle, unsigned long long *energy) {
+    CHECK("nvmlDeviceGetTotalEnergyConsumption");
+    struct device *d = device_of(handle);
+    if (!d || !energy) return NVML_ERROR_INVALID_ARGUMENT;
+    int code = injected_for("nvmlDeviceGetTotalEnergyConsumption", d);
+    if (code != NVML_SUCCESS) return code;
+    if (d->is_mig || !d->has_energy) return NVML_ERROR_NOT_SUPPORTED;
+    if (energy_since_us == 0) energy_since_us = now_us();
+    *energy = d->energy_mj + d->milliwatts * ((now_us() - energy_since_us) / 1000ULL) / 1000ULL;
+    return NVML_SUCCESS;
+}
+
+/* The layouts nvidia-ml-py declares: c_nvmlGpuInstancePlacement_t and c_nvmlGpuInstanceInfo_t. A GPU
+ * instance handle is the MIG device's slot, as the fake has one MIG device per GPU instance. */
+typedef struct { unsigned int start, size; } nvmlGpuInstancePlacement_t;
+typedef struct { void *device; unsigned int id, profileId; nvmlGpuInstancePlacement_t placement; } nvmlGpuInstanceInfo_t;
+
+nvmlReturn_t nvmlDeviceGetGpuInstanceById(void *handle, unsigned int id, void **instance) {
+    CHECK("nvmlDeviceGetGpuInstanceById");
+    struct device *d = device_of(handle);
+    if (!d || d->is_mig || !instance) return NVML_ERROR_INVALID_ARGUMENT;
+    for (int i = 0; i < device_count; i++) {
+        if (devices[i].is_mig && &devices[devices[i].parent] == d && devices[i].instance == id) {
+            *instance = &devices[i];
+            return NVML_SUCCESS;
+        }
+    }
+    return NVML_ERROR_NOT_FOUND;
+}
+
+nvmlReturn_t nvmlGpuInstanceGetInfo(void *instance, nvmlGpuInstanceInfo_t *info) {
+    CHECK("nvmlGpuInstanceGetInfo");
+    struct device *d = device_of(instance);
+    if (!d || !d->is_mig || !info) return NVML_ERROR_INVALID_ARGUMENT;
+    info->device = &devices[d->parent];
+    info->id = d->instance;
+    info->profileId = 0;
+    info->placement.start = 0;
+    info->placement.size = d->memory_slices;
     return NVML_SUCCESS;
 }
