@@ -25,6 +25,7 @@ class DraResolution(NamedTuple):
     admin_access: bool  # held through an adminAccess claim: a monitoring pod, never an owner
     key: Optional[GpuKey]  # None: fall back to the kubelet-only rule (device known to no slice)
     known: bool  # whether a ResourceSlice describes the device
+    profile: str = ""  # a MIG device's profile ("1g.10gb") as its ResourceSlice publishes it
 
 
 class MappingContext(Protocol):
@@ -48,6 +49,9 @@ class Allocation(NamedTuple):
     resource: str
     device_id: str
     key: Optional[GpuKey]
+    dra: bool = False
+    claim: str = ""  # DRA only: "<claim namespace>/<claim name>" the device is held through
+    profile: str = ""  # DRA only: the MIG profile its ResourceSlice publishes ("" for a whole GPU)
 
 
 @dataclass(frozen=True)
@@ -101,11 +105,12 @@ def _group(devices: Iterable[DeviceLike], resolve_mig: MigResolver | None,
         if not is_gpu_device(device.resource, device.device_id, device.dra):
             continue
         owner = Owner(device.namespace, device.pod, device.container)
-        key = _device_key(device, resolve_mig, context)
+        key, profile = _device_key(device, resolve_mig, context)
         if key is _NOT_AN_OWNER:
             continue
         allocations[(owner, device.resource, device.device_id)] = Allocation(
-            owner, device.resource, device.device_id, key
+            owner, device.resource, device.device_id, key, device.dra,
+            getattr(device, "claim", "") if device.dra else "", profile,
         )
         if key is None:
             unresolved.add(device.device_id)
@@ -122,13 +127,14 @@ _NOT_AN_OWNER = object()
 
 
 def _device_key(device: DeviceLike, resolve_mig: MigResolver | None, context: MappingContext | None):
+    """(key, MIG profile from a ResourceSlice) of one device; the key is _NOT_AN_OWNER for adminAccess."""
     if device.dra and context is not None:
         resolution = context.resolve_dra(device)
         if resolution.admin_access:
-            return _NOT_AN_OWNER
+            return _NOT_AN_OWNER, ""
         if resolution.known:  # a ResourceSlice describes it: its answer, even None, beats the name rule
-            return resolution.key
-    return key_for_device(device.device_id, device.dra, resolve_mig)
+            return resolution.key, resolution.profile
+    return key_for_device(device.device_id, device.dra, resolve_mig), ""
 
 
 def _allocation_order(allocation: Allocation) -> tuple:
