@@ -24,11 +24,10 @@ _EIGHTHS = {
     # B200 180GB
     "1g.23gb": 1, "1g.23gb+me": 1, "1g.45gb": 2, "2g.45gb": 2, "3g.90gb": 4, "4g.90gb": 4, "7g.180gb": 8,
 }
-# "1g.10gb" is one memory slice of an 80GB A100/H100 but two of a 40GB A100: another profile of the
-# node's allocations tells which family it is; alone, its share is unknown.
+# "1g.10gb" is one memory slice of an 80GB A100/H100 but two of a 40GB A100, where it is a late and
+# rarely used profile: it counts as the 80GB one unless the node's other profiles are all 40GB ones.
 _AMBIGUOUS = "1g.10gb"
 _FAMILY_40GB = frozenset({"1g.5gb", "1g.5gb+me", "2g.10gb", "3g.20gb", "4g.20gb", "7g.40gb"})
-_FAMILY_80GB = frozenset({"1g.10gb+me", "1g.20gb", "2g.20gb", "3g.40gb", "4g.40gb", "7g.80gb"})
 _MIG_RESOURCE = re.compile(r"^nvidia\.com/mig-(.+)$")
 _GKE_MIG_ID = re.compile(r"^nvidia\d+/gi\d+$")
 
@@ -42,12 +41,9 @@ def mig_profile_of(resource: str) -> str:
 def mig_share(profile: str, node_profiles: Iterable[str] = ()) -> Optional[float]:
     """A MIG instance's share of its GPU's memory slices, from its profile; None when unknown."""
     eighths = _EIGHTHS.get(profile)
-    if eighths is None and profile == _AMBIGUOUS:
-        others = set(node_profiles)
-        if others & _FAMILY_80GB and not others & _FAMILY_40GB:
-            eighths = 1
-        elif others & _FAMILY_40GB and not others & _FAMILY_80GB:
-            eighths = 2
+    if profile == _AMBIGUOUS:
+        others = set(node_profiles) - {_AMBIGUOUS}
+        eighths = 2 if others and others <= _FAMILY_40GB else 1
     return None if eighths is None else eighths / 8
 
 

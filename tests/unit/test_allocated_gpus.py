@@ -66,14 +66,17 @@ def test_mig_instances_count_their_share_of_the_gpus_memory_slices():
     assert _gpus(devices) == {("m", "small"): 1 / 8, ("m", "half"): 0.5, ("m", "four"): 0.5, ("m", "a30"): 0.5}
 
 
-def test_an_ambiguous_profile_is_told_by_the_nodes_other_profiles_else_left_out():
-    assert mig_share("1g.10gb") is None  # 1/8 of an 80GB GPU, 2/8 of a 40GB A100
-    assert mig_share("1g.10gb", ["3g.40gb"]) == 1 / 8
-    assert mig_share("1g.10gb", ["2g.10gb"]) == 2 / 8
+def test_1g_10gb_counts_as_80gb_unless_the_node_shows_only_40gb_profiles():
+    assert mig_share("1g.10gb") == 1 / 8  # an 80GB A100/H100's smallest profile
+    assert mig_share("1g.10gb", ["1g.10gb", "3g.40gb"]) == 1 / 8
+    assert mig_share("1g.10gb", ["1g.10gb", "2g.10gb", "1g.5gb"]) == 2 / 8  # a 40GB A100
+    assert mig_share("5g.99gb") is None
     alone = [AllocatedDevice("m", "tiny", "c", "nvidia.com/mig-1g.10gb", f"MIG-{UUID}/11/0")]
-    assert _gpus(alone) == {}
-    with_sibling = alone + [AllocatedDevice("m", "big", "c", "nvidia.com/mig-7g.80gb", f"MIG-{UUID_B}/0/0")]
-    assert _gpus(with_sibling) == {("m", "tiny"): 1 / 8, ("m", "big"): 1.0}
+    assert _gpus(alone) == {("m", "tiny"): 1 / 8}
+    on_a100_40 = alone + [AllocatedDevice("m", "big", "c", "nvidia.com/mig-3g.20gb", f"MIG-{UUID_B}/1/0")]
+    assert _gpus(on_a100_40) == {("m", "tiny"): 2 / 8, ("m", "big"): 0.5}
+    unknown = [AllocatedDevice("m", "odd", "c", "nvidia.com/mig-5g.99gb", f"MIG-{UUID}/1/0")]
+    assert _gpus(unknown) == {}
 
 
 def test_mig_without_a_profile_in_its_resource_name_is_unknown():
