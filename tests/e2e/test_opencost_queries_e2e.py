@@ -18,7 +18,7 @@ import pytest
 from exporter.demo.fake_dcgm import FakeDcgmExporter
 from exporter.demo.fake_kubelet import FakeKubelet
 from exporter.sources.kubelet import AllocatedDevice
-from support.deploy_tools import require_executable
+from support.deploy_tools import PODMONITOR, find_object, load_documents, require_executable
 from support.exporter_process import start_exporter
 from support.fake_kube_api import FakeKubeApi, write_kubeconfig
 from support.fixtures import fixture_bytes
@@ -58,7 +58,7 @@ HOLDINGS = {
 KSM_BODY = ("# TYPE kube_pod_resourceclaim_info gauge\n"
             'kube_pod_resourceclaim_info{namespace="batch",pod="train-x7k2p",uid="%s",claim_name="gpu",'
             'resourceclaim_name="train-gpu",resourceclaim_template_name="train-gpu-template"} 1\n')
-CLAIM_JOIN = ("pod_gpu_allocation_info * on (namespace, resourceclaim_name) group_left (claim_name, "
+CLAIM_JOIN = ("pod_gpu_allocation_info * on (namespace, pod, resourceclaim_name) group_left (claim_name, "
               "resourceclaim_template_name) kube_pod_resourceclaim_info")
 ALLOCATED_PER_NAMESPACE = {"ml": 1 + 2 + 1 / 8 + 1 / 8, "web": 1.0, "batch": 1.0}
 
@@ -99,12 +99,22 @@ def upstream_body() -> tuple:
     return fixture_bytes(H100) + body.encode(), truth
 
 
-# The scrape configurations compared: the one docs/opencost.md gives; honor_labels true behind
-# target labels that name the exporter's own pod (what a ServiceMonitor or the usual kubernetes-pods
-# job attaches); and honor_labels false with those target labels.
+def podmonitor_scrape() -> dict:
+    """prometheus/operator/podmonitor.yaml as the operator writes it into Prometheus' configuration:
+    the scraped pod's namespace/pod/container as target labels, then the monitor's relabelings."""
+    (endpoint,) = find_object(load_documents(PODMONITOR), "PodMonitor")["spec"]["podMetricsEndpoints"]
+    names = {"sourceLabels": "source_labels", "targetLabel": "target_label"}
+    relabel = [{names.get(key, key): value for key, value in rule.items()} for rule in endpoint["relabelings"]]
+    return {"honor_labels": endpoint["honorLabels"], "target_labels": EXPORTER_POD, "relabel_configs": relabel}
+
+
+# The scrape configurations compared: the one docs/opencost.md gives; the shipped PodMonitor;
+# honor_labels true behind target labels that name the exporter's own pod (what a ServiceMonitor
+# or the usual kubernetes-pods job attaches); and honor_labels false with those target labels.
 SCRAPES = {
     "recommended": {"honor_labels": True, "metric_relabel_configs": [
         {"source_labels": ["pod_uid"], "target_label": "uid"}]},
+    "podmonitor": podmonitor_scrape(),
     "honor_true_exporter_pod_labels": {"honor_labels": True, "target_labels": EXPORTER_POD},
     "honor_false_exporter_pod_labels": {"honor_labels": False, "target_labels": EXPORTER_POD},
 }
@@ -199,6 +209,7 @@ def test_gpu_usage_per_pod_is_what_the_node_says(stack):
         assert got[exporter_pod] == pytest.approx(sum(idle) / len(idle), abs=1e-9)
     else:
         assert set(got) == set(HOLDINGS)
+    if name == "recommended":
         assert {owner_of(row): row["metric"].get("uid") for row in rows} == {
             owner: uids[owner[:2]] for owner in HOLDINGS}  # the relabelled pod_uid keeps restarted pods apart
 
