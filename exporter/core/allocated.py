@@ -29,6 +29,7 @@ _EIGHTHS = {
 _AMBIGUOUS = "1g.10gb"
 _FAMILY_40GB = frozenset({"1g.5gb", "1g.5gb+me", "2g.10gb", "3g.20gb", "4g.20gb", "7g.40gb"})
 _MIG_RESOURCE = re.compile(r"^nvidia\.com/mig-(.+)$")
+_REPLICA = re.compile(r"^(.+?)(?:::\d+|/vgpu\d+)$")  # "GPU-…::3" (NVIDIA), "nvidia0/vgpu3" (GKE)
 _GKE_MIG_ID = re.compile(r"^nvidia\d+/gi\d+$")
 
 
@@ -59,14 +60,33 @@ def whole_device_share(resource: str, device_id: str, dra: bool, profile: str,
     return 1.0
 
 
-def allocated_gpus(allocations) -> Dict[Tuple[str, str, str], float]:
+def replica_of(device_id: str) -> Optional[str]:
+    """The GPU a time-slicing replica's device ID names ("GPU-x::3" → "GPU-x"); None for other forms."""
+    match = _REPLICA.match(device_id)
+    return match.group(1) if match else None
+
+
+def count_offered(devices: Iterable[Tuple[str, str]]) -> Dict[Tuple[str, str], int]:
+    """(resource, GPU) → how many replica device IDs the kubelet offers for it, from (resource, device ID) pairs."""
+    seen = {(resource, replica_of(device_id), device_id) for resource, device_id in devices}
+    counts: Dict[Tuple[str, str], int] = {}
+    for resource, gpu, _device_id in seen:
+        if gpu is not None:
+            counts[(resource, gpu)] = counts.get((resource, gpu), 0) + 1
+    return counts
+
+
+def allocated_gpus(allocations, offered: Optional[Dict[Tuple[str, str], int]] = None
+                   ) -> Dict[Tuple[str, str, str], float]:
     """(namespace, pod, container) → the GPUs it holds, over allocations of one mapping.
 
-    Devices resolving to one GPU or MIG instance (one key) split it evenly: the time-slicing replicas
-    `GPU-…::N` or GKE `nvidia0/vgpuN` the kubelet lists for that GPU, or the containers sharing one DRA
-    device through a claim. So the holders of a device always add up to what the device counts for.
-    Containers whose every device is of unknown share are left out.
+    A time-slicing replica is 1/N of its GPU, N the replicas the kubelet offers for it (`offered`,
+    from GetAllocatableResources). Otherwise devices resolving to one GPU or MIG instance (one key)
+    split it evenly: the replicas the kubelet lists as held, or the containers sharing one DRA device
+    through a claim, so that its holders add up to what the device counts for. Containers whose every
+    device is of unknown share are left out.
     """
+    offered = offered or {}
     allocations = tuple(allocations)
     node_profiles = {a.profile or mig_profile_of(a.resource) for a in allocations} - {""}
     group_sizes: Dict[object, int] = {}
@@ -79,8 +99,9 @@ def allocated_gpus(allocations) -> Dict[Tuple[str, str, str], float]:
                                    allocation.profile, node_profiles)
         if share is None:
             continue
+        replicas = offered.get((allocation.resource, replica_of(allocation.device_id) or ""))
         owner = tuple(allocation.owner)
-        totals[owner] = totals.get(owner, 0.0) + share / group_sizes[_group_of(allocation)]
+        totals[owner] = totals.get(owner, 0.0) + share / (replicas or group_sizes[_group_of(allocation)])
     return totals
 
 
@@ -88,4 +109,4 @@ def _group_of(allocation) -> object:
     # Replicas of one GPU resolve to one key; an unresolved device stands alone but for its replicas.
     if allocation.key is not None:
         return allocation.key
-    return (allocation.resource, allocation.device_id.split("::")[0].split("/vgpu")[0])
+    return (allocation.resource, replica_of(allocation.device_id) or allocation.device_id)

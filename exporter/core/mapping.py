@@ -64,6 +64,9 @@ class Mapping:
     # (namespace, pod) → ((name, value), …): labels written after the owner labels (--labels.*, from
     # the Kubernetes API), values unescaped; empty without it, so the output is the kubelet-only one.
     extra_labels: dict = field(default_factory=dict)
+    # (resource, GPU) → the time-slicing replicas the kubelet offers for it (GetAllocatableResources);
+    # empty when unknown, and then a shared GPU is split among the replicas held.
+    offered: dict = field(default_factory=dict)
 
     def owners_for(self, key: GpuKey) -> tuple:
         return self.owners.get(key, ())
@@ -78,11 +81,14 @@ EMPTY_MAPPING = Mapping()
 
 
 def build_mapping(devices: Iterable[DeviceLike], resolve_mig: MigResolver | None = None,
-                  context: MappingContext | None = None) -> Mapping:
+                  context: MappingContext | None = None, offered: Optional[dict] = None) -> Mapping:
     """The Mapping of a List answer: by the kubelet's devices alone, or with the cluster's `context`
-    (DRA keys from ResourceSlices, adminAccess claims, the pods' extra labels). The one place a
-    Mapping is built: the refresher and the `mapping` command both call it.
+    (DRA keys from ResourceSlices, adminAccess claims, the pods' extra labels) and the replicas the
+    kubelet `offered` per GPU. The one place a Mapping is built: the refresher and the `mapping`
+    command both call it.
     """
+    if offered:
+        return dataclasses.replace(build_mapping(devices, resolve_mig, context), offered=dict(offered))
     if context is None:
         return _group(devices, resolve_mig, None)
     devices = list(devices)

@@ -44,7 +44,7 @@ def render_allocation_info(mapping: Mapping, identities: Iterable[GpuIdentity], 
 
 
 def _render_allocated_gpus(mapping: Mapping, style: str) -> str:
-    totals = allocated_gpus(mapping.allocations)
+    totals = allocated_gpus(mapping.allocations, mapping.offered)
     if not totals:
         return ""
     lines = [family_header(ALLOCATED_GPUS, _ALLOCATED_HELP)]

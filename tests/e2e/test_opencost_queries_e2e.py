@@ -60,7 +60,10 @@ KSM_BODY = ("# TYPE kube_pod_resourceclaim_info gauge\n"
             'resourceclaim_name="train-gpu",resourceclaim_template_name="train-gpu-template"} 1\n')
 CLAIM_JOIN = ("pod_gpu_allocation_info * on (namespace, pod, resourceclaim_name) group_left (claim_name, "
               "resourceclaim_template_name) kube_pod_resourceclaim_info")
-ALLOCATED_PER_NAMESPACE = {"ml": 1 + 2 + 1 / 8 + 1 / 8, "web": 1.0, "batch": 1.0}
+# GPU 1 is offered as 4 time-slicing replicas, 2 of them held: web holds half a GPU.
+OFFERED = [("nvidia.com/gpu", f"{UUID1}::{index}") for index in range(4)] + [
+    ("nvidia.com/gpu", uuid) for uuid in (UUID2, UUID4, UUID5)]
+ALLOCATED_PER_NAMESPACE = {"ml": 1 + 2 + 1 / 8 + 1 / 8, "web": 0.5, "batch": 1.0}
 
 
 def kubelet_devices():
@@ -136,6 +139,7 @@ def stack(request):
         kubelet, dcgm = FakeKubelet(str(folder / "kubelet.sock")), FakeDcgmExporter(body)
         ksm = FakeDcgmExporter((KSM_BODY % uids[("batch", "train-x7k2p")]).encode())
         kubelet.set_devices(kubelet_devices())
+        kubelet.set_allocatable(OFFERED)
         for part in (kubelet, dcgm, ksm):
             part.start()
             started.append(part)

@@ -5,11 +5,14 @@ from __future__ import annotations
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from exporter.core.allocated import allocated_gpus, mig_share
+from exporter.base.errors import KubeletError
+from exporter.core.allocated import allocated_gpus, count_offered, mig_share
 from exporter.core.identity import GpuKey
 from exporter.core.mapping import DraResolution, build_mapping
+from exporter.core.offered import MAX_AGE_SECONDS, OfferedReplicas
 from exporter.exposition.allocation import render_allocation_info
-from exporter.sources.kubelet import AllocatedDevice
+from exporter.sources.kubelet import AllocatedDevice, PodResourcesClient
+from support.clocks import ManualClock
 
 UUID = "GPU-be839661-c0f5-7452-284b-b875666df60c"
 UUID_B = "GPU-0a1b2c3d-0000-4000-8000-00000000000b"
@@ -114,3 +117,74 @@ def test_the_series_render_after_allocation_info_with_claim_labels():
     assert _values(text, "pod_gpu_container_allocated_gpus") == pytest.approx({
         ("d", "trainer"): 1.0, ("ml", "rep"): 1 / 3, ("ml", "rep2"): 2 / 3})
     assert 'pod_gpu_container_allocated_gpus{namespace="ml",pod="rep",container="c"} 0.333333333333\n' in text
+
+
+# --- the replicas the kubelet offers (GetAllocatableResources) ------------------------------------------
+
+def _replicas(gpu: str, count: int, resource: str = "nvidia.com/gpu"):
+    return [(resource, f"{gpu}::{index}") for index in range(count)]
+
+
+def test_a_replica_is_one_nth_of_a_gpu_offered_n_ways():
+    held = [AllocatedDevice("a", "p", "c", "nvidia.com/gpu", f"{UUID}::0"),
+            AllocatedDevice("b", "q", "c", "nvidia.com/gpu", f"{UUID}::2"),
+            AllocatedDevice("b", "q", "c", "nvidia.com/gpu", f"{UUID}::3"),
+            AllocatedDevice("g", "k", "c", "nvidia.com/gpu", "nvidia1/vgpu0")]
+    offered = count_offered(_replicas(UUID, 4) + [("nvidia.com/gpu", UUID_B), ("nvidia.com/gpu", "nvidia1/vgpu0"),
+                                                  ("nvidia.com/gpu", "nvidia1/vgpu1"), ("nvidia.com/gpu", "nvidia1/vgpu2")])
+    assert offered == {("nvidia.com/gpu", UUID): 4, ("nvidia.com/gpu", "nvidia1"): 3}  # whole GPUs: no entry
+    mapping = build_mapping(held, offered=offered)
+    assert mapping.offered == offered and build_mapping(held).offered == {}
+    totals = {owner[:2]: value for owner, value in allocated_gpus(mapping.allocations, mapping.offered).items()}
+    assert totals == pytest.approx({("a", "p"): 1 / 4, ("b", "q"): 2 / 4, ("g", "k"): 1 / 3})
+    text = render_allocation_info(mapping, frozenset(), "kubernetes")
+    assert _values(text, "pod_gpu_container_allocated_gpus") == pytest.approx(
+        {("a", "p"): 0.25, ("b", "q"): 0.5, ("g", "k"): 1 / 3})
+
+
+class Lister:
+    """The kubelet's GetAllocatableResources as OfferedReplicas sees it: answers, or fails."""
+
+    def __init__(self, answer):
+        self.answer, self.calls = answer, 0
+
+    def __call__(self):
+        self.calls += 1
+        if isinstance(self.answer, Exception):
+            raise self.answer
+        return self.answer
+
+
+def test_offered_replicas_are_asked_only_when_replicas_are_held_and_then_once_a_minute():
+    clock, lister = ManualClock(), Lister(_replicas(UUID, 4))
+    offered = OfferedReplicas(lister, clock=clock)
+    whole = [AllocatedDevice("a", "p", "c", "nvidia.com/gpu", UUID_B)]
+    assert offered(whole) is None and lister.calls == 0  # no shared GPU on the node: never asked
+    shared = whole + [AllocatedDevice("a", "q", "c", "nvidia.com/gpu", f"{UUID}::1")]
+    assert offered(shared) == {("nvidia.com/gpu", UUID): 4} and lister.calls == 1
+    clock.now += MAX_AGE_SECONDS - 1
+    assert offered(shared) == {("nvidia.com/gpu", UUID): 4} and lister.calls == 1
+    lister.answer = _replicas(UUID, 4) + _replicas(UUID_B, 2)
+    offered(shared + [AllocatedDevice("n", "new", "c", "nvidia.com/gpu", f"{UUID_B}::0")])  # a GPU not asked about
+    assert lister.calls == 2
+    clock.now += MAX_AGE_SECONDS
+    offered(shared)
+    assert lister.calls == 3
+
+
+def test_a_kubelet_refusing_the_call_leaves_the_split_among_held_replicas(caplog):
+    lister = Lister(KubeletError("kubelet socket /x: List failed with UNKNOWN: disabled", reason="error"))
+    offered = OfferedReplicas(lister, clock=ManualClock())
+    held = [AllocatedDevice("a", "p", "c", "nvidia.com/gpu", f"{UUID}::0")]
+    assert offered(held) is None and offered(held) is None
+    assert [r.getMessage() for r in caplog.records].count(caplog.records[0].getMessage()) == 1 == len(caplog.records)
+    assert "GetAllocatableResources" in caplog.records[0].getMessage()  # logged once
+
+
+def test_the_client_lists_what_the_kubelet_offers(kubelet):
+    client = PodResourcesClient(kubelet.socket_path, timeout_seconds=5)
+    with pytest.raises(KubeletError):  # the fake refuses it until told what is offered, as gated kubelets do
+        client.list_offered()
+    kubelet.set_allocatable(_replicas(UUID, 2) + [("nvidia.com/mig-1g.10gb", f"MIG-{UUID_B}/11/0")])
+    assert sorted(client.list_offered()) == sorted(_replicas(UUID, 2) + [("nvidia.com/mig-1g.10gb",
+                                                                          f"MIG-{UUID_B}/11/0")])
