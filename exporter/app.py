@@ -17,6 +17,7 @@ from exporter.base.logs import log
 from exporter.config import Config
 from exporter.core.attribution import Attribution
 from exporter.core.mapping import build_mapping
+from exporter.core.offered import OfferedReplicas
 from exporter.exposition.text import render_label_pairs
 
 EXIT_OK, EXIT_FAILURE, EXIT_USAGE = 0, 1, 2
@@ -62,6 +63,7 @@ def serve(config: Config, on_ready: Optional[Callable[[str], None]] = None) -> i
         resolve_mig=resolve_mig,
         describe=config.kubelet_socket,
         context=kubernetes,
+        offered=OfferedReplicas(client.list_offered),
     )
     shares = _process_shares(config, attribution, kubernetes)
     scraper = Scraper(source, attribution, config.labels_style,

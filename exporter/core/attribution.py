@@ -39,11 +39,13 @@ class Attribution:
         clock: Callable[[], float] = time.monotonic,
         describe: str = "kubelet",
         context: Optional[MappingContext] = None,
+        offered: Optional[Callable[[list], Optional[dict]]] = None,
     ):
         self._list_devices = list_devices
         self._max_age = max_age_seconds
         self._resolve_mig = resolve_mig
         self._context = context  # the Kubernetes API's DRA keys and extra labels, when it is in use
+        self._offered = offered  # devices → the replicas offered per shared GPU (core.offered)
         self._clock = clock
         self._reporter = DependencyReporter("kubelet")
         self._describe = describe
@@ -61,7 +63,9 @@ class Attribution:
         """List once and install the new mapping; on failure keep the last good one. Returns success."""
         self.list_calls += 1
         try:
-            mapping = build_mapping(self._list_devices(), self._resolve_mig, self._context)
+            devices = self._list_devices()
+            offered = self._offered(devices) if self._offered is not None else None
+            mapping = build_mapping(devices, self._resolve_mig, self._context, offered)
         except KubeletError as exc:
             if self._refresher.stopping:
                 return False  # cut short by shutting down: not the kubelet's failure

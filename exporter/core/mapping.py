@@ -25,6 +25,7 @@ class DraResolution(NamedTuple):
     admin_access: bool  # held through an adminAccess claim: a monitoring pod, never an owner
     key: Optional[GpuKey]  # None: fall back to the kubelet-only rule (device known to no slice)
     known: bool  # whether a ResourceSlice describes the device
+    profile: str = ""  # a MIG device's profile ("1g.10gb") as its ResourceSlice publishes it
 
 
 class MappingContext(Protocol):
@@ -48,6 +49,9 @@ class Allocation(NamedTuple):
     resource: str
     device_id: str
     key: Optional[GpuKey]
+    dra: bool = False
+    claim: str = ""  # DRA only: "<claim namespace>/<claim name>" the device is held through
+    profile: str = ""  # DRA only: the MIG profile its ResourceSlice publishes ("" for a whole GPU)
 
 
 @dataclass(frozen=True)
@@ -60,6 +64,9 @@ class Mapping:
     # (namespace, pod) → ((name, value), …): labels written after the owner labels (--labels.*, from
     # the Kubernetes API), values unescaped; empty without it, so the output is the kubelet-only one.
     extra_labels: dict = field(default_factory=dict)
+    # (resource, GPU) → the time-slicing replicas the kubelet offers for it (GetAllocatableResources);
+    # empty when unknown, and then a shared GPU is split among the replicas held.
+    offered: dict = field(default_factory=dict)
 
     def owners_for(self, key: GpuKey) -> tuple:
         return self.owners.get(key, ())
@@ -74,11 +81,14 @@ EMPTY_MAPPING = Mapping()
 
 
 def build_mapping(devices: Iterable[DeviceLike], resolve_mig: MigResolver | None = None,
-                  context: MappingContext | None = None) -> Mapping:
+                  context: MappingContext | None = None, offered: Optional[dict] = None) -> Mapping:
     """The Mapping of a List answer: by the kubelet's devices alone, or with the cluster's `context`
-    (DRA keys from ResourceSlices, adminAccess claims, the pods' extra labels). The one place a
-    Mapping is built: the refresher and the `mapping` command both call it.
+    (DRA keys from ResourceSlices, adminAccess claims, the pods' extra labels) and the replicas the
+    kubelet `offered` per GPU. The one place a Mapping is built: the refresher and the `mapping`
+    command both call it.
     """
+    if offered:
+        return dataclasses.replace(build_mapping(devices, resolve_mig, context), offered=dict(offered))
     if context is None:
         return _group(devices, resolve_mig, None)
     devices = list(devices)
@@ -101,11 +111,12 @@ def _group(devices: Iterable[DeviceLike], resolve_mig: MigResolver | None,
         if not is_gpu_device(device.resource, device.device_id, device.dra):
             continue
         owner = Owner(device.namespace, device.pod, device.container)
-        key = _device_key(device, resolve_mig, context)
+        key, profile = _device_key(device, resolve_mig, context)
         if key is _NOT_AN_OWNER:
             continue
         allocations[(owner, device.resource, device.device_id)] = Allocation(
-            owner, device.resource, device.device_id, key
+            owner, device.resource, device.device_id, key, device.dra,
+            getattr(device, "claim", "") if device.dra else "", profile,
         )
         if key is None:
             unresolved.add(device.device_id)
@@ -122,13 +133,14 @@ _NOT_AN_OWNER = object()
 
 
 def _device_key(device: DeviceLike, resolve_mig: MigResolver | None, context: MappingContext | None):
+    """(key, MIG profile from a ResourceSlice) of one device; the key is _NOT_AN_OWNER for adminAccess."""
     if device.dra and context is not None:
         resolution = context.resolve_dra(device)
         if resolution.admin_access:
-            return _NOT_AN_OWNER
+            return _NOT_AN_OWNER, ""
         if resolution.known:  # a ResourceSlice describes it: its answer, even None, beats the name rule
-            return resolution.key
-    return key_for_device(device.device_id, device.dra, resolve_mig)
+            return resolution.key, resolution.profile
+    return key_for_device(device.device_id, device.dra, resolve_mig), ""
 
 
 def _allocation_order(allocation: Allocation) -> tuple:

@@ -46,6 +46,10 @@ class FakeKubelet:
         self.last_response_bytes = 0
         self._lock = threading.Lock()
         self._devices: list[AllocatedDevice] = []
+        # (resource, device ID) the device plugins offer, for v1 GetAllocatableResources; None: that
+        # call is refused as a kubelet without the KubeletPodResourcesGetAllocatable gate refuses it.
+        self._allocatable: list[tuple[str, str]] | None = None
+        self.allocatable_calls = 0
         self._pad_bytes = 0
         self._responses: dict[str, object] = {}  # built once per version until the devices change
         self._list_calls = 0
@@ -72,6 +76,25 @@ class FakeKubelet:
         with self._lock:
             self._devices = list(devices)
             self._responses.clear()
+
+    def set_allocatable(self, devices: Iterable[tuple[str, str]] | None) -> None:
+        """(resource, device ID) pairs GetAllocatableResources answers with; None refuses the call."""
+        with self._lock:
+            self._allocatable = None if devices is None else list(devices)
+
+    def _answer_allocatable(self, context: grpc.ServicerContext):
+        with self._lock:
+            self.allocatable_calls += 1
+            offered = self._allocatable
+        if offered is None:
+            context.abort(grpc.StatusCode.UNKNOWN, "PodResources API GetAllocatableResources disabled")
+        response = _PROTOS["v1"].AllocatableResourcesResponse()
+        by_resource: dict[str, list[str]] = {}
+        for resource, device_id in offered:
+            by_resource.setdefault(resource, []).append(device_id)
+        for resource, ids in by_resource.items():
+            response.devices.add(resource_name=resource, device_ids=ids)
+        return response
 
     def start(self) -> FakeKubelet:
         """Bind the socket and serve; a stopped kubelet can be started again (a new server)."""
@@ -149,7 +172,7 @@ class _Servicer:
         return self._kubelet._answer(self._version, context)
 
     def GetAllocatableResources(self, request, context):  # noqa: N802
-        context.abort(grpc.StatusCode.UNKNOWN, "PodResources API GetAllocatableResources disabled")
+        return self._kubelet._answer_allocatable(context)
 
     def Get(self, request, context):  # noqa: N802
         context.abort(grpc.StatusCode.UNKNOWN, "PodResources API Get method disabled")

@@ -1,20 +1,27 @@
-"""pod_gpu_allocation_info: one series per GPU device the kubelet reports as allocated."""
+"""pod_gpu_allocation_info (one series per allocated GPU device) and pod_gpu_container_allocated_gpus (GPUs per container)."""
 
 from __future__ import annotations
 
 from typing import Dict, Iterable
 
-from exporter.core.identity import GpuIdentity, GpuKey
+from exporter.core.allocated import allocated_gpus
+from exporter.core.identity import GpuIdentity, GpuKey, Owner
 from exporter.core.mapping import Mapping
 from exporter.exposition.labels import gpu_label_pairs, render_owner_labels
 from exporter.exposition.text import family_header, render_label_pairs
 
 ALLOCATION_INFO = "pod_gpu_allocation_info"
 _HELP = "A GPU device the kubelet reports as allocated to a container (1 per device)."
+ALLOCATED_GPUS = "pod_gpu_container_allocated_gpus"
+_ALLOCATED_HELP = ("GPUs a container holds: 1 per whole GPU, 1/N per replica of a GPU shared N ways, "
+                   "a MIG instance's share of its GPU's memory slices.")
+# The labels kube-state-metrics' kube_pod_resourceclaim_info names a pod's claim with, for joins.
+CLAIM_NAMESPACE, CLAIM_NAME = "resourceclaim_namespace", "resourceclaim_name"
 
 
 def render_allocation_info(mapping: Mapping, identities: Iterable[GpuIdentity], style: str) -> str:
-    """`pod_gpu_allocation_info{owner…,resource,device_id[,UUID,gpu,GPU_I_ID]} 1` for every allocation.
+    """`pod_gpu_allocation_info{owner…,resource,device_id[,UUID,gpu,GPU_I_ID][,resourceclaim_…]} 1` for
+    every allocation, then `pod_gpu_container_allocated_gpus` for every container holding any.
 
     UUID, gpu and GPU_I_ID come from the upstream sample that matched the device, so an index-strategy
     device ("0") still gets its UUID and a UUID device its index, for joins in PromQL.
@@ -29,10 +36,27 @@ def render_allocation_info(mapping: Mapping, identities: Iterable[GpuIdentity], 
         identity = by_key.get(allocation.key) if allocation.key else None
         if identity is not None:
             pairs += gpu_label_pairs(identity)
-        extra = mapping.extra_labels.get((owner.namespace, owner.pod), ())
-        labels = render_owner_labels(owner, style, extra) + "," + render_label_pairs(pairs)
-        lines.append(f"{ALLOCATION_INFO}{{{labels}}} 1\n")
+        if allocation.claim:
+            claim_namespace, _, claim_name = allocation.claim.partition("/")
+            pairs += [(CLAIM_NAMESPACE, claim_namespace), (CLAIM_NAME, claim_name)]
+        lines.append(f"{ALLOCATION_INFO}{{{_owner_labels(mapping, owner, style)},{render_label_pairs(pairs)}}} 1\n")
+    return "".join(lines) + _render_allocated_gpus(mapping, style)
+
+
+def _render_allocated_gpus(mapping: Mapping, style: str) -> str:
+    totals = allocated_gpus(mapping.allocations, mapping.offered)
+    if not totals:
+        return ""
+    lines = [family_header(ALLOCATED_GPUS, _ALLOCATED_HELP)]
+    for owner in sorted(totals):
+        labels = _owner_labels(mapping, Owner(*owner), style)
+        # 12 significant digits: 1/3 + 1/3 + 1/3 reads back as 1, not 0.9999999999999999.
+        lines.append(f"{ALLOCATED_GPUS}{{{labels}}} {totals[owner]:.12g}\n")
     return "".join(lines)
+
+
+def _owner_labels(mapping: Mapping, owner: Owner, style: str) -> str:
+    return render_owner_labels(owner, style, mapping.extra_labels.get((owner.namespace, owner.pod), ()))
 
 
 def _identities_by_key(identities: Iterable[GpuIdentity]) -> Dict[GpuKey, GpuIdentity]:

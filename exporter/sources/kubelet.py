@@ -86,6 +86,20 @@ class PodResourcesClient:
             finally:
                 self._close_channel()
 
+    def list_offered(self) -> list[tuple[str, str]]:
+        """(resource, device ID) of every device the device plugins offer, held or free (v1
+        GetAllocatableResources, Kubernetes >= 1.23 by default); raises KubeletError."""
+        with self._lock:
+            self._connect(self._stat_socket())
+            try:
+                response = self._v1.GetAllocatableResources(v1_pb2.AllocatableResourcesRequest(),
+                                                            timeout=self.timeout_seconds)
+            except grpc.RpcError as exc:
+                raise _translate(exc, self) from exc
+            finally:
+                self._close_channel()
+        return [(devices.resource_name, device_id) for devices in response.devices for device_id in devices.device_ids]
+
     def close(self, wait_seconds: Optional[float] = None) -> None:
         """Close the channel. With wait_seconds, a List still running after that long is cancelled
         (gRPC cancels the calls of a closed channel) instead of waited for: shutting down must not

@@ -60,6 +60,8 @@ def test_dra_mig_device_resolved_through_its_slice_and_nvml(node, api, run_expor
     assert len(info) == 1 and f'UUID="{UUID0}",gpu="0",GPU_I_ID="13"' in info[0], info
     assert gauge(text, "pod_gpu_exporter_unresolved_devices") == "0" and slice_read(text)
     assert "NVML available" in exporter.stderr_text()
+    # The slice's `profile` says how much of GPU 0 the instance is: one of an H100's 8 memory slices.
+    assert f'pod_gpu_container_allocated_gpus{{{owner} 0.125' in text.splitlines()
 
 
 @pytest.mark.parametrize("library", ["none", "driver-not-loaded"])

@@ -304,7 +304,7 @@ def test_allocation_info_fills_identity_from_the_samples():
         "# HELP pod_gpu_allocation_info A GPU device the kubelet reports as allocated to a container (1 per device).",
         "# TYPE pod_gpu_allocation_info gauge",
     ]
-    assert info[2:] == [
+    assert info[2:6] == [
         'pod_gpu_allocation_info{namespace="batch",pod="job",container="main",resource="nvidia.com/gpu",'
         f'device_id="2",UUID="{UUID2}",gpu="2"}} 1',
         'pod_gpu_allocation_info{namespace="gone",pod="p",container="c",resource="nvidia.com/gpu",'

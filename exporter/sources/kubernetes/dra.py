@@ -30,6 +30,7 @@ class SliceDevice(NamedTuple):
     kind: str  # "gpu", "mig", or whatever else the driver says
     uuid: str
     parent_uuid: str
+    profile: str = ""  # a MIG device's profile ("1g.10gb"): what share of its GPU it is
 
 
 def slice_devices(resource_slice) -> Dict[DeviceRef, SliceDevice]:
@@ -42,7 +43,8 @@ def slice_devices(resource_slice) -> Dict[DeviceRef, SliceDevice]:
         attributes = (basic.attributes if basic is not None else getattr(device, "attributes", None)) or {}
         values = {_unqualified(name, spec.driver): _string_value(value) for name, value in attributes.items()}
         found[(spec.driver, pool, device.name)] = SliceDevice(
-            values.get("type", ""), values.get("uuid", ""), values.get("parentUUID", ""))
+            values.get("type", ""), values.get("uuid", ""), values.get("parentUUID", ""),
+            values.get("profile", ""))
     return found
 
 
@@ -95,7 +97,7 @@ class DraDevices:
             published = self._devices.get((driver, pool, device))
         if published is None or driver != DRA_GPU_DRIVER:
             return DraResolution(False, None, False)
-        return DraResolution(False, self._key_for(published), True)
+        return DraResolution(False, self._key_for(published), True, published.profile)
 
     def _key_for(self, published: SliceDevice) -> Optional[GpuKey]:
         if published.kind == "mig" or published.uuid.startswith("MIG-"):
