@@ -108,6 +108,28 @@ def test_bookmarks_pass_and_the_cache_follows_the_watch(api, tmp_path):
     assert info.labels == ()  # not allow-listed: not kept
 
 
+def test_pods_that_ended_or_vanished_are_known_as_ended(api, tmp_path):
+    for name, phase in [("done", "Succeeded"), ("failed", "Failed"), ("running", "Running"), ("pending", "Pending"),
+                        ("deleted-live", "Running"), ("deleted-away", "Running")]:
+        api.put("v1", "pods", make_pod("ml", name, NODE, phase=phase))
+    ctx = context(api, tmp_path)
+    port = api.port
+    try:
+        api.delete("v1", "pods", "ml", "deleted-live")  # a DELETED event
+        wait_until(lambda: ctx.pod("ml", "deleted-live") is None)
+        api.stop()
+        api.delete("v1", "pods", "ml", "deleted-away")  # deleted while the watch was away...
+        api.compact()  # ...and the event compacted: only the relist after a 410 can tell
+        api.start(port)
+        wait_until(lambda: api.request_count("list") >= 3 and ctx.pod("ml", "deleted-away") is None and ctx.up, 30)
+        pods = [("ml", name) for name in ("done", "failed", "running", "pending", "deleted-live", "deleted-away",
+                                          "never-seen")]
+        assert ctx.ended_pods(pods) == {("ml", "done"), ("ml", "failed"), ("ml", "deleted-live"), ("ml", "deleted-away")}
+        api.put("v1", "pods", make_pod("ml", "deleted-live", NODE))  # the same name again: a new pod
+        wait_until(lambda: ("ml", "deleted-live") not in ctx.ended_pods(pods))
+    finally:
+        ctx.stop()
+
 
 def get_forbidden(api_version, kind, namespace, name):
     """The API server's answer to a ServiceAccount without `get` on jobs, without a round trip per

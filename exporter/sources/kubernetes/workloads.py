@@ -181,8 +181,7 @@ class Workloads:
             except Exception:  # noqa: BLE001 - the guessed plural still names it well enough in a message
                 pass
         resource = f"{plural}.{group}" if group else plural
-        reason, message = (("not_found", f"Kubernetes API serves no {kind} in {api_version}")
-                           if isinstance(exc, NotServed) else describe_failure(exc, "get", resource))
+        reason, message = ("not_found", "") if isinstance(exc, NotServed) else describe_failure(exc, "get", resource)
         refused = reason in ("forbidden", "not_found")
         if refused:
             with self._lock:
@@ -194,9 +193,10 @@ class Workloads:
             message = (f"workload: cannot read {kind} objects (403), so a workload stops at its {kind}: the ClusterRole "
                        f"needs verb 'get' on '{plural}' in API group '{group}' (see daemonset.yaml)")
         elif refused:
-            message = f"workload: {message}; a workload stops at the {kind} that cannot be found"
-        else:
-            message = f"workload unknown while {kind} objects cannot be read: {message}"
+            message = (f"workload: a {kind} was not found, or {api_version} is not served (404): a workload "
+                       f"stops at that {kind}")
+        else:  # the client's text can run over several lines: the first says it
+            message = f"workload unknown while {kind} objects cannot be read: {message.splitlines()[0]}"
         self._log_once((resource, reason), "warn" if reason != "not_found" else "info", message,
                        object=f"{namespace}/{name}")
 
