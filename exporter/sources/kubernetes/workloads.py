@@ -103,7 +103,7 @@ def _group_path(api_version: str) -> str:
 
 
 def resource_label(api_version: str, kind: str) -> Tuple[str, str]:
-    """(API group, a plural for messages) of a kind: the plural the RBAC rule names, as discovery would say."""
+    """(API group, a guessed plural) of a kind: for messages only, where discovery cannot say."""
     group = api_version.rpartition("/")[0] if "/" in api_version else ""
     return group, kind.lower() + "s"
 
@@ -115,7 +115,7 @@ ResourceOf = Callable[[str, str], str]
 
 
 class Workloads:
-    """Pod → (kind, name) of its top controller; see docs/kubernetes.md, "Workload".
+    """Pod → (kind, name) of its top controller; see docs/kubernetes.md, "Workload: the top controller".
 
     `read_owners(api_version, kind, namespace, name)` returns an object's ownerReferences or raises as
     the client does. A level that answers 403 or 404 ends the walk there: the workload is that
