@@ -63,6 +63,7 @@ def fill_api(api: FakeKubeApi, pods: int) -> None:
             "metadata": {"name": "gpu-pod-7d9f", "namespace": "ml", "ownerReferences": [
                 {"apiVersion": "apps/v1", "kind": "Deployment", "name": "gpu-pod", "uid": "d1", "controller": True}]},
             "spec": {"selector": {}}})
+    api.put_owner("apps/v1", "deployments", "ml", "gpu-pod")  # the top of the chain, read metadata-only
     for i in range(pods):
         labels = {"app.kubernetes.io/name": "gpu-pod", "team": f"team-{i % 7}", "pod-template-hash": "7d9f"}
         api.put("v1", "pods", make_pod("ml", f"gpu-pod-{i}", NODE, labels=labels, annotations=_UNKEPT_ANNOTATION,

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass, field
-from typing import Dict, Iterable, List, NamedTuple, Optional, Protocol, Tuple
+from typing import Dict, Iterable, List, NamedTuple, Optional, Protocol, Set, Tuple
 
 from exporter.core.device_ids import is_gpu_device, key_for_device
 from exporter.core.identity import GpuIdentity, GpuKey, MigResolver, Owner
@@ -40,6 +40,10 @@ class MappingContext(Protocol):
 
     def retain_claims(self, devices: List[DeviceLike]) -> None:
         """Forget what is cached of claims that none of these devices is held through any more."""
+
+    def ended_pods(self, pods: Iterable[Tuple[str, str]]) -> Set[Tuple[str, str]]:
+        """Those of the (namespace, pod) that are known to have ended (Succeeded, Failed, deleted): the
+        kubelet can go on listing their devices, yet they hold none."""
 
 
 class Allocation(NamedTuple):
@@ -83,15 +87,19 @@ EMPTY_MAPPING = Mapping()
 def build_mapping(devices: Iterable[DeviceLike], resolve_mig: MigResolver | None = None,
                   context: MappingContext | None = None, offered: Optional[dict] = None) -> Mapping:
     """The Mapping of a List answer: by the kubelet's devices alone, or with the cluster's `context`
-    (DRA keys from ResourceSlices, adminAccess claims, the pods' extra labels) and the replicas the
-    kubelet `offered` per GPU. The one place a Mapping is built: the refresher and the `mapping`
-    command both call it.
+    (pods that have ended left out, DRA keys from ResourceSlices, adminAccess claims, the pods' extra
+    labels) and the replicas the kubelet `offered` per GPU. The one place a Mapping is built: the
+    refresher and the `mapping` command both call it.
     """
     if offered:
         return dataclasses.replace(build_mapping(devices, resolve_mig, context), offered=dict(offered))
     if context is None:
         return _group(devices, resolve_mig, None)
     devices = list(devices)
+    # The one place an ended pod is dropped: it owns no sample, has no allocation row, gets no labels.
+    ended = context.ended_pods(sorted({(device.namespace, device.pod) for device in devices}))
+    if ended:
+        devices = [device for device in devices if (device.namespace, device.pod) not in ended]
     mapping = _group(devices, resolve_mig, context)
     context.retain_claims(devices)
     extras = context.extra_labels_for(sorted({(a.owner.namespace, a.owner.pod) for a in mapping.allocations}))

@@ -301,8 +301,16 @@ def _core_schema_errors(definition: str, value) -> list:
 # --- Kubernetes API access (--kubernetes.api): service account, least-privilege RBAC, node name ---
 EXPORTER_RULES = {  # (API group, resource) → verbs, exactly as daemonset.yaml grants them for the Kubernetes context
     ("", "pods"): {"get", "list", "watch"},
+    # Workload: `get` (metadata only) of each owner kind on the way to the top controller.
     ("apps", "replicasets"): {"get"},
+    ("apps", "deployments"): {"get"},
+    ("apps", "statefulsets"): {"get"},
+    ("apps", "daemonsets"): {"get"},
     ("batch", "jobs"): {"get"},
+    ("batch", "cronjobs"): {"get"},
+    ("argoproj.io", "rollouts"): {"get"},
+    ("jobset.x-k8s.io", "jobsets"): {"get"},
+    ("leaderworkerset.x-k8s.io", "leaderworkersets"): {"get"},
     ("resource.k8s.io", "resourceslices"): {"list", "watch"},
     ("resource.k8s.io", "resourceclaims"): {"get", "list", "watch"},
 }

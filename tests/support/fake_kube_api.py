@@ -3,8 +3,10 @@
 Lists are JSON with metadata.resourceVersion (paged with limit/continue); `?watch=1` streams
 newline-delimited events (ADDED, MODIFIED, DELETED, BOOKMARK, ERROR) over chunked HTTP/1.1; a watch
 from a compacted version gets 410 Gone (as an ERROR event with a Status object, or as an HTTP 410);
-401 and 403 answers are Status objects; `fieldSelector=spec.nodeName=X` filters. Every request is
-counted, so a test can prove that scrapes make none.
+401 and 403 answers are Status objects; `fieldSelector=spec.nodeName=X` filters. Discovery
+(`/api/v1`, `/apis/<group>/<version>`) lists the kinds served, custom ones included; a get with
+`Accept: …;as=PartialObjectMetadata;g=meta.k8s.io;v=v1` is answered with the metadata alone. Every
+request is counted, so a test can prove that scrapes make none.
 """
 
 from __future__ import annotations
@@ -21,8 +23,24 @@ from urllib.parse import parse_qs, urlsplit
 # URL path → (resource plural, group/version); namespaced paths carry /namespaces/<ns>/ before the plural.
 _PATH = re.compile(r"/(?:api/(?P<core>v1)|apis/(?P<group>[^/]+)/(?P<version>[^/]+))"
                    r"(?:/namespaces/(?P<namespace>[^/]+))?/(?P<plural>[a-z]+)(?:/(?P<name>[^/]+))?")
-_KINDS = {"pods": "Pod", "replicasets": "ReplicaSet", "jobs": "Job", "resourceslices": "ResourceSlice",
-          "resourceclaims": "ResourceClaim"}
+_DISCOVERY_PATH = re.compile(r"/(?:api/(?P<core>v1)|apis/(?P<group>[^/]+)/(?P<version>[^/]+))")
+# (api version, plural) → (kind, namespaced): what discovery lists; `FakeKubeApi.serve_kind` adds more.
+BUILT_IN_KINDS = {
+    ("v1", "pods"): ("Pod", True), ("v1", "namespaces"): ("Namespace", False),
+    ("apps/v1", "replicasets"): ("ReplicaSet", True), ("apps/v1", "deployments"): ("Deployment", True),
+    ("apps/v1", "statefulsets"): ("StatefulSet", True), ("apps/v1", "daemonsets"): ("DaemonSet", True),
+    ("batch/v1", "jobs"): ("Job", True), ("batch/v1", "cronjobs"): ("CronJob", True),
+    ("resource.k8s.io/v1", "resourceslices"): ("ResourceSlice", False),
+    ("resource.k8s.io/v1", "resourceclaims"): ("ResourceClaim", True),
+    ("resource.k8s.io/v1beta1", "resourceslices"): ("ResourceSlice", False),
+    ("resource.k8s.io/v1beta1", "resourceclaims"): ("ResourceClaim", True),
+}
+# The custom resources of the controllers GPU clusters run, as their CRDs name them.
+CUSTOM_KINDS = {
+    ("argoproj.io/v1alpha1", "rollouts"): ("Rollout", True),
+    ("jobset.x-k8s.io/v1alpha2", "jobsets"): ("JobSet", True),
+    ("leaderworkerset.x-k8s.io/v1", "leaderworkersets"): ("LeaderWorkerSet", True),
+}
 _BOOKMARK_INTERVAL_SECONDS = 1.0
 _MAX_WATCH_SECONDS = 600
 
@@ -37,8 +55,10 @@ class FakeKubeApi:
 
     def __init__(self, served_versions=("v1", "apps/v1", "batch/v1", "resource.k8s.io/v1")):
         self.served = set(served_versions)
+        self.kinds = dict(BUILT_IN_KINDS)
         self.token: Optional[str] = None  # when set, requests need "Authorization: Bearer <token>"
         self.forbidden: Dict[str, str] = {}  # plural → verb refused with 403 ("list", "watch", "get")
+        self.metadata_gets = 0  # gets answered as PartialObjectMetadata (metadata only)
         self.bookmarks = "requested"  # or "always": BOOKMARK events even when a watch did not ask for them
         self.bookmarks_sent = 0
         self.gone_as_http = False  # answer a watch from a compacted version with HTTP 410, not an ERROR event
@@ -77,6 +97,23 @@ class FakeKubeApi:
     @property
     def url(self) -> str:
         return f"http://127.0.0.1:{self.port}"
+
+    def serve_kind(self, api: str, plural: str, kind: str, namespaced: bool = True) -> None:
+        """Serve one more kind (a CRD installed): listed by discovery, readable by get."""
+        self.served.add(api)
+        self.kinds[(api, plural)] = (kind, namespaced)
+
+    def put_owner(self, api: str, plural: str, namespace: str, name: str, owner=None, controller: bool = True) -> dict:
+        """An object of any kind (a ReplicaSet, a Rollout, a leader Pod…) with `owner` (apiVersion, kind,
+        name) as its ownerReference; a spec of some size, as real ones have, that a metadata read skips."""
+        kind, namespaced = self.kinds[(api, plural)]
+        meta = {"name": name, **({"namespace": namespace} if namespaced else {})}
+        if owner is not None:
+            meta["ownerReferences"] = [owner_reference(*owner, controller=controller)]
+        return self.put(api, plural, {"apiVersion": api, "kind": kind, "metadata": meta,
+                                      "spec": {"selector": {"matchLabels": {"app": name}},
+                                               "template": {"metadata": {"labels": {"app": name}},
+                                                            "spec": {"containers": [{"name": "main"}] * 20}}}})
 
     def request_count(self, verb: Optional[str] = None) -> int:
         with self._cond:
@@ -135,7 +172,19 @@ class FakeKubeApi:
         page = items[offset:offset + limit] if limit else items[offset:]
         more = limit and offset + limit < len(items)
         meta = {"resourceVersion": version, **({"continue": str(offset + limit)} if more else {})}
-        return {"kind": _KINDS.get(plural, "Object") + "List", "apiVersion": api, "metadata": meta, "items": page}
+        kind = self.kinds.get((api, plural), ("Object",))[0]
+        return {"kind": kind + "List", "apiVersion": api, "metadata": meta, "items": page}
+
+    def _discovery(self, api: str) -> dict:
+        """The APIResourceList of one group/version, subresources included, as the API server lists them."""
+        resources = []
+        for (version, plural), (kind, namespaced) in sorted(self.kinds.items()):
+            if version == api:
+                resources += [{"name": plural, "singularName": kind.lower(), "namespaced": namespaced, "kind": kind,
+                               "verbs": ["get", "list", "watch"]},
+                              {"name": f"{plural}/status", "singularName": "", "namespaced": namespaced, "kind": kind,
+                               "verbs": ["get"]}]
+        return {"kind": "APIResourceList", "apiVersion": "v1", "groupVersion": api, "resources": resources}
 
     def _get(self, api: str, plural: str, namespace: str, name: str) -> Optional[dict]:
         with self._cond:
@@ -170,7 +219,7 @@ class FakeKubeApi:
             if bookmarks and time.monotonic() - last_bookmark > _BOOKMARK_INTERVAL_SECONDS:
                 last_bookmark, sent = time.monotonic(), max(sent, current)
                 self.bookmarks_sent += 1
-                yield {"type": "BOOKMARK", "object": {"kind": _KINDS.get(plural, "Object"), "apiVersion": api,
+                yield {"type": "BOOKMARK", "object": {"kind": self.kinds.get((api, plural), ("Object",))[0], "apiVersion": api,
                                                       "metadata": {"resourceVersion": str(sent)}}}
 
 
@@ -201,6 +250,13 @@ def _handler(api: FakeKubeApi):
         def do_GET(self):  # noqa: N802 - http.server's name
             url = urlsplit(self.path)
             query = {k: v[-1] for k, v in parse_qs(url.query).items()}
+            discovery = _DISCOVERY_PATH.fullmatch(url.path)
+            if discovery:  # every authenticated user may read discovery (the system:discovery role)
+                version = discovery.group("core") or f"{discovery.group('group')}/{discovery.group('version')}"
+                api._record("discover", version)
+                if version not in api.served:
+                    return self._send(404, status_object(404, "NotFound", "the server could not find the requested resource"))
+                return self._send(200, api._discovery(version))
             match = _PATH.fullmatch(url.path)
             if not match:
                 return self._send(404, status_object(404, "NotFound", f"the server could not find {url.path}"))
@@ -213,9 +269,11 @@ def _handler(api: FakeKubeApi):
                 return self._send(401, status_object(401, "Unauthorized", "Unauthorized"))
             if api.forbidden.get(plural) == verb:
                 scope = f'in the namespace "{namespace}"' if namespace else "at the cluster scope"
-                return self._send(403, status_object(403, "Forbidden", f'{plural} is forbidden: User '
+                group = match.group("group") or ""
+                what = (f"{plural}.{group}" if group else plural) + (f' "{name}"' if name else "")
+                return self._send(403, status_object(403, "Forbidden", f'{what} is forbidden: User '
                                   f'"system:serviceaccount:gpu-monitoring:exporter" cannot {verb} resource '
-                                  f'"{plural}" in API group "{match.group("group") or ""}" {scope}'))
+                                  f'"{plural}" in API group "{group}" {scope}'))
             if version not in api.served:
                 return self._send(404, status_object(404, "NotFound", "the server could not find the requested resource"))
             try:
@@ -226,6 +284,11 @@ def _handler(api: FakeKubeApi):
                 obj = api._get(version, plural, namespace, name)
                 if obj is None:
                     return self._send(404, status_object(404, "NotFound", f'{plural} "{name}" not found'))
+                if "as=PartialObjectMetadata" in (self.headers.get("Accept") or ""):
+                    with api._cond:
+                        api.metadata_gets += 1
+                    return self._send(200, {"kind": "PartialObjectMetadata", "apiVersion": "meta.k8s.io/v1",
+                                            "metadata": obj["metadata"]})
                 return self._send(200, obj)
             if watching:
                 return self._watch(version, plural, namespace, selector, query)
@@ -281,9 +344,9 @@ def write_kubeconfig(path: str, server_url: str, token: Optional[str] = None) ->
 
 
 def make_pod(namespace: str, name: str, node: str, labels=None, annotations=None, owner=None,
-             containers=("main",), uid: Optional[str] = None) -> dict:
+             containers=("main",), uid: Optional[str] = None, phase: str = "Running") -> dict:
     """A Pod object as the API server returns it (the fields the exporter reads, and those a client
-    library requires); `owner` is (kind, name) of its controller."""
+    library requires); `owner` is (kind, name[, apiVersion[, controller]]) of its owner."""
     pod_uid = uid or str(uuid.uuid4())
     meta = {"name": name, "namespace": namespace, "uid": pod_uid, "labels": dict(labels or {}),
             "annotations": dict(annotations or {})}
@@ -293,11 +356,12 @@ def make_pod(namespace: str, name: str, node: str, labels=None, annotations=None
                  "containerID": f"containerd://{uuid.uuid5(uuid.NAMESPACE_OID, pod_uid + c).hex}"} for c in containers]
     return {"apiVersion": "v1", "kind": "Pod", "metadata": meta,
             "spec": {"nodeName": node, "containers": [{"name": c, "image": "registry.example.com/app:1"} for c in containers]},
-            "status": {"phase": "Running", "containerStatuses": statuses}}
+            "status": {"phase": phase, "containerStatuses": statuses}}
 
 
-def owner_reference(kind: str, name: str) -> dict:
-    api = {"ReplicaSet": "apps/v1", "Deployment": "apps/v1", "StatefulSet": "apps/v1", "DaemonSet": "apps/v1",
-           "Job": "batch/v1", "CronJob": "batch/v1"}.get(kind, "example.com/v1")
-    return {"apiVersion": api, "kind": kind, "name": name, "uid": str(uuid.uuid5(uuid.NAMESPACE_OID, kind + name)),
-            "controller": True, "blockOwnerDeletion": True}
+def owner_reference(kind: str, name: str, api: Optional[str] = None, controller: bool = True) -> dict:
+    """An ownerReference to (kind, name); the apiVersion of a well-known kind unless `api` says."""
+    known = {kind: version for (version, _), (kind, _) in {**BUILT_IN_KINDS, **CUSTOM_KINDS}.items()}
+    return {"apiVersion": api or known.get(kind, "example.com/v1"), "kind": kind, "name": name,
+            "uid": str(uuid.uuid5(uuid.NAMESPACE_OID, kind + name)), "controller": controller,
+            "blockOwnerDeletion": True}

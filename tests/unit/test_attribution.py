@@ -142,6 +142,9 @@ class Cluster:
     def retain_claims(self, devices):
         pass
 
+    def ended_pods(self, pods):
+        return set()
+
 
 def test_each_refresh_builds_the_mapping_with_the_cluster_context():
     kubelet, clock = Kubelet(), ManualClock()

@@ -219,6 +219,9 @@ class Cluster:
     def retain_claims(self, devices):
         self.retained = [device.device_id for device in devices]
 
+    def ended_pods(self, pods):
+        return set()
+
 
 def test_the_cluster_context_keys_dra_devices_leaves_monitors_out_and_adds_labels():
     devices = [

@@ -108,41 +108,58 @@ def test_bookmarks_pass_and_the_cache_follows_the_watch(api, tmp_path):
     assert info.labels == ()  # not allow-listed: not kept
 
 
+def test_pods_that_ended_or_vanished_are_known_as_ended(api, tmp_path):
+    for name, phase in [("done", "Succeeded"), ("failed", "Failed"), ("running", "Running"), ("pending", "Pending"),
+                        ("deleted-live", "Running"), ("deleted-away", "Running")]:
+        api.put("v1", "pods", make_pod("ml", name, NODE, phase=phase))
+    ctx = context(api, tmp_path)
+    port = api.port
+    try:
+        api.delete("v1", "pods", "ml", "deleted-live")  # a DELETED event
+        wait_until(lambda: ctx.pod("ml", "deleted-live") is None)
+        api.stop()
+        api.delete("v1", "pods", "ml", "deleted-away")  # deleted while the watch was away...
+        api.compact()  # ...and the event compacted: only the relist after a 410 can tell
+        api.start(port)
+        wait_until(lambda: api.request_count("list") >= 3 and ctx.pod("ml", "deleted-away") is None and ctx.up, 30)
+        pods = [("ml", name) for name in ("done", "failed", "running", "pending", "deleted-live", "deleted-away",
+                                          "never-seen")]
+        assert ctx.ended_pods(pods) == {("ml", "done"), ("ml", "failed"), ("ml", "deleted-live"), ("ml", "deleted-away")}
+        api.put("v1", "pods", make_pod("ml", "deleted-live", NODE))  # the same name again: a new pod
+        wait_until(lambda: ("ml", "deleted-live") not in ctx.ended_pods(pods))
+    finally:
+        ctx.stop()
 
-class GetForbidden:
-    """The real client, except that every `get` is refused as a 403 from the API server is, without a
-    round trip per object (thousands of them are needed here)."""
 
-    def __init__(self, client):
-        self._client = client
+def get_forbidden(api_version, kind, namespace, name):
+    """The API server's answer to a ServiceAccount without `get` on jobs, without a round trip per
+    object (thousands of them are needed here)."""
+    from lightkube.core.exceptions import ApiError
+    from lightkube.models.meta_v1 import Status
 
-    def __getattr__(self, name):
-        return getattr(self._client, name)
-
-    def get(self, resource, name, namespace=None):
-        from lightkube.core.exceptions import ApiError
-        from lightkube.models.meta_v1 import Status
-
-        raise ApiError(status=Status(code=403, reason="Forbidden", message=f"{resource.__name__} {name} is forbidden"))
+    raise ApiError(status=Status(code=403, reason="Forbidden", message=f"{kind} {name} is forbidden"))
 
 
 def test_failing_workload_lookups_stay_within_the_cache_bound(api, tmp_path, log_stream):
-    # RBAC without `get jobs` while a CronJob keeps making Jobs: every Job's failure is remembered for
+    # RBAC without `get jobs` while a CronJob keeps making Jobs: every Job's refusal is remembered for
     # the retry interval, but only up to the bound that answers have too.
     jobs = 4096 + 50
     for n in range(jobs):
         api.put("v1", "pods", make_pod("batch", f"job-{n}-pod", NODE, owner=("Job", f"job-{n}")))
-    client = GetForbidden(make_client(write_kubeconfig(str(tmp_path / "kubeconfig"), api.url)))
-    ctx = KubernetesContext(client, NODE, LabelSpec(workload=True), clock=lambda: 1000.0)  # no retry is due
+    client = make_client(write_kubeconfig(str(tmp_path / "kubeconfig"), api.url))
+    ctx = KubernetesContext(client, NODE, LabelSpec(workload=True), clock=lambda: 1000.0,  # no retry is due
+                            read_owners=get_forbidden)
     ctx.start()
     try:
         wait_until(lambda: ctx.up and ctx.pod_count() == jobs, 60)
         pods = [("batch", f"job-{n}-pod") for n in range(jobs)]
-        assert set(ctx.extra_labels_for(pods).values()) == {()}  # no workload labels: not known, not guessed
-        assert ctx.workload_gets == jobs
+        extras = ctx.extra_labels_for(pods)
+        # The walk stops at the Job it cannot read: the workload is that Job, known by its name.
+        assert extras[pods[7]] == (("workload_kind", "Job"), ("workload", "job-7"))
+        assert ctx.workloads.lookups == jobs
         ctx.extra_labels_for(pods[:1])  # within the retry interval, yet asked again: the oldest made room
-        assert ctx.workload_gets == jobs + 1
-        assert ctx.workloads_cached <= 4096
+        assert ctx.workloads.lookups == jobs + 1
+        assert len(ctx.workloads) <= 4096
     finally:
         ctx.stop()
-    assert log_stream.getvalue().count("forbids get on jobs (403)") == 1  # once, not once per Job
+    assert log_stream.getvalue().count("cannot read Job objects (403)") == 1  # once, not once per Job

@@ -8,22 +8,20 @@ from __future__ import annotations
 import os
 import threading
 import time
-from typing import Callable, Dict, Iterable, List, Optional, Tuple
+from typing import Callable, Dict, Iterable, List, Optional, Set, Tuple
 
-from exporter.base.cache import RetryingCache
 from exporter.base.errors import ConfigError
-from exporter.base.logs import DependencyReporter, log
+from exporter.base.logs import log
 from exporter.core.mapping import DraResolution
 from exporter.sources.kubernetes.dra import DraDevices
 from exporter.sources.kubernetes.labels import LabelSpec, PodInfo, allowed_items, extra_label_pairs
-from exporter.sources.kubernetes.watch import ListWatch, describe_failure
+from exporter.sources.kubernetes.watch import ListWatch
+from exporter.sources.kubernetes.workloads import MetadataReader, Workloads, controller_of
 
 SERVICE_ACCOUNT_DIR = "/var/run/secrets/kubernetes.io/serviceaccount"
 MAX_PODS = 20_000  # far above any node's pod limit (110 by default); bounds memory if a selector is wrong
-_MAX_WORKLOADS = 4096
-_WORKLOAD_RETRY_SECONDS = 60.0
-# Controllers whose own controller is the workload people name: a ReplicaSet's Deployment, a Job's CronJob.
-_PARENT_KINDS = {"ReplicaSet": "Deployment", "Job": "CronJob"}
+_MAX_GONE = 4096  # deleted pods remembered, in case the kubelet keeps reporting their devices
+_ENDED_PHASES = ("Succeeded", "Failed")  # terminal: the pod's containers have all stopped for good
 
 
 def in_cluster() -> bool:
@@ -48,15 +46,15 @@ def make_client(kubeconfig: Optional[str]):
 def pod_info(pod, spec: LabelSpec) -> PodInfo:
     """The few fields kept of a Pod model."""
     meta = pod.metadata
-    controller = next(((ref.kind, ref.name) for ref in meta.ownerReferences or () if ref.controller), None)
     status = pod.status
     statuses = [] if status is None else (status.initContainerStatuses or []) + (status.containerStatuses or [])
     return PodInfo(
         uid=meta.uid or "",
         labels=allowed_items(meta.labels, spec.pod_labels),
         annotations=allowed_items(meta.annotations, spec.pod_annotations),
-        controller=controller,
+        controller=controller_of(meta.ownerReferences),
         containers=tuple((s.name, s.containerID) for s in statuses if s.containerID),
+        ended=status is not None and status.phase in _ENDED_PHASES,
     )
 
 
@@ -70,11 +68,12 @@ def _slice_v1beta1():
 class KubernetesContext:
     """This node's pods and DRA devices, kept by watches; labels and DRA keys computed on the refresher.
 
-    It is the MappingContext that core.mapping.build_mapping asks for DRA keys and extra labels.
+    It is the MappingContext that core.mapping.build_mapping asks for DRA keys, extra labels and
+    which pods have ended.
     """
 
     def __init__(self, client, node_name: str, spec: LabelSpec, grace_seconds: float = 60.0,
-                 resolve_mig=None, clock: Callable[[], float] = time.monotonic):
+                 resolve_mig=None, clock: Callable[[], float] = time.monotonic, read_owners=None):
         from lightkube.resources.core_v1 import Pod
         from lightkube.resources.resource_v1 import ResourceSlice
 
@@ -85,11 +84,12 @@ class KubernetesContext:
         self._clock = clock
         self._lock = threading.Lock()
         self._pods: Dict[Tuple[str, str], PodInfo] = {}
-        # (controller kind, namespace, name) → its workload (kind, name).
-        self._workloads: RetryingCache[Tuple[str, str, str], Tuple[str, str]] = RetryingCache(
-            self._fetch_workload, _WORKLOAD_RETRY_SECONDS, _MAX_WORKLOADS, clock)
+        self._gone: Dict[Tuple[str, str], bool] = {}  # pods the watch saw deleted, oldest first
+        # `read_owners` replaces the API server's metadata reads in tests that need thousands of them.
+        reader = None if read_owners is not None else MetadataReader(client)
+        self.workloads = Workloads(read_owners or reader.owner_references, clock,
+                                   None if reader is None else (lambda version, kind: reader.plural(version, kind)[0]))
         self._healthy_until: Optional[float] = None
-        self._reporter = DependencyReporter("kubernetes-api")
         self._full_logged = False
         self._unseen_logged: set = set()
         self.dra = DraDevices(self._get_claim, resolve_mig, clock)
@@ -110,16 +110,6 @@ class KubernetesContext:
     def up(self) -> bool:
         """pod_gpu_exporter_kubernetes_api_up: the pod watch is listed and connected."""
         return self.pod_watch.healthy
-
-    @property
-    def workload_gets(self) -> int:
-        """ReplicaSets and Jobs asked of the API server (cache misses and retries), for tests and debugging."""
-        return self._workloads.lookups
-
-    @property
-    def workloads_cached(self) -> int:
-        """Workloads and failed workload lookups held (at most _MAX_WORKLOADS), for tests and debugging."""
-        return len(self._workloads)
 
     def resolve_dra(self, device) -> DraResolution:
         """A kubelet DRA device's key from its ResourceSlice, and whether its claim is adminAccess. Refresher only."""
@@ -161,9 +151,20 @@ class KubernetesContext:
             if info is None:
                 self._log_unseen_once(namespace, name)
                 continue  # not seen yet (the kubelet can be quicker than the watch): next refresh
-            workload = self._workload(namespace, name, info) if self._spec.workload else None
+            workload = self.workloads.of(namespace, name, info.controller) if self._spec.workload else None
             extras[(namespace, name)] = extra_label_pairs(self._spec, info, workload)
         return extras
+
+    def ended_pods(self, pods: Iterable[Tuple[str, str]]) -> Set[Tuple[str, str]]:
+        """Those of `pods` that hold no device any more, though the kubelet may still report them:
+        phase Succeeded or Failed, or deleted since the watch saw them. Refresher only.
+
+        Only while the pod cache is fresh: without a synced watch nothing is known to have ended.
+        """
+        if not self._fresh():
+            return set()
+        with self._lock:
+            return {pod for pod in pods if pod in self._gone or getattr(self._pods.get(pod), "ended", False)}
 
     def _log_unseen_once(self, namespace: str, name: str) -> None:
         if (namespace, name) not in self._unseen_logged:
@@ -185,54 +186,41 @@ class KubernetesContext:
             fresh[(pod.metadata.namespace, pod.metadata.name)] = pod_info(pod, self._spec)
         if len(pods) > MAX_PODS:
             self._log_full(len(pods))
+        listed = {(pod.metadata.namespace, pod.metadata.name) for pod in pods}
         with self._lock:
+            for key in self._pods.keys() - listed:  # deleted while the watch was away
+                self._forget(key)
+            for key in fresh.keys() & self._gone.keys():
+                del self._gone[key]
             self._pods = fresh
 
     def _apply_pod(self, event_type: str, pod) -> None:
         key = (pod.metadata.namespace, pod.metadata.name)
         if event_type == "DELETED":
             with self._lock:
-                self._pods.pop(key, None)
+                self._forget(key)
             return
         info = pod_info(pod, self._spec)
         with self._lock:
+            self._gone.pop(key, None)  # a StatefulSet's pod comes back under its old name
             if key in self._pods or len(self._pods) < MAX_PODS:
                 self._pods[key] = info
                 return
         self._log_full(MAX_PODS + 1)
+
+    def _forget(self, key: Tuple[str, str]) -> None:
+        """Drop a deleted pod, remembering its name (lock held): the kubelet can report its devices still."""
+        self._pods.pop(key, None)
+        self._gone.pop(key, None)
+        while len(self._gone) >= _MAX_GONE:
+            del self._gone[next(iter(self._gone))]
+        self._gone[key] = True
 
     def _log_full(self, count: int) -> None:
         if not self._full_logged:
             self._full_logged = True
             log("warn", "more pods on this node than the cache holds; the rest get no extra labels",
                 pods=count, max_pods=MAX_PODS, node=self.node_name)
-
-    # Workload: the top controller, looked up once per controller object.
-    def _workload(self, namespace: str, pod_name: str, info: PodInfo) -> Optional[Tuple[str, str]]:
-        if info.controller is None:
-            return ("Pod", pod_name)
-        kind, name = info.controller
-        if kind not in _PARENT_KINDS:
-            return (kind, name)
-        return self._workloads.get((kind, namespace, name))
-
-    def _fetch_workload(self, key: Tuple[str, str, str]) -> Optional[Tuple[str, str]]:
-        from lightkube.resources.apps_v1 import ReplicaSet
-        from lightkube.resources.batch_v1 import Job
-
-        kind, namespace, name = key
-        resource, plural = (ReplicaSet, "replicasets") if kind == "ReplicaSet" else (Job, "jobs")
-        try:
-            owner = self._client.get(resource, name, namespace=namespace)
-        except Exception as exc:  # noqa: BLE001 - reported once per kind; the pod lacks workload labels meanwhile
-            reason, message = describe_failure(exc, "get", plural)
-            self._reporter.failed(f"{plural}:{reason}", message, object=f"{namespace}/{name}")
-            return None
-        refs = owner.metadata.ownerReferences or ()
-        parent = next(((ref.kind, ref.name) for ref in refs if ref.controller), None)
-        # A ReplicaSet made by a Deployment (or a Job by a CronJob) is named by its parent; one made by
-        # anything else (a user, Argo Rollouts) is the workload itself.
-        return parent if parent is not None and parent[0] == _PARENT_KINDS[kind] else (kind, name)
 
     def _get_claim(self, namespace: str, name: str):
         from lightkube.resources.resource_v1 import ResourceClaim

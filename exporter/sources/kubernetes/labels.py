@@ -20,8 +20,9 @@ class PodInfo(NamedTuple):
     uid: str
     labels: Tuple[Tuple[str, str], ...]  # (key, value), allow-listed, sorted by key
     annotations: Tuple[Tuple[str, str], ...]
-    controller: Optional[Tuple[str, str]]  # (kind, name) of the controlling ownerReference
+    controller: Optional[Tuple[str, str, str]]  # (apiVersion, kind, name) of the controlling ownerReference
     containers: Tuple[Tuple[str, str], ...]  # (container name, "containerd://…"), once started
+    ended: bool = False  # phase Succeeded or Failed: its containers have stopped for good
 
 
 @dataclass(frozen=True)

@@ -1,0 +1,208 @@
+"""A pod's workload: its top controller, found by walking `controller: true` ownerReferences up, any kind.
+
+Each object on the way is read once, metadata only, and its controller remembered (a bounded
+RetryingCache), so a refresh walks a chain of cached answers and a scrape never calls the API.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from typing import Callable, Dict, Iterable, List, NamedTuple, Optional, Tuple
+
+from exporter.base.cache import RetryingCache
+from exporter.base.logs import log
+from exporter.sources.kubernetes.watch import describe_failure
+
+# A real chain is at most four levels above the pod (LeaderWorkerSet worker: StatefulSet → leader
+# Pod → StatefulSet → LeaderWorkerSet); the bound only stops a cycle or a runaway operator chain.
+MAX_DEPTH = 8
+MAX_OBJECTS = 4096  # owners remembered (answers and failed reads together)
+RETRY_SECONDS = 60.0
+_MAX_GROUP_VERSIONS = 256
+# What the API server sends instead of the whole object: name, namespace, uid, labels, annotations,
+# ownerReferences. A ReplicaSet's pod template or a JobSet's spec can be tens of kilobytes.
+METADATA_ACCEPT = "application/json;as=PartialObjectMetadata;g=meta.k8s.io;v=v1"
+
+
+class OwnerRef(NamedTuple):
+    """The controlling ownerReference of an object: its owner's apiVersion, kind and name."""
+
+    api_version: str
+    kind: str
+    name: str
+
+
+_TOP = OwnerRef("", "", "")  # the remembered answer for an object that has no controller
+
+
+def controller_of(references: Iterable) -> Optional[OwnerRef]:
+    """The `controller: true` entry of ownerReferences (dicts, or lightkube models), if any."""
+    for ref in references or ():
+        get = ref.get if isinstance(ref, dict) else (lambda field, r=ref: getattr(r, field, None))
+        if get("controller"):
+            return OwnerRef(get("apiVersion") or "", get("kind") or "", get("name") or "")
+    return None
+
+
+class NotServed(Exception):
+    """The API server serves no resource of this kind in this group/version (a CRD removed, a typo)."""
+
+    status_code = 404
+
+
+class MetadataReader:
+    """Reads one object's ownerReferences by apiVersion and kind, with a metadata-only GET.
+
+    The resource's plural and scope come from discovery (`/api/v1`, `/apis/<group>/<version>`), read
+    once per group/version: guessing plurals from kinds goes wrong (`NetworkPolicy` → `networkpolicies`)
+    and a cluster-scoped owner has no namespace in its path. Discovery needs no RBAC of ours (every
+    authenticated user may read it); each kind needs `get` on its resource.
+    """
+
+    def __init__(self, client):
+        from lightkube.config.client_adapter import Client, ConnectionParams
+
+        # The same server, credentials and 10 s timeout as the lightkube client; lightkube itself
+        # offers no way to ask for a PartialObjectMetadata answer.
+        self._http = Client(client.config, ConnectionParams(trust_env=False))
+        self._resources: Dict[str, Dict[str, Tuple[str, bool]]] = {}  # group/version → kind → (plural, namespaced)
+        self._lock = threading.Lock()
+
+    def plural(self, api_version: str, kind: str) -> Tuple[str, bool]:
+        """(plural, namespaced) of a kind; raises NotServed when discovery does not list it."""
+        with self._lock:
+            kinds = self._resources.get(api_version)
+        if kinds is None:
+            body = self._get(_group_path(api_version))
+            kinds = {item["kind"]: (item["name"], bool(item.get("namespaced")))
+                     for item in body.get("resources", ()) if "/" not in item.get("name", "/")}
+            with self._lock:
+                if len(self._resources) >= _MAX_GROUP_VERSIONS:
+                    self._resources.clear()
+                self._resources[api_version] = kinds
+        if kind not in kinds:
+            raise NotServed(f"{api_version} serves no kind {kind}")
+        return kinds[kind]
+
+    def owner_references(self, api_version: str, kind: str, namespace: str, name: str) -> List[dict]:
+        plural, namespaced = self.plural(api_version, kind)
+        scope = f"/namespaces/{namespace}" if namespaced else ""
+        body = self._get(f"{_group_path(api_version)}{scope}/{plural}/{name}", METADATA_ACCEPT)
+        return list((body.get("metadata") or {}).get("ownerReferences") or ())
+
+    def _get(self, path: str, accept: str = "application/json") -> dict:
+        response = self._http.get(path, headers={"Accept": accept})
+        response.raise_for_status()  # httpx's error carries the response: describe_failure reads its status
+        return json.loads(response.content)
+
+
+def _group_path(api_version: str) -> str:
+    return "/api/v1" if api_version == "v1" else f"/apis/{api_version}"
+
+
+def resource_label(api_version: str, kind: str) -> Tuple[str, str]:
+    """(API group, a guessed plural) of a kind: for messages only, where discovery cannot say."""
+    group = api_version.rpartition("/")[0] if "/" in api_version else ""
+    return group, kind.lower() + "s"
+
+
+# (apiVersion, kind, namespace, name) of one owner object.
+Key = Tuple[str, str, str, str]
+ReadOwners = Callable[[str, str, str, str], List[dict]]
+ResourceOf = Callable[[str, str], str]
+
+
+class Workloads:
+    """Pod → (kind, name) of its top controller; see docs/kubernetes.md, "Workload: the top controller".
+
+    `read_owners(api_version, kind, namespace, name)` returns an object's ownerReferences or raises as
+    the client does. A level that answers 403 or 404 ends the walk there: the workload is that
+    object, known by name from the level below; it is asked again after RETRY_SECONDS (the RBAC may
+    have been granted). Any other failure (unreachable, 5xx) leaves the workload unknown for as long.
+    """
+
+    def __init__(self, read_owners: ReadOwners, clock: Callable[[], float] = time.monotonic,
+                 resource_of: Optional[ResourceOf] = None):
+        self._read_owners = read_owners
+        self._resource_of = resource_of
+        self._parents: RetryingCache[Key, OwnerRef] = RetryingCache(self._lookup, RETRY_SECONDS, MAX_OBJECTS, clock)
+        self._unreadable: Dict[Key, bool] = {}  # keys whose last read was refused (403/404); oldest first
+        self._lock = threading.Lock()
+        self._logged: set = set()
+
+    @property
+    def lookups(self) -> int:
+        """Owner objects read (cache misses and retries), for tests and debugging."""
+        return self._parents.lookups
+
+    def __len__(self) -> int:
+        return len(self._parents)
+
+    def of(self, namespace: str, pod_name: str, controller: Optional[OwnerRef]) -> Optional[Tuple[str, str]]:
+        """The workload of a pod with this controller; None while a level cannot be read for now."""
+        if controller is None:
+            return ("Pod", pod_name)
+        ref, seen = controller, set()
+        for _ in range(MAX_DEPTH):
+            key = (ref.api_version, ref.kind, namespace, ref.name)
+            if key in seen:
+                break  # a cycle: no real controller makes one, but a hand-edited object can
+            seen.add(key)
+            parent = self._parents.get(key)
+            if parent is None:
+                with self._lock:
+                    return (ref.kind, ref.name) if key in self._unreadable else None
+            if parent is _TOP:
+                return (ref.kind, ref.name)
+            ref = parent
+        self._log_once(("depth", ref.kind), "info", "ownerReferences go deeper than the walk follows (or in a cycle): "
+                       "the workload is the last owner reached", kind=ref.kind, name=ref.name, max_depth=MAX_DEPTH)
+        return (ref.kind, ref.name)
+
+    def _lookup(self, key: Key) -> Optional[OwnerRef]:
+        api_version, kind, namespace, name = key
+        try:
+            references = self._read_owners(api_version, kind, namespace, name)
+        except Exception as exc:  # noqa: BLE001 - logged once per resource and reason; retried after a minute
+            self._failed(key, exc)
+            return None
+        with self._lock:
+            self._unreadable.pop(key, None)
+        return controller_of(references) or _TOP
+
+    def _failed(self, key: Key, exc: Exception) -> None:
+        api_version, kind, namespace, name = key
+        group, plural = resource_label(api_version, kind)
+        if self._resource_of is not None:
+            try:
+                plural = self._resource_of(api_version, kind)
+            except Exception:  # noqa: BLE001 - the guessed plural still names it well enough in a message
+                pass
+        resource = f"{plural}.{group}" if group else plural
+        reason, message = ("not_found", "") if isinstance(exc, NotServed) else describe_failure(exc, "get", resource)
+        refused = reason in ("forbidden", "not_found")
+        if refused:
+            with self._lock:
+                self._unreadable.pop(key, None)
+                while len(self._unreadable) >= MAX_OBJECTS:
+                    del self._unreadable[next(iter(self._unreadable))]
+                self._unreadable[key] = True
+        if reason == "forbidden":
+            message = (f"workload: cannot read {kind} objects (403), so a workload stops at its {kind}: the ClusterRole "
+                       f"needs verb 'get' on '{plural}' in API group '{group}' (see daemonset.yaml)")
+        elif refused:
+            message = (f"workload: a {kind} was not found, or {api_version} is not served (404): a workload "
+                       f"stops at that {kind}")
+        else:  # the client's text can run over several lines: the first says it
+            message = f"workload unknown while {kind} objects cannot be read: {message.splitlines()[0]}"
+        self._log_once((resource, reason), "warn" if reason != "not_found" else "info", message,
+                       object=f"{namespace}/{name}")
+
+    def _log_once(self, what: tuple, level: str, message: str, **fields) -> None:
+        with self._lock:
+            if what in self._logged or len(self._logged) >= _MAX_GROUP_VERSIONS:
+                return
+            self._logged.add(what)
+        log(level, message, dependency="kubernetes-api", **fields)

@@ -1,0 +1,91 @@
+"""The workload walk in-process: metadata reads through discovery against the fake API server, and the
+walk's bounds (cycles, depth, failures) against an API stand-in that answers from a dict."""
+
+from __future__ import annotations
+
+import pytest
+
+from exporter.sources.kubernetes.context import make_client
+from exporter.sources.kubernetes.workloads import MAX_DEPTH, MetadataReader, NotServed, OwnerRef, Workloads
+from support.fake_kube_api import FakeKubeApi, owner_reference, write_kubeconfig
+
+
+@pytest.fixture
+def api():
+    fake = FakeKubeApi().start()
+    yield fake
+    fake.stop()
+
+
+def reader(api, tmp_path):
+    return MetadataReader(make_client(write_kubeconfig(str(tmp_path / "kubeconfig"), api.url)))
+
+
+def test_owners_are_read_metadata_only_with_the_plural_and_scope_from_discovery(api, tmp_path):
+    api.serve_kind("kueue.x-k8s.io/v1beta1", "clusterqueues", "ClusterQueue", namespaced=False)
+    api.serve_kind("kueue.x-k8s.io/v1beta1", "workloads", "Workload")
+    api.put_owner("kueue.x-k8s.io/v1beta1", "clusterqueues", "", "gpus")  # cluster-scoped: no namespace
+    api.put_owner("kueue.x-k8s.io/v1beta1", "workloads", "ml", "job-train", ("ClusterQueue", "gpus", "kueue.x-k8s.io/v1beta1"))
+    metadata = reader(api, tmp_path)
+    walk = Workloads(metadata.owner_references)
+    assert walk.of("ml", "train-0", OwnerRef("kueue.x-k8s.io/v1beta1", "Workload", "job-train")) == ("ClusterQueue", "gpus")
+    assert api.metadata_gets == api.request_count("get") == 2
+    assert api.requests.count(("discover", "kueue.x-k8s.io/v1beta1")) == 1  # once per group/version
+    assert metadata.plural("kueue.x-k8s.io/v1beta1", "ClusterQueue") == ("clusterqueues", False)
+    with pytest.raises(NotServed):
+        metadata.plural("kueue.x-k8s.io/v1beta1", "Cohort")
+
+
+def test_a_kind_the_server_does_not_serve_ends_the_walk_there(api, tmp_path, log_stream):
+    api.put_owner("apps/v1", "replicasets", "ml", "web-7d9f", ("Notebook", "nb", "kubeflow.org/v1"))
+    walk = Workloads(reader(api, tmp_path).owner_references)
+    assert walk.of("ml", "web-7d9f-x", OwnerRef("apps/v1", "ReplicaSet", "web-7d9f")) == ("Notebook", "nb")
+    assert "a Notebook was not found, or kubeflow.org/v1 is not served (404)" in log_stream.getvalue()
+
+
+class Objects:
+    """The API server's owner objects as a dict: (kind, name) → its ownerReferences; or an error."""
+
+    def __init__(self, owners, error=None):
+        self.owners, self.error, self.reads = owners, error, []
+
+    def __call__(self, api_version, kind, namespace, name):
+        self.reads.append((kind, name))
+        if self.error is not None:
+            raise self.error
+        return self.owners[(kind, name)]
+
+
+def ref(kind, name, controller=True):
+    return owner_reference(kind, name, controller=controller)
+
+
+def test_an_owner_that_is_not_a_controller_is_not_followed():
+    objects = Objects({("ReplicaSet", "rs"): [ref("Deployment", "adopter", controller=False)]})
+    assert Workloads(objects).of("ml", "p", OwnerRef("apps/v1", "ReplicaSet", "rs")) == ("ReplicaSet", "rs")
+
+
+def test_a_cycle_and_a_chain_deeper_than_the_bound_end_at_the_last_owner_reached(log_stream):
+    cycle = Objects({("A", "a"): [ref("B", "b")], ("B", "b"): [ref("A", "a")]})
+    assert Workloads(cycle).of("ml", "p", OwnerRef("example.com/v1", "A", "a")) in {("A", "a"), ("B", "b")}
+    deep = Objects({("Level", str(n)): [ref("Level", str(n + 1))] for n in range(50)})
+    walk = Workloads(deep)
+    assert walk.of("ml", "p", OwnerRef("example.com/v1", "Level", "0")) == ("Level", str(MAX_DEPTH))
+    assert len(deep.reads) == MAX_DEPTH
+    assert "deeper than the walk follows" in log_stream.getvalue()
+
+
+def test_an_unreachable_api_leaves_the_workload_unknown_and_asks_again_after_a_minute():
+    now = [1000.0]
+    objects = Objects({}, error=ConnectionError("connection refused"))
+    walk = Workloads(objects, clock=lambda: now[0])
+    controller = OwnerRef("apps/v1", "ReplicaSet", "rs")
+    assert walk.of("ml", "p", controller) is None  # never guessed
+    assert walk.of("ml", "p", controller) is None and len(objects.reads) == 1
+    objects.owners, objects.error = {("ReplicaSet", "rs"): [ref("Deployment", "web")], ("Deployment", "web"): []}, None
+    now[0] += 61
+    assert walk.of("ml", "p", controller) == ("Deployment", "web")
+    reads = len(objects.reads)
+    for _ in range(10):  # every later refresh walks the cache
+        assert walk.of("ml", "p", controller) == ("Deployment", "web")
+    assert len(objects.reads) == reads
