@@ -33,6 +33,9 @@ class Slices:
     def retain_claims(self, devices):
         pass
 
+    def ended_pods(self, pods):
+        return set()
+
 
 def _values(text: str, name: str) -> dict:
     return {(s.labels["namespace"], s.labels["pod"]): s.value

@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 from prometheus_client.parser import text_string_to_metric_families
 
 from exporter.core.mapping import build_mapping
-from exporter.exposition.allocation import render_allocation_info
+from exporter.exposition.allocation import ALLOCATED_GPUS, render_allocation_info
 from exporter.exposition.labels import LABEL_STYLES, UPSTREAM_OWNER_LABELS
 from exporter.exposition.rewriter import Rewriter
 from exporter.exposition.series import SeriesBuilder
@@ -85,7 +85,9 @@ def _check(out: str, mapping, style: str) -> None:
     pod_label = "pod" if style == "kubernetes" else "pod_name"
     for name, pairs, _ in written:
         labels = dict(pairs)
-        if ("UUID", SHARED) in pairs:  # held: every name we add carries our value, and nothing else of ours
+        # Held (a sample of the shared GPU, or a holder's allocated-GPU count): every name we add
+        # carries our value, and nothing else of ours.
+        if ("UUID", SHARED) in pairs or name == ALLOCATED_GPUS:
             wanted = ours[("ml", labels[pod_label])]
             assert {n: labels[n] for n in wanted} == wanted, (name, pairs)
             assert not UPSTREAM_OWNER_LABELS & (set(labels) - set(wanted)), (name, pairs)
