@@ -93,11 +93,11 @@ class FakeKubeApi:
         with self._cond:
             return sum(1 for v, _ in self.requests if verb is None or v == verb)
 
-    def requests_since(self, since: float, verb: Optional[str] = None) -> int:
-        """Requests made at or after `since` (time.monotonic())."""
+    def requests_since(self, since: float, verb: Optional[str] = None, plural: Optional[str] = None) -> int:
+        """Requests made at or after `since` (time.monotonic()), of one verb and resource if given."""
         with self._cond:
-            return sum(1 for (v, _), t in zip(self.requests, self.request_times)
-                       if t >= since and (verb is None or v == verb))
+            return sum(1 for (v, p), t in zip(self.requests, self.request_times)
+                       if t >= since and (verb is None or v == verb) and (plural is None or p == plural))
 
     def send_raw(self, data, plural: str = "pods") -> None:
         """The next watch of `plural` sends `data` (bytes, or an iterable of bytes chunks) before its events."""

@@ -17,8 +17,8 @@ from exporter.sources.kubernetes.pacing import Backoff, RequestBudget
 from exporter.sources.kubernetes.stream import (WatchLineTooLong, WatchSilent, decode_event, decode_object,
                                                 event_version, list_pages, watch_lines)
 
-# The server ends each watch after this long (timeoutSeconds) and lightkube opens the next one from
-# the last version seen: a connection that died without a FIN is noticed within this bound.
+# The server ends each watch after this long (timeoutSeconds) and the next one opens from the last
+# version seen (an event's or a bookmark's).
 WATCH_SERVER_TIMEOUT_SECONDS = 290
 LIST_PAGE_SIZE = 500  # pages keep a 5,000-pod list from being decoded into models all at once
 WATCH_CONFIRM_SECONDS = 1.0
@@ -102,6 +102,7 @@ class ListWatch:
         self._failed_phase: Optional[str] = None
         self._needs_event = False  # after a silent or dropped watch, only an event proves the next one
         self._useful = False  # the last watch delivered something or stayed open a while
+        self._worked = False  # a watch since the last list was useful: a 410 then is the window moving on
         self._attempt = 0
         self.lists = 0
         self.relists_after_gone = 0
@@ -150,7 +151,7 @@ class ListWatch:
             reason = "silent" if isinstance(exc, WatchSilent) else "too_large"
             self.dropped[reason] = self.dropped.get(reason, 0) + 1
             self._needs_event = True
-        if _status_code(exc) == 410 and self._phase == "watch" and self._useful:
+        if _status_code(exc) == 410 and self._phase == "watch" and self._worked:
             # Not a failure: the version fell out of the server's window; the cache stays good until the relist.
             self.relists_after_gone += 1
             log("info", "Kubernetes watch version expired (410 Gone): listing again", resource=self.resource_name)
@@ -166,7 +167,7 @@ class ListWatch:
         return True
 
     def _list_then_watch(self) -> None:
-        self._phase, self._useful = "list", False
+        self._phase, self._useful, self._worked = "list", False, False
         if not self._budget.take(self._stop):
             return
         version, objects = "", []
@@ -223,6 +224,7 @@ class ListWatch:
             if time.monotonic() - opened >= _WATCH_USEFUL_SECONDS:
                 self._useful = True
             if self._useful:
+                self._worked = True
                 self._backoff.reset()
         return version
 
