@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import threading
 
 import pytest
@@ -96,3 +97,29 @@ def test_a_resource_slice_of_another_node_is_skipped():
 def test_the_version_of_an_event_object_and_of_a_bookmark():
     assert event_version(b'{"kind":"Pod","metadata":{"resourceVersion":"42"}}') == "42"
     assert event_version(b'{"metadata":5}') is None and event_version(b"[]") is None
+
+
+def _bearer(auth) -> str:
+    from lightkube.core.generic_client import httpx
+
+    request = httpx.Request("GET", "https://api.invalid/api/v1/pods")
+    return next(auth.auth_flow(request)).headers["Authorization"]
+
+
+def test_the_token_file_is_read_again_when_it_changes_and_every_minute(tmp_path):
+    from exporter.sources.kubernetes.token import rotating_token_auth
+
+    path, clock = tmp_path / "token", ManualClock()
+    path.write_text("one\n")
+    auth = rotating_token_auth(str(path), clock)
+    assert _bearer(auth) == "Bearer one"
+    (tmp_path / "new").write_text("two\n")
+    os.replace(tmp_path / "new", path)  # the kubelet's way: a new file swapped in
+    assert _bearer(auth) == "Bearer two"
+    # Rewritten in place with its size and times kept, the change cannot be seen: the minute's re-read finds it.
+    stat = path.stat()
+    path.write_text("six\n")
+    os.utime(path, ns=(stat.st_atime_ns, stat.st_mtime_ns))
+    assert _bearer(auth) == "Bearer two"
+    clock.now += 60
+    assert _bearer(auth) == "Bearer six"
