@@ -41,6 +41,7 @@ class Config:
     kubernetes_api: str = "auto"
     kubernetes_kubeconfig: Optional[str] = None
     kubernetes_node_name: Optional[str] = None  # None: env NODE_NAME, else the host name
+    kubernetes_watch_silence_seconds: float = 150.0
     labels_extra: str = ""
     labels_pod_labels: Optional[str] = None
     labels_pod_annotations: Optional[str] = None
@@ -74,6 +75,7 @@ _FLAGS: Tuple[Tuple[str, str, str, str], ...] = (
     ("--kubernetes.api", "kubernetes_api", KUBERNETES_API_CHOICES, "Kubernetes API server for pod UIDs, workloads, pod labels and DRA ResourceSlices: auto = when running in a pod or --kubernetes.kubeconfig is set; on = required (start-up fails without a config); off = never."),
     ("--kubernetes.kubeconfig", "kubernetes_kubeconfig", "text", "Kubeconfig file for the API server when not running in a pod (in a pod: the service account)."),
     ("--kubernetes.node-name", "kubernetes_node_name", "name", "This node's name; its pods are watched with fieldSelector spec.nodeName=<it>."),
+    ("--kubernetes.watch-silence-timeout", "kubernetes_watch_silence_seconds", "duration", "A watch on which nothing arrives for this long (the API server sends a bookmark about every minute) is dropped and the resource listed again."),
     ("--labels.extra", "labels_extra", "extra", "Comma list of extra labels from the API: pod_uid (adds pod_uid), workload (adds workload_kind, workload)."),
     ("--labels.pod-labels", "labels_pod_labels", "regex", "Regex (full match) of pod label keys to add as label_<key>, sanitised like kube-state-metrics."),
     ("--labels.pod-annotations", "labels_pod_annotations", "regex", "Regex (full match) of pod annotation keys to add as annotation_<key>."),
@@ -245,7 +247,7 @@ _MAPPING_ONLY = "it only shapes the output of `mapping`"
 _UNUSED_BY = {
     "demo": {"kubelet_socket": _OWN_KUBELET, "dcgm_url": _OWN_DCGM, "dcgm_file": _OWN_DCGM,
              **dict.fromkeys(("kubernetes_api", "kubernetes_kubeconfig", "kubernetes_node_name",
-                              "labels_extra", "labels_pod_labels", "labels_pod_annotations"), _NO_API),
+                              "kubernetes_watch_silence_seconds", "labels_extra", "labels_pod_labels", "labels_pod_annotations"), _NO_API),
              "output": _MAPPING_ONLY},
     "serve": {"output": _MAPPING_ONLY},
     # `mapping` asks the kubelet (and the API server, for its labels column) once and prints.
@@ -254,6 +256,7 @@ _UNUSED_BY = {
         **dict.fromkeys(("dcgm_url", "dcgm_file", "dcgm_timeout_seconds", "dcgm_max_body_bytes"),
                         "it reads the kubelet, never dcgm-exporter"),
         **dict.fromkeys(("kubelet_refresh_interval_seconds", "mapping_max_age_seconds"), "it asks the kubelet once"),
+        "kubernetes_watch_silence_seconds": "it lists the API server once, keeping no watch open",
         "labels_style": "it prints owners as columns, not as sample labels",
         **dict.fromkeys(("sharing_mode", "sharing_proc_root", "energy_idle_policy"),
                         "per-process shares are served, never printed by it"),

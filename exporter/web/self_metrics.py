@@ -40,9 +40,27 @@ class SelfCollector:
         yield _counter("pod_gpu_exporter_malformed_lines", "Upstream lines dropped as malformed, over all scrapes.", self._scraper.malformed_lines)
         yield _counter("pod_gpu_exporter_kubelet_list_calls", "PodResources List calls made to the kubelet.", self._attribution.list_calls)
         yield _counter("pod_gpu_exporter_kubelet_list_failures", "PodResources List calls that failed.", self._attribution.list_failures)
+        yield from _kubernetes_counters(getattr(self._attribution, "context", None))
         if self.connections is not None:
             yield _counter("pod_gpu_exporter_http_connections_refused", "New connections closed at once because every connection slot was answering a request.", self.connections.refused)
             yield _counter("pod_gpu_exporter_http_idle_connections_closed", "Idle connections closed to make room for new ones when every slot was taken.", self.connections.evicted)
+
+
+def _kubernetes_counters(context):
+    """The API watches' own counters, by resource (`pods`, `resourceslices`); none with the API off."""
+    watches = [watch for watch in (getattr(context, "pod_watch", None), getattr(context, "slice_watch", None)) if watch]
+    if not watches:
+        return
+    requests = CounterMetricFamily("pod_gpu_exporter_kubernetes_requests", "List and watch requests made to the Kubernetes API server (a list's pages count once).", labels=["resource"])
+    dropped = CounterMetricFamily("pod_gpu_exporter_kubernetes_watch_dropped", "Watch connections the exporter closed: nothing arrived within --kubernetes.watch-silence-timeout (silent), or a line went past the 4 MiB cap (too_large).", labels=["resource", "reason"])
+    skipped = CounterMetricFamily("pod_gpu_exporter_kubernetes_objects_skipped", "Objects from the Kubernetes API left out of the cache: not of the shape read (malformed), or bound to another node (other_node).", labels=["resource", "reason"])
+    for watch in watches:
+        requests.add_metric([watch.resource_name], watch.requests)
+        for reason in ("silent", "too_large"):
+            dropped.add_metric([watch.resource_name, reason], watch.dropped.get(reason, 0))
+        for reason in ("malformed", "other_node"):
+            skipped.add_metric([watch.resource_name, reason], watch.skipped.get(reason, 0))
+    yield from (requests, dropped, skipped)
 
 
 class BuildInfoCollector:

@@ -6,7 +6,11 @@ from a compacted version gets 410 Gone (as an ERROR event with a Status object, 
 401 and 403 answers are Status objects; `fieldSelector=spec.nodeName=X` filters. Discovery
 (`/api/v1`, `/apis/<group>/<version>`) lists the kinds served, custom ones included; a get with
 `Accept: …;as=PartialObjectMetadata;g=meta.k8s.io;v=v1` is answered with the metadata alone. Every
-request is counted, so a test can prove that scrapes make none.
+request is counted (with its time and bearer token), so a test can prove that scrapes make none.
+
+Hostile behaviours, for tests of the client's bounds: `watch_behaviour` makes every watch stall after
+its headers ("stall"), end at once ("end"), or answer 410 ("gone"); `send_raw(bytes)` puts raw bytes
+(a huge or never-ending line) into the next watch of a resource; `ignore_field_selector` serves every node's pods.
 """
 
 from __future__ import annotations
@@ -63,6 +67,13 @@ class FakeKubeApi:
         self.bookmarks_sent = 0
         self.gone_as_http = False  # answer a watch from a compacted version with HTTP 410, not an ERROR event
         self.requests: List[Tuple[str, str]] = []  # (verb, plural) of every request
+        self.request_times: List[float] = []  # time.monotonic() of every request
+        self.tokens: List[Optional[str]] = []  # the bearer token of every request (None: none sent)
+        self.unauthorized = 0  # requests answered 401
+        self.watch_behaviour: Optional[str] = None  # "stall", "end" or "gone": every watch does that
+        self.ignore_field_selector = False  # as a proxy that drops the query's fieldSelector
+        self.raw_for_next_watch: Dict[str, object] = {}  # plural → bytes, or an iterable of bytes, sent as-is
+        self.raw_bytes_sent = 0
         self._cond = threading.Condition()
         self._objects: Dict[Tuple[str, str], Dict[Tuple[str, str], dict]] = {}
         self._events: List[Tuple[int, str, str, dict]] = []  # (rv, group path + plural, type, object)
@@ -119,6 +130,17 @@ class FakeKubeApi:
         with self._cond:
             return sum(1 for v, _ in self.requests if verb is None or v == verb)
 
+    def requests_since(self, since: float, verb: Optional[str] = None, plural: Optional[str] = None) -> int:
+        """Requests made at or after `since` (time.monotonic()), of one verb and resource if given."""
+        with self._cond:
+            return sum(1 for (v, p), t in zip(self.requests, self.request_times)
+                       if t >= since and (verb is None or v == verb) and (plural is None or p == plural))
+
+    def send_raw(self, data, plural: str = "pods") -> None:
+        """The next watch of `plural` sends `data` (bytes, or an iterable of bytes chunks) before its events."""
+        with self._cond:
+            self.raw_for_next_watch[plural] = data
+
     def put(self, api: str, plural: str, obj: dict) -> dict:
         """Create or replace an object (ADDED or MODIFIED event); returns it with its new resourceVersion."""
         meta = obj.setdefault("metadata", {})
@@ -160,9 +182,12 @@ class FakeKubeApi:
             self._cond.notify_all()
 
     # --- the server's side -----------------------------------------------------------------------
-    def _record(self, verb: str, plural: str) -> None:
+    def _record(self, verb: str, plural: str, authorization: Optional[str]) -> None:
         with self._cond:
             self.requests.append((verb, plural))
+            self.request_times.append(time.monotonic())
+            token = authorization[len("Bearer "):] if authorization and authorization.startswith("Bearer ") else None
+            self.tokens.append(token)
 
     def _list(self, api: str, plural: str, namespace: Optional[str], selector, limit: int, offset: int) -> dict:
         with self._cond:
@@ -264,8 +289,10 @@ def _handler(api: FakeKubeApi):
             plural, name, namespace = match.group("plural"), match.group("name"), match.group("namespace")
             watching = query.get("watch") in ("1", "true")
             verb = "get" if name else "watch" if watching else "list"
-            api._record(verb, plural)
+            api._record(verb, plural, self.headers.get("Authorization"))
             if api.token is not None and self.headers.get("Authorization") != f"Bearer {api.token}":
+                with api._cond:
+                    api.unauthorized += 1
                 return self._send(401, status_object(401, "Unauthorized", "Unauthorized"))
             if api.forbidden.get(plural) == verb:
                 scope = f'in the namespace "{namespace}"' if namespace else "at the cluster scope"
@@ -280,6 +307,8 @@ def _handler(api: FakeKubeApi):
                 selector = _parse_selector(query["fieldSelector"]) if query.get("fieldSelector") else None
             except ValueError as exc:
                 return self._send(400, status_object(400, "BadRequest", str(exc)))
+            if api.ignore_field_selector:
+                selector = None
             if name:
                 obj = api._get(version, plural, namespace, name)
                 if obj is None:
@@ -297,12 +326,24 @@ def _handler(api: FakeKubeApi):
 
         def _watch(self, version, plural, namespace, selector, query):
             since = int(query.get("resourceVersion") or 0)
-            if api.gone_as_http and since and since < api._compacted - 1:
+            if api.watch_behaviour == "gone" or (api.gone_as_http and since and since < api._compacted - 1):
                 return self._send(410, status_object(410, "Expired", f"too old resource version: {since}"))
             self.send_response(200)
             self.send_header("Content-Type", "application/json")
             self.send_header("Transfer-Encoding", "chunked")
             self.end_headers()
+            if api.watch_behaviour in ("stall", "end"):
+                return self._hostile_watch(api.watch_behaviour)
+            with api._cond:
+                raw = api.raw_for_next_watch.pop(plural, None)
+            if raw is not None:
+                try:
+                    for data in [raw] if isinstance(raw, bytes) else raw:
+                        self._chunk(data)
+                        api.raw_bytes_sent += len(data)
+                except (BrokenPipeError, ConnectionResetError):
+                    self.close_connection = True
+                    return
             events = api._watch_events(version, plural, namespace, selector, since,
                                        query.get("allowWatchBookmarks") == "true" or api.bookmarks == "always",
                                        float(query.get("timeoutSeconds") or _MAX_WATCH_SECONDS))
@@ -313,6 +354,18 @@ def _handler(api: FakeKubeApi):
             except (BrokenPipeError, ConnectionResetError):
                 pass
             self.close_connection = True
+
+        def _hostile_watch(self, behaviour: str) -> None:
+            """"stall": headers, then nothing until the client goes or the server stops; "end": no events."""
+            self.close_connection = True
+            if behaviour == "stall":
+                deadline = time.monotonic() + _MAX_WATCH_SECONDS
+                while api.watch_behaviour == "stall" and not api._stopped and time.monotonic() < deadline:
+                    time.sleep(0.05)
+            try:
+                self._chunk(b"")
+            except (BrokenPipeError, ConnectionResetError):
+                pass
 
         def _chunk(self, data: bytes) -> None:
             self.wfile.write(b"%x\r\n%s\r\n" % (len(data), data))
@@ -329,9 +382,9 @@ def _handler(api: FakeKubeApi):
     return Handler
 
 
-def write_kubeconfig(path: str, server_url: str, token: Optional[str] = None) -> str:
-    """A kubeconfig (JSON is valid YAML) pointing at the fake server."""
-    user = {"token": token} if token else {}
+def write_kubeconfig(path: str, server_url: str, token: Optional[str] = None, token_file: Optional[str] = None) -> str:
+    """A kubeconfig (JSON is valid YAML) pointing at the fake server; `token_file` as a service account's."""
+    user = {"token": token} if token else {"tokenFile": token_file} if token_file else {}
     config = {
         "apiVersion": "v1", "kind": "Config", "current-context": "fake",
         "clusters": [{"name": "fake", "cluster": {"server": server_url}}],

@@ -15,7 +15,9 @@ from exporter.base.logs import log
 from exporter.core.mapping import DraResolution
 from exporter.sources.kubernetes.dra import DraDevices
 from exporter.sources.kubernetes.labels import LabelSpec, PodInfo, allowed_items, extra_label_pairs
-from exporter.sources.kubernetes.watch import ListWatch
+from exporter.sources.kubernetes.objects import pod_check, slice_check
+from exporter.sources.kubernetes.token import use_rotating_token
+from exporter.sources.kubernetes.watch import WATCH_SILENCE_SECONDS, ListWatch, describe_failure
 from exporter.sources.kubernetes.workloads import MetadataReader, Workloads, controller_of
 
 SERVICE_ACCOUNT_DIR = "/var/run/secrets/kubernetes.io/serviceaccount"
@@ -39,8 +41,10 @@ def make_client(kubeconfig: Optional[str]):
     except (LightkubeConfigError, OSError, KeyError, ValueError) as exc:
         where = f"kubeconfig {kubeconfig}" if kubeconfig else f"service account in {SERVICE_ACCOUNT_DIR}"
         raise ConfigError(f"--kubernetes.kubeconfig: cannot load {where}: {exc}") from None
-    # lightkube's default timeout (10 s per request; none on a watch's reads, which timeoutSeconds bounds).
-    return Client(config, trust_env=False)
+    # lightkube's default timeout (10 s per request); watches set their own read bound (watch.py).
+    client = Client(config, trust_env=False)
+    use_rotating_token(client)
+    return client
 
 
 def pod_info(pod, spec: LabelSpec) -> PodInfo:
@@ -73,7 +77,8 @@ class KubernetesContext:
     """
 
     def __init__(self, client, node_name: str, spec: LabelSpec, grace_seconds: float = 60.0,
-                 resolve_mig=None, clock: Callable[[], float] = time.monotonic, read_owners=None):
+                 resolve_mig=None, clock: Callable[[], float] = time.monotonic, read_owners=None,
+                 watch_silence_seconds: float = WATCH_SILENCE_SECONDS):
         from lightkube.resources.core_v1 import Pod
         from lightkube.resources.resource_v1 import ResourceSlice
 
@@ -94,9 +99,11 @@ class KubernetesContext:
         self._unseen_logged: set = set()
         self.dra = DraDevices(self._get_claim, resolve_mig, clock)
         node = {"spec.nodeName": node_name}
-        self.pod_watch = ListWatch(client, Pod, "pods", node, self._reset_pods, self._apply_pod)
+        self.pod_watch = ListWatch(client, Pod, "pods", node, self._reset_pods, self._apply_pod,
+                                   check=pod_check(node_name), silence_seconds=watch_silence_seconds)
         self.slice_watch = ListWatch(client, ResourceSlice, "resourceslices", node, self.dra.reset, self.dra.apply,
-                                     namespaced=False, fallback=_slice_v1beta1)
+                                     namespaced=False, fallback=_slice_v1beta1, check=slice_check(node_name),
+                                     silence_seconds=watch_silence_seconds)
 
     def start(self) -> None:
         self.pod_watch.start()
@@ -272,7 +279,8 @@ def prepare_kubernetes(config) -> Optional[KubernetesContext]:
             raise ConfigError(f"--kubernetes.api on: the client library is missing ({exc}): pip install lightkube") from None
         log("warn", "Kubernetes API not used: the client library is missing (pip install lightkube)", error=str(exc))
         return None
-    return KubernetesContext(client, node_name(config), spec, config.mapping_max_age_seconds)
+    return KubernetesContext(client, node_name(config), spec, config.mapping_max_age_seconds,
+                             watch_silence_seconds=config.kubernetes_watch_silence_seconds)
 
 
 def start_and_wait(context: KubernetesContext, resolve_mig, wait_seconds: float, slices: bool = False) -> None:

@@ -13,6 +13,7 @@ from typing import Callable, Dict, Iterable, List, NamedTuple, Optional, Tuple
 
 from exporter.base.cache import RetryingCache
 from exporter.base.logs import log
+from exporter.sources.kubernetes.stream import http_client
 from exporter.sources.kubernetes.watch import describe_failure
 
 # A real chain is at most four levels above the pod (LeaderWorkerSet worker: StatefulSet → leader
@@ -62,11 +63,10 @@ class MetadataReader:
     """
 
     def __init__(self, client):
-        from lightkube.config.client_adapter import Client, ConnectionParams
-
-        # The same server, credentials and 10 s timeout as the lightkube client; lightkube itself
-        # offers no way to ask for a PartialObjectMetadata answer.
-        self._http = Client(client.config, ConnectionParams(trust_env=False))
+        # The lightkube client's own connection: the same server, TLS, 10 s timeout and credentials,
+        # the rotating token included; lightkube itself offers no way to ask for a PartialObjectMetadata
+        # answer.
+        self._http = http_client(client)
         self._resources: Dict[str, Dict[str, Tuple[str, bool]]] = {}  # group/version → kind → (plural, namespaced)
         self._lock = threading.Lock()
 
