@@ -278,7 +278,7 @@ def _handler(api: FakeKubeApi):
             discovery = _DISCOVERY_PATH.fullmatch(url.path)
             if discovery:  # every authenticated user may read discovery (the system:discovery role)
                 version = discovery.group("core") or f"{discovery.group('group')}/{discovery.group('version')}"
-                api._record("discover", version)
+                api._record("discover", version, self.headers.get("Authorization"))
                 if version not in api.served:
                     return self._send(404, status_object(404, "NotFound", "the server could not find the requested resource"))
                 return self._send(200, api._discovery(version))
