@@ -35,6 +35,11 @@ def serve(config: Config, on_ready: Optional[Callable[[str], None]] = None) -> i
     from exporter.web.server import ExporterHTTPServer
     from exporter.web.service import App
 
+    # First of all: a SIGTERM in any phase of start-up (the API's first list, nvmlInit, a kubelet
+    # that hangs) ends the process at once, with its log line and code 0.
+    stopping = threading.Event()
+    listening: list = []  # the server, once there is one
+    _stop_on_signals(stopping, listening)
     try:
         web_config = _load_web_config(config.web_config_file)
         source = (FileSource(config.dcgm_file, config.dcgm_max_body_bytes, config.dcgm_timeout_seconds)
@@ -50,10 +55,6 @@ def serve(config: Config, on_ready: Optional[Callable[[str], None]] = None) -> i
         return EXIT_USAGE
     log("info", "starting pod-gpu-metrics-exporter", version=__version__, python=platform.python_version())
     resolve_mig = _mig_resolver()
-    if kubernetes is not None:
-        from exporter.sources.kubernetes.context import start_and_wait
-
-        start_and_wait(kubernetes, resolve_mig, config.kubelet_timeout_seconds)
     client = PodResourcesClient(config.kubelet_socket, config.kubelet_timeout_seconds)
     attribution = Attribution(
         client.list_devices,
@@ -75,9 +76,18 @@ def serve(config: Config, on_ready: Optional[Callable[[str], None]] = None) -> i
         _log_listen_failure(config, exc)
         client.close()
         return EXIT_FAILURE
-    stopping = threading.Event()
-    _stop_on_signals(server, stopping)
-    attribution.start(interrupted=stopping)
+    listening.append(server)
+    # The server answers at once; the optional sources get ready behind it. The API's first list is
+    # awaited on the refresher's thread (so the first mapping carries its labels), and scrapes that
+    # come before the first mapping wait for it, at most --kubelet.timeout.
+    before_first = None
+    if kubernetes is not None:
+        from exporter.sources.kubernetes.context import start_and_wait
+
+        def before_first():
+            start_and_wait(kubernetes, resolve_mig, config.kubelet_timeout_seconds)
+    attribution.start(wait_for_first=False, before_first=before_first,
+                      first_wait_seconds=config.kubelet_timeout_seconds)
     if shares is not None:
         shares.start()
     scheme = "https" if web_config is not None and web_config.current().tls_enabled else "http"
@@ -89,11 +99,11 @@ def serve(config: Config, on_ready: Optional[Callable[[str], None]] = None) -> i
         if not stopping.is_set():
             server.serve_until_stopped()
     finally:
-        # Bounded whatever the kubelet does: SIGTERM must end us well within the pod's grace period.
-        # Scrapes still in flight run on daemon threads and are cut when the process exits.
+        # Bounded whatever the kubelet, the API or NVML do: SIGTERM must end us well within the pod's
+        # grace period. Scrapes and calls still in flight run on daemon threads, cut when the process exits.
         attribution.stop(timeout_seconds=0.2)
         if shares is not None:
-            shares.stop()
+            shares.stop(timeout_seconds=0.2)
         if kubernetes is not None:
             kubernetes.stop()
         client.close(wait_seconds=0.3)
@@ -149,11 +159,13 @@ def _mig_resolver():
     return LazyMigResolver()
 
 
-def _stop_on_signals(server, stopping: threading.Event) -> None:
+def _stop_on_signals(stopping: threading.Event, listening: list) -> None:
+    """SIGTERM/SIGINT: log, set `stopping`, and stop the server once there is one (`listening`)."""
     def stop(signum, _frame):
         log("info", "shutting down", signal=signal.Signals(signum).name)
         stopping.set()
-        server.stop()
+        for server in listening:
+            server.stop()
 
     signal.signal(signal.SIGTERM, stop)
     signal.signal(signal.SIGINT, stop)
