@@ -20,6 +20,9 @@ from exporter.core.mapping import build_mapping
 from exporter.exposition.text import render_label_pairs
 
 EXIT_OK, EXIT_FAILURE, EXIT_USAGE = 0, 1, 2
+# How long the first mapping waits for the Kubernetes API's first pod list (its labels): a 5,000-pod
+# node lists in ~1.2 s. Never longer than --kubelet.timeout.
+API_FIRST_LIST_WAIT_SECONDS = 2.0
 
 
 def serve(config: Config, on_ready: Optional[Callable[[str], None]] = None) -> int:
@@ -31,6 +34,7 @@ def serve(config: Config, on_ready: Optional[Callable[[str], None]] = None) -> i
     from exporter.sources.dcgm.file_source import FileSource
     from exporter.sources.dcgm.http_source import HttpSource
     from exporter.sources.kubelet import PodResourcesClient
+    from exporter.sources.nvml.library import OPEN_TIMEOUT_SECONDS
     from exporter.web.scrape import Scraper
     from exporter.web.server import ExporterHTTPServer
     from exporter.web.service import App
@@ -78,16 +82,19 @@ def serve(config: Config, on_ready: Optional[Callable[[str], None]] = None) -> i
         return EXIT_FAILURE
     listening.append(server)
     # The server answers at once; the optional sources get ready behind it. The API's first list is
-    # awaited on the refresher's thread (so the first mapping carries its labels), and scrapes that
-    # come before the first mapping wait for it, at most --kubelet.timeout.
-    before_first = None
+    # awaited briefly on the refresher's thread (so that the first mapping carries its labels; an API
+    # slower than that adds them at a later refresh), and scrapes that come before the first mapping
+    # wait for it, at most as long as it can take.
+    before_first, api_wait = None, 0.0
     if kubernetes is not None:
         from exporter.sources.kubernetes.context import start_and_wait
 
+        api_wait = min(config.kubelet_timeout_seconds, API_FIRST_LIST_WAIT_SECONDS)
+
         def before_first():
-            start_and_wait(kubernetes, resolve_mig, config.kubelet_timeout_seconds)
+            start_and_wait(kubernetes, resolve_mig, api_wait)
     attribution.start(wait_for_first=False, before_first=before_first,
-                      first_wait_seconds=config.kubelet_timeout_seconds)
+                      first_wait_seconds=api_wait + config.kubelet_timeout_seconds + OPEN_TIMEOUT_SECONDS)
     if shares is not None:
         shares.start()
     scheme = "https" if web_config is not None and web_config.current().tls_enabled else "http"

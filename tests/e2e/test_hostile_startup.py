@@ -133,6 +133,27 @@ class _SilentApi:
             conn.close()
 
 
+def test_an_api_that_never_lists_delays_neither_serving_nor_attribution(kubelet, h100, tmp_path):
+    api = _SilentApi()
+    kubelet.set_devices([WHOLE])
+    args = [a for a in base_args(kubelet, h100, "--kubelet.timeout", "30s") if a not in ("--kubernetes.api", "off")]
+    args += ["--kubernetes.kubeconfig", write_kubeconfig(str(tmp_path / "kubeconfig"), api.url),
+             "--kubernetes.node-name", "gpu-node-1"]
+    started = time.monotonic()
+    try:
+        exporter = start_exporter(args, timeout_seconds=HANG_MS / 1000 / 2)  # it waited 30 s (--kubelet.timeout)
+        try:
+            assert requests.get(exporter.url("/healthz"), timeout=10).status_code == 200
+            text = requests.get(exporter.url(), timeout=30).text
+            assert time.monotonic() - started < HANG_MS / 1000 / 2
+            assert any(line.startswith("DCGM_") and 'pod="whole-a"' in line for line in text.splitlines())
+            assert "pod_gpu_exporter_kubernetes_api_up 0" in text and api.accepted >= 1
+        finally:
+            exporter.stop()
+    finally:
+        api.close()
+
+
 def _popen(args, env):
     args = list(args) + ["--web.listen-address", "127.0.0.1:0"]
     return subprocess.Popen(exporter_command() + args, env=exporter_env(env), stdout=subprocess.DEVNULL,
