@@ -10,6 +10,16 @@ from exporter.base.logs import log
 T = TypeVar("T")
 
 
+_all_lock = threading.Lock()
+_all_timeouts = 0  # of every runner in the process: /metrics shows it (pod_gpu_exporter_nvml_timeouts_total)
+
+
+def timeouts_total() -> int:
+    """Calls of every BoundedRunner in this process that ran past their bound (or were refused meanwhile)."""
+    with _all_lock:
+        return _all_timeouts
+
+
 class CallTimeout(Exception):
     """The call did not return within its bound (or an earlier one of the same runner still has not)."""
 
@@ -60,6 +70,9 @@ class BoundedRunner:
             return self._stuck is not None and self._stuck.is_alive()
 
     def _count_timeout(self, why: str) -> None:
+        global _all_timeouts
+        with _all_lock:
+            _all_timeouts += 1
         with self._lock:
             self.timeouts += 1
             first = self.timeouts == 1

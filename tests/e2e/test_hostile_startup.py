@@ -4,6 +4,7 @@ list, and SIGTERM in each phase of start-up."""
 
 from __future__ import annotations
 
+import re
 import signal
 import socket
 import subprocess
@@ -73,6 +74,8 @@ def test_a_hung_mig_lookup_does_not_stop_attribution_of_the_other_gpus(kubelet, 
     assert not any('pod="on-mig"' in line for line in text.splitlines() if line.startswith("DCGM_"))
     log = exporter.stderr_text()
     assert log.count("did not return in time") == 1, log  # the first timeout at warn, the rest at debug
+    metrics = requests.get(exporter.url("/metrics"), timeout=10).text
+    assert re.search(r"(?m)^pod_gpu_exporter_nvml_timeouts_total [1-9]", metrics), metrics
 
 
 def test_a_hung_nvml_init_delays_neither_serving_nor_attribution(kubelet, h100, fake_nvml_library, tmp_path):
