@@ -46,13 +46,14 @@ class BoundedRunner:
         """call(*args)'s result or exception; CallTimeout when it does not return within the bound."""
         outcome: dict = {}
         with self._lock:
-            if self._stuck is not None:
-                if self._stuck.is_alive():
-                    self._count_timeout("an earlier call has still not returned")
-                    raise CallTimeout(f"{self._what}: an earlier call has still not returned")
+            refused = self._stuck is not None and self._stuck.is_alive()
+            if not refused:
                 self._stuck = None
-            worker = threading.Thread(target=_into, args=(outcome, call, args), name=self.name, daemon=True)
-            worker.start()
+                worker = threading.Thread(target=_into, args=(outcome, call, args), name=self.name, daemon=True)
+                worker.start()
+        if refused:
+            self._count_timeout("an earlier call has still not returned")
+            raise CallTimeout(f"{self._what}: an earlier call has still not returned")
         worker.join(self.timeout_seconds)
         if worker.is_alive():
             with self._lock:

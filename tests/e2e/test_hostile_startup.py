@@ -106,6 +106,19 @@ def test_a_hung_process_shares_read_is_bounded_and_reported(kubelet, h100, fake_
                timeout_seconds=HANG_MS / 1000 / 2)
     text = requests.get(exporter.url(), timeout=10).text
     assert "pod_gpu_exporter_nvml_up 0" in text and attributed(exporter, "whole-a")
+    # Later refreshes go on, each refused at once while the read still hangs: no thread per refresh.
+    wait_until(lambda: nvml_timeouts(exporter) >= 3)
+    assert threads_of(exporter.proc.pid) < 30
+
+
+def nvml_timeouts(exporter) -> float:
+    metrics = requests.get(exporter.url("/metrics"), timeout=10).text
+    match = re.search(r"(?m)^pod_gpu_exporter_nvml_timeouts_total (\S+)$", metrics)
+    return float(match.group(1)) if match else 0.0
+
+
+def threads_of(pid: int) -> int:
+    return len(list(Path(f"/proc/{pid}/task").iterdir()))
 
 
 class _SilentApi:
