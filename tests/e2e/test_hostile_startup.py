@@ -25,11 +25,13 @@ from support.nvml_node import NODE_ENV, FakeNode
 from support.waiting import wait_until
 
 MIG13 = "MIG-7c1d2e3f-4a5b-5c6d-9e0f-a1b2c3d4e5f6"  # GPU 0's GPU instance 13, as NVML names it
+MIG11 = "MIG-0b1c2d3e-4f50-5162-a3b4-c5d6e7f80912"  # GPU 0's instance 11
 HANG_MS = 30_000  # far longer than any bound the exporter sets: only a bound lets it carry on
 SHUTDOWN_SECONDS = 2.0  # README, Operations: SIGTERM ends the process within 2 s, code 0
 WHOLE = AllocatedDevice("web", "whole-a", "c", "nvidia.com/gpu", UUID1)
 LATER = AllocatedDevice("web", "whole-b", "c", "nvidia.com/gpu", UUID3)
 ON_MIG = AllocatedDevice("ml", "on-mig", "c", "nvidia.com/mig-1g.10gb", MIG13)
+ON_MIG11 = AllocatedDevice("ml", "on-mig-11", "c", "nvidia.com/mig-1g.10gb", MIG11)
 
 
 @pytest.fixture
@@ -59,19 +61,21 @@ def test_a_hung_mig_lookup_does_not_stop_attribution_of_the_other_gpus(kubelet, 
                                                                         run_exporter):
     # Every MIG lookup hangs (nvmlDeviceGetHandleByUUID): the exporter starts on a node without MIG
     # devices, so NVML is not opened until one turns up.
-    node = FakeNode(tmp_path / "nvml-node.txt").gpu(0, UUID0).mig(0, 13, MIG13)
+    node = FakeNode(tmp_path / "nvml-node.txt").gpu(0, UUID0).mig(0, 11, MIG11).mig(0, 13, MIG13)
     node.hang("nvmlDeviceGetHandleByUUID", HANG_MS).write()
     kubelet.set_devices([WHOLE])
     exporter = run_exporter(base_args(kubelet, h100), env=nvml_env(fake_nvml_library, node))
     wait_until(lambda: attributed(exporter, "whole-a"))
-    kubelet.set_devices([WHOLE, ON_MIG, LATER])  # a MIG device whose lookup hangs, and a new whole GPU's pod
+    # Two MIG devices whose lookups hang (the second is refused at once while the first still
+    # hangs), and a new whole GPU's pod.
+    kubelet.set_devices([WHOLE, ON_MIG, ON_MIG11, LATER])
     started = time.monotonic()
     # The new pod's samples are attributed while the lookup still hangs (bounded at 2 s), not after it.
     wait_until(lambda: attributed(exporter, "whole-b"), timeout_seconds=HANG_MS / 1000 / 2)
     assert time.monotonic() - started < HANG_MS / 1000 / 2
     text = requests.get(exporter.url(), timeout=10).text
-    assert "pod_gpu_exporter_unresolved_devices 1" in text  # the MIG device: unresolved, never guessed
-    assert not any('pod="on-mig"' in line for line in text.splitlines() if line.startswith("DCGM_"))
+    assert "pod_gpu_exporter_unresolved_devices 2" in text  # the MIG devices: unresolved, never guessed
+    assert not any('pod="on-mig' in line for line in text.splitlines() if line.startswith("DCGM_"))
     log = exporter.stderr_text()
     assert log.count("did not return in time") == 1, log  # the first timeout at warn, the rest at debug
     metrics = requests.get(exporter.url("/metrics"), timeout=10).text
