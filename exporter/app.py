@@ -21,6 +21,9 @@ from exporter.core.offered import OfferedReplicas
 from exporter.exposition.text import render_label_pairs
 
 EXIT_OK, EXIT_FAILURE, EXIT_USAGE = 0, 1, 2
+# How long the first mapping waits for the Kubernetes API's first pod list (its labels): a 5,000-pod
+# node lists in ~1.2 s. Never longer than --kubelet.timeout.
+API_FIRST_LIST_WAIT_SECONDS = 2.0
 
 
 def serve(config: Config, on_ready: Optional[Callable[[str], None]] = None) -> int:
@@ -32,10 +35,16 @@ def serve(config: Config, on_ready: Optional[Callable[[str], None]] = None) -> i
     from exporter.sources.dcgm.file_source import FileSource
     from exporter.sources.dcgm.http_source import HttpSource
     from exporter.sources.kubelet import PodResourcesClient
+    from exporter.sources.nvml.library import OPEN_TIMEOUT_SECONDS
     from exporter.web.scrape import Scraper
     from exporter.web.server import ExporterHTTPServer
     from exporter.web.service import App
 
+    # First of all: a SIGTERM in any phase of start-up (the API's first list, nvmlInit, a kubelet
+    # that hangs) ends the process at once, with its log line and code 0.
+    stopping = threading.Event()
+    listening: list = []  # the server, once there is one
+    _stop_on_signals(stopping, listening)
     try:
         web_config = _load_web_config(config.web_config_file)
         source = (FileSource(config.dcgm_file, config.dcgm_max_body_bytes, config.dcgm_timeout_seconds)
@@ -51,10 +60,6 @@ def serve(config: Config, on_ready: Optional[Callable[[str], None]] = None) -> i
         return EXIT_USAGE
     log("info", "starting pod-gpu-metrics-exporter", version=__version__, python=platform.python_version())
     resolve_mig = _mig_resolver()
-    if kubernetes is not None:
-        from exporter.sources.kubernetes.context import start_and_wait
-
-        start_and_wait(kubernetes, resolve_mig, config.kubelet_timeout_seconds)
     client = PodResourcesClient(config.kubelet_socket, config.kubelet_timeout_seconds)
     attribution = Attribution(
         client.list_devices,
@@ -77,9 +82,21 @@ def serve(config: Config, on_ready: Optional[Callable[[str], None]] = None) -> i
         _log_listen_failure(config, exc)
         client.close()
         return EXIT_FAILURE
-    stopping = threading.Event()
-    _stop_on_signals(server, stopping)
-    attribution.start(interrupted=stopping)
+    listening.append(server)
+    # The server answers at once; the optional sources get ready behind it. The API's first list is
+    # awaited briefly on the refresher's thread (so that the first mapping carries its labels; an API
+    # slower than that adds them at a later refresh), and scrapes that come before the first mapping
+    # wait for it, at most as long as it can take.
+    before_first, api_wait = None, 0.0
+    if kubernetes is not None:
+        from exporter.sources.kubernetes.context import start_and_wait
+
+        api_wait = min(config.kubelet_timeout_seconds, API_FIRST_LIST_WAIT_SECONDS)
+
+        def before_first():
+            start_and_wait(kubernetes, resolve_mig, api_wait)
+    attribution.start(wait_for_first=False, before_first=before_first,
+                      first_wait_seconds=api_wait + config.kubelet_timeout_seconds + OPEN_TIMEOUT_SECONDS)
     if shares is not None:
         shares.start()
     scheme = "https" if web_config is not None and web_config.current().tls_enabled else "http"
@@ -91,11 +108,11 @@ def serve(config: Config, on_ready: Optional[Callable[[str], None]] = None) -> i
         if not stopping.is_set():
             server.serve_until_stopped()
     finally:
-        # Bounded whatever the kubelet does: SIGTERM must end us well within the pod's grace period.
-        # Scrapes still in flight run on daemon threads and are cut when the process exits.
+        # Bounded whatever the kubelet, the API or NVML do: SIGTERM must end us well within the pod's
+        # grace period. Scrapes and calls still in flight run on daemon threads, cut when the process exits.
         attribution.stop(timeout_seconds=0.2)
         if shares is not None:
-            shares.stop()
+            shares.stop(timeout_seconds=0.2)
         if kubernetes is not None:
             kubernetes.stop()
         client.close(wait_seconds=0.3)
@@ -152,11 +169,13 @@ def _mig_resolver():
     return LazyMigResolver()
 
 
-def _stop_on_signals(server, stopping: threading.Event) -> None:
+def _stop_on_signals(stopping: threading.Event, listening: list) -> None:
+    """SIGTERM/SIGINT: log, set `stopping`, and stop the server once there is one (`listening`)."""
     def stop(signum, _frame):
         log("info", "shutting down", signal=signal.Signals(signum).name)
         stopping.set()
-        server.stop()
+        for server in listening:
+            server.stop()
 
     signal.signal(signal.SIGTERM, stop)
     signal.signal(signal.SIGINT, stop)

@@ -56,6 +56,7 @@ class Attribution:
         self._expired_logged = False
         self._unresolved_logged: frozenset = frozenset()  # unresolved device IDs already warned about
         self._refresher = Refresher("kubelet-refresher", self.refresh, refresh_interval_seconds, "the GPU mapping")
+        self._first_wait = 0.0  # how long a scrape waits for the first refresh (see start)
         self.list_calls = 0
         self.list_failures = 0
 
@@ -105,13 +106,23 @@ class Attribution:
             return Snapshot(EMPTY_MAPPING, up, age)
         return Snapshot(mapping, up, age)
 
-    def start(self, interrupted: Optional[threading.Event] = None) -> None:
-        """Refresh once (so the first scrape is attributed), then every interval, in a daemon thread.
+    def start(self, interrupted: Optional[threading.Event] = None, wait_for_first: bool = True,
+              before_first: Optional[Callable[[], object]] = None, first_wait_seconds: float = 0.0) -> None:
+        """Refresh once, then every interval, in a daemon thread.
 
-        Returns once the first refresh is done, or as soon as `interrupted` is set: a SIGTERM must
-        not wait for a kubelet that hangs the first List.
+        With `wait_for_first`, returns once the first refresh is done, or as soon as `interrupted` is
+        set: a SIGTERM must not wait for a kubelet that hangs the first List. Without it (`serve`,
+        which answers at once), scrapes wait up to `first_wait_seconds` for the first refresh
+        instead (`wait_first_refresh`), so that the first scrape is attributed when the kubelet
+        answers. `before_first` runs on the refresher's thread before the first List.
         """
-        self._refresher.start(wait_for_first=True, interrupted=interrupted)
+        self._first_wait = first_wait_seconds
+        self._refresher.start(wait_for_first=wait_for_first, interrupted=interrupted, before_first=before_first)
+
+    def wait_first_refresh(self) -> None:
+        """Block a scrape until the first refresh is done, at most the bound given to `start`."""
+        if self._first_wait > 0:
+            self._refresher.wait_first(self._first_wait)
 
     def stop(self, timeout_seconds: float = 2.0) -> None:
         self._refresher.stop(timeout_seconds)

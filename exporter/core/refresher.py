@@ -24,6 +24,7 @@ class Refresher:
         self._interval = interval_seconds
         self._what = what
         self._stop = threading.Event()
+        self._first_done = threading.Event()
         self._thread: Optional[threading.Thread] = None
 
     @property
@@ -31,11 +32,14 @@ class Refresher:
         """Whether `stop` was called: a refresh failing now may be cut short by the shutdown."""
         return self._stop.is_set()
 
-    def start(self, wait_for_first: bool = False, interrupted: Optional[threading.Event] = None) -> None:
+    def start(self, wait_for_first: bool = False, interrupted: Optional[threading.Event] = None,
+              before_first: Optional[Callable[[], object]] = None) -> None:
         """Start the thread; with `wait_for_first`, return once the first refresh is done, or as soon
-        as `interrupted` is set (a SIGTERM must not wait for a dependency that hangs)."""
-        first_done = threading.Event()
-        self._thread = threading.Thread(target=self._run, args=(first_done,), name=self._name, daemon=True)
+        as `interrupted` is set (a SIGTERM must not wait for a dependency that hangs). `before_first`
+        runs on the thread before the first refresh (waiting for an optional source off the main thread)."""
+        first_done = self._first_done
+        self._thread = threading.Thread(target=self._run, args=(first_done, before_first), name=self._name,
+                                        daemon=True)
         self._thread.start()
         if not wait_for_first:
             return
@@ -43,14 +47,20 @@ class Refresher:
             if interrupted is not None and interrupted.is_set():
                 return
 
+    def wait_first(self, timeout_seconds: float) -> bool:
+        """Wait up to `timeout_seconds` for the first refresh to be done; whether it is."""
+        return self._first_done.wait(timeout_seconds)
+
     def stop(self, timeout_seconds: float = 2.0) -> None:
         """End the loop and wait up to `timeout_seconds` for a refresh in progress to return."""
         self._stop.set()
         if self._thread is not None:
             self._thread.join(timeout_seconds)
 
-    def _run(self, first_done: threading.Event) -> None:
+    def _run(self, first_done: threading.Event, before_first: Optional[Callable[[], object]]) -> None:
         try:
+            if before_first is not None:
+                self._call_logged(before_first)
             self._refresh_once()
         finally:
             first_done.set()
@@ -58,7 +68,10 @@ class Refresher:
             self._refresh_once()
 
     def _refresh_once(self) -> None:
+        self._call_logged(self._refresh)
+
+    def _call_logged(self, call: Callable[[], object]) -> None:
         try:
-            self._refresh()
+            call()
         except Exception:  # noqa: BLE001 - a bug: logged with its trace, and the next interval tries again
             log("error", f"unexpected error refreshing {self._what}", exc_info=True)

@@ -6,6 +6,7 @@ import os
 import time
 from typing import Callable, Dict, List, NamedTuple, Optional
 
+from exporter.base.bounded import BoundedRunner, CallTimeout
 from exporter.base.errors import ConfigError
 from exporter.base.logs import DependencyReporter
 from exporter.core.mapping import Mapping
@@ -28,6 +29,10 @@ _REFRESH_DURATION_HELP = family_header(REFRESH_DURATION, "Time the last per-proc
 # The per-process SM samples asked of NVML go back at least this far, so a short refresh interval
 # still finds the driver's latest sample.
 _MIN_SAMPLE_WINDOW_SECONDS = 1.0
+# NVML has no timeouts: opening it, or one pass over the node's GPUs, is waited for this long at most
+# (a pass is a few calls per GPU, milliseconds on a healthy driver); past it the refresh reports
+# nvml_up 0 and the call is left to finish on its own thread.
+NVML_TIMEOUT_SECONDS = 5.0
 
 
 class _Rendered(NamedTuple):
@@ -63,6 +68,7 @@ class ProcessShares:
         self._label_cache: Dict[tuple, str] = {}  # label texts written under self._labelled_mapping
         self._labelled_mapping: Optional[Mapping] = None
         self._reader: Optional[NvmlProcessReader] = None
+        self._nvml_calls = BoundedRunner("process-shares-nvml", NVML_TIMEOUT_SECONDS, "NVML (per-process shares)")
         self._invisible_refreshes = 0  # refreshes in a row in which none of NVML's PIDs could be seen
         self._nvml_reporter = DependencyReporter("nvml")
         self._procs_reporter = DependencyReporter("host-processes")
@@ -89,16 +95,25 @@ class ProcessShares:
         return series + status.encode()
 
     def start(self) -> None:
-        """Refresh now and then every interval, all on the refresher's thread: NVML calls have no
-        timeout, so a hung driver must not keep the server from serving the dcgm samples."""
+        """Refresh now and then every interval, all on the refresher's thread (NVML's calls on a worker
+        of their own, waited for at most NVML_TIMEOUT_SECONDS): a hung driver must keep neither the
+        server from serving the dcgm samples nor a SIGTERM from ending the process."""
         self._refresher.start()
 
     def stop(self, timeout_seconds: float = 2.0) -> None:
         self._refresher.stop(timeout_seconds)
 
     def _read_devices(self) -> Optional[List[DeviceProcesses]]:
+        try:
+            return self._read_devices_bounded()
+        except CallTimeout as exc:
+            self._nvml_reporter.failed("timeout", "NVML did not answer in time: per-process GPU shares are not "
+                                       "served until it does; dcgm samples are unaffected", error=str(exc))
+            return None
+
+    def _read_devices_bounded(self) -> Optional[List[DeviceProcesses]]:
         if self._reader is None:
-            nvml, problem = self._open_nvml()
+            nvml, problem = self._nvml_calls.run(self._open_nvml)
             if nvml is None:
                 self._nvml_reporter.failed("unavailable", "NVML unavailable: per-process GPU shares are not served; "
                                            "dcgm samples are unaffected", error=problem)
@@ -106,7 +121,7 @@ class ProcessShares:
             self._reader = NvmlProcessReader(nvml, max(self._interval, _MIN_SAMPLE_WINDOW_SECONDS),
                                              read_energy=self._read_energy)
         try:
-            devices = self._reader.read()
+            devices = self._nvml_calls.run(self._reader.read)
         except NvmlError as exc:
             self._nvml_reporter.failed(exc.reason, "NVML failed: per-process GPU shares are not served until it "
                                        "answers again", error=str(exc))

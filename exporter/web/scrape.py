@@ -159,6 +159,7 @@ class Scraper:
         return bytes(self.scrape_body())
 
     def scrape_body(self) -> ScrapeBody:
+        self._attribution.wait_first_refresh()  # at start-up only: a mapping in the making
         started = time.perf_counter()
         snapshot = self._attribution.current()
         body = self._fetch()

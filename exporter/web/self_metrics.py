@@ -11,6 +11,7 @@ from prometheus_client.platform_collector import PlatformCollector
 from prometheus_client.process_collector import ProcessCollector
 
 from exporter import __version__
+from exporter.base.bounded import timeouts_total
 from exporter.web.connections import ConnectionTable
 
 
@@ -41,6 +42,7 @@ class SelfCollector:
         yield _counter("pod_gpu_exporter_kubelet_list_calls", "PodResources List calls made to the kubelet.", self._attribution.list_calls)
         yield _counter("pod_gpu_exporter_kubelet_list_failures", "PodResources List calls that failed.", self._attribution.list_failures)
         yield from _kubernetes_counters(getattr(self._attribution, "context", None))
+        yield _counter("pod_gpu_exporter_nvml_timeouts", "NVML calls (nvmlInit, MIG lookups, per-process reads) that did not return within their bound, or were refused while one still had not.", timeouts_total())
         if self.connections is not None:
             yield _counter("pod_gpu_exporter_http_connections_refused", "New connections closed at once because every connection slot was answering a request.", self.connections.refused)
             yield _counter("pod_gpu_exporter_http_idle_connections_closed", "Idle connections closed to make room for new ones when every slot was taken.", self.connections.evicted)

@@ -106,7 +106,7 @@ def test_nvml_that_cannot_list_gpus_reads_nvml_up_0(nvml_node, tmp_path, log_str
 def test_start_does_not_wait_for_a_hung_driver_and_refreshes_on_its_own_thread(tmp_path):
     release, threads = threading.Event(), []
 
-    def hung_nvml():  # NVML calls have no timeout: a hung driver blocks the refresh, never the caller
+    def hung_nvml():  # NVML calls have no timeout: a hung driver blocks the NVML worker, never the caller
         threads.append(threading.current_thread().name)
         release.wait(10)
         return None, "driver gone"
@@ -122,4 +122,4 @@ def test_start_does_not_wait_for_a_hung_driver_and_refreshes_on_its_own_thread(t
     finally:
         release.set()
         shares.stop()
-    assert set(threads) == {"process-shares-refresher"}
+    assert set(threads) == {"process-shares-nvml"}  # the refresher's NVML worker, never the caller's thread

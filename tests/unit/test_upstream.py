@@ -116,12 +116,12 @@ def gzip_response(gzipped: bytes) -> Callable[[socket.socket, threading.Event], 
 def test_http_body_is_byte_exact(fake, l4_body):
     source = HttpSource(fake.url, timeout_seconds=5)
     assert source.fetch() == l4_body
-    assert source.fetch() == l4_body  # again, over the kept-alive connection
+    assert source.fetch() == l4_body  # again, over a connection of its own
     assert fake.requests == 2
     assert source.describe() == fake.url
 
 
-def test_http_chunked_answer_like_go_is_byte_exact_over_a_kept_alive_connection(fake, l4_body):
+def test_http_chunked_answer_like_go_is_byte_exact_every_time(fake, l4_body):
     """The real dcgm-exporter (Go's net/http, one large write, no length) answers chunked."""
     fake.chunked = True
     source = HttpSource(fake.url, timeout_seconds=5)
@@ -158,7 +158,7 @@ def test_http_wrong_path_is_reason_status(fake):
 
 def test_http_stopped_server_is_refused_then_back(fake, l4_body):
     source = HttpSource(fake.url, timeout_seconds=5)
-    assert source.fetch() == l4_body  # leaves a keep-alive connection in the pool
+    assert source.fetch() == l4_body
     fake.stop()
     error = fetch_error(source)
     assert error.reason == "refused"

@@ -6,25 +6,37 @@ import os
 import stat
 import threading
 import time
-from typing import Optional
+from typing import NamedTuple, Optional, Tuple
 
 from exporter.base.errors import UpstreamError
 from exporter.sources.dcgm import DEFAULT_MAX_BODY_BYTES
 
-# A file modified less than this long ago may have been rewritten within one timestamp tick.
-_RECENT_WRITE_NS = 100_000_000
+# A file changed in place less than this long ago may be in the middle of a rewrite (a writer that
+# truncates, or writes over the old text, and pauses between its write() calls): it is read only once
+# it has been left alone this long. A file renamed into place is whole the moment it appears.
+SETTLE_SECONDS = 1.0
+
+
+class _Version(NamedTuple):
+    """What tells one version of the file from another without reading it."""
+
+    inode: int
+    size: int
+    mtime_ns: int
 
 
 class FileSource:
     """The legacy dcgm textfile (e.g. /run/prometheus/dcgm.prom), read whole on every fetch.
 
     Writers that replace the file by rename are always read whole: the open file keeps the inode
-    it opened. Writers that rewrite it in place (truncate, then write) can be caught half way, and
-    no lock tells us when they are done, so a read is accepted only if fstat shows the same size
-    and mtime before and after it, it holds exactly that many bytes, it ends with a newline (a
-    write() stalled part way leaves a stable but cut file), and, when the file changed within the
-    last timestamp tick or so, a second read matches it. Otherwise it is retried a few times, then
-    reported; a torn read is never handed on knowingly.
+    it opened. Writers that rewrite it in place (truncate, then write; or write over the old text)
+    can be caught half way, and no lock tells us when they are done. So a read is accepted only if
+    fstat shows the same inode, size and mtime before and after it, it holds exactly that many
+    bytes and ends with a newline (a write() stalled part way leaves a stable but cut file), and the
+    file is settled: a new inode since the last accepted version (renamed into place), the very
+    version accepted last, or left unchanged for SETTLE_SECONDS. A file changed in place more
+    recently is waited for until it settles, within --dcgm.timeout; one that never does is reported
+    (`timeout`). A torn or cut body is never handed on.
     """
 
     _ATTEMPTS = 4
@@ -36,6 +48,7 @@ class FileSource:
         self.timeout_seconds = float(timeout_seconds)
         self._lock = threading.Lock()
         self._blocked: Optional[threading.Thread] = None  # a read that outlived its deadline
+        self._accepted: Optional[_Version] = None  # the version of the file last handed on
 
     def describe(self) -> str:
         return self.path
@@ -74,14 +87,25 @@ class FileSource:
 
     def _fetch_now(self) -> bytes:
         whole = False
-        deadline = time.monotonic() + self.timeout_seconds
-        for attempt in range(self._ATTEMPTS):
-            data, whole, mtime_ns = self._read_once(deadline)
-            if whole and data and self._settled(data, mtime_ns, deadline):
-                return data
+        # A moment short of the scrape's own wait: a file that never settles is then reported as such,
+        # not as a read that did not return.
+        deadline = time.monotonic() + self.timeout_seconds * 0.95
+        attempt = 0
+        while attempt < self._ATTEMPTS:
+            data, whole, version = self._read_once(deadline)
+            if whole and data:
+                unsettled = self._unsettled_seconds(version)
+                if unsettled <= 0:
+                    self._accepted = version
+                    return data
+                # Changed in place moments ago: perhaps mid-write. Read again once it has been left
+                # alone long enough (the deadline check of the next read ends a wait that is too long).
+                time.sleep(max(min(unsettled, deadline - time.monotonic()), 0.0))
+                continue
+            attempt += 1
             # Empty is retried too: an in-place rewrite shows it empty between truncate and write.
-            pause = self._RETRY_PAUSE_SECONDS * (attempt + 1)
-            if attempt + 1 < self._ATTEMPTS and time.monotonic() + pause < deadline:
+            pause = self._RETRY_PAUSE_SECONDS * attempt
+            if attempt < self._ATTEMPTS and time.monotonic() + pause < deadline:
                 time.sleep(pause)
         if whole:
             raise UpstreamError(f"dcgm textfile {self.path} is empty: has dcgm-exporter written its "
@@ -91,20 +115,18 @@ class FileSource:
                             "writing a temporary file and renaming it over this one avoids that",
                             reason="truncated")
 
-    def _settled(self, data: bytes, mtime_ns: int, deadline: float) -> bool:
-        """Whether `data` can be trusted although size and mtime did not change while it was read.
+    def _unsettled_seconds(self, version: _Version) -> float:
+        """How much longer a whole read of `version` must wait before it can be trusted (<= 0: none)."""
+        accepted = self._accepted
+        if version == accepted:
+            return 0.0  # exactly what was handed on last: no write since
+        if accepted is not None and version.inode != accepted.inode:
+            return 0.0  # a new file renamed into place: written whole before it appeared
+        # Changed in place (or first seen): trusted once no write has touched it for SETTLE_SECONDS.
+        return SETTLE_SECONDS - (time.time_ns() - version.mtime_ns) / 1e9
 
-        File timestamps tick coarsely (a few ms), so a same-size rewrite inside one tick escapes
-        the fstat check. Only a file modified that recently is read a second time, and the first
-        copy is kept only if the second matches it.
-        """
-        if time.time_ns() - mtime_ns > _RECENT_WRITE_NS:
-            return True
-        again, whole, _ = self._read_once(deadline)
-        return whole and again == data
-
-    def _read_once(self, deadline: float):
-        """Returns (bytes, whether they are known to be one whole version of the file, its mtime)."""
+    def _read_once(self, deadline: float) -> Tuple[bytes, bool, _Version]:
+        """Returns (bytes, whether they are known to be one whole version of the file, that version)."""
         if time.monotonic() >= deadline:
             raise UpstreamError(f"dcgm textfile {self.path} could not be read whole within "
                                 f"{self.timeout_seconds:g}s (see --dcgm.timeout): is its writer rewriting it "
@@ -130,11 +152,12 @@ class FileSource:
                                 "check --dcgm.file", reason="error") from exc
         if len(data) > self.max_bytes:
             raise self._too_large()
-        unchanged = (before.st_size, before.st_mtime_ns) == (after.st_size, after.st_mtime_ns)
+        version = _Version(after.st_ino, after.st_size, after.st_mtime_ns)
+        unchanged = _Version(before.st_ino, before.st_size, before.st_mtime_ns) == version
         # The text format ends every line, the last included, with "\n"; a writer caught in the
         # middle of a write() shows a stable size that almost never ends on one.
         whole = unchanged and len(data) == after.st_size and (data.endswith(b"\n") or not data)
-        return data, whole, after.st_mtime_ns
+        return data, whole, version
 
     def _open_regular(self) -> int:
         """A descriptor of the file, refused unless it is a regular file (O_NONBLOCK: opening a

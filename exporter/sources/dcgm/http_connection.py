@@ -1,16 +1,14 @@
-"""Connections to dcgm-exporter: --dcgm.url parsed, kept-alive connections lent per fetch, deadline-bound reads."""
+"""Connections to dcgm-exporter: --dcgm.url parsed, one connection per fetch, deadline-bound reads."""
 
 from __future__ import annotations
 
 import base64
 import http.client
 import io
-import queue
-import select
 import socket
 import ssl
 import time
-from typing import Callable, Optional
+from typing import Optional
 from urllib.parse import unquote, urlsplit
 
 from exporter import __version__
@@ -23,6 +21,8 @@ _HEADERS = {
     "Accept": "text/plain",
     # promhttp only compresses with gzip; we decode it ourselves to bound the decoded size.
     "Accept-Encoding": "gzip",
+    # One answer per connection (exporter.sources.dcgm.http_source): the server need not keep it open.
+    "Connection": "close",
     "User-Agent": f"pod-gpu-metrics-exporter/{__version__}",
 }
 
@@ -37,15 +37,11 @@ class _DeadlineReader(io.RawIOBase):
         # response is read even after the connection lets go of it (a "Connection: close" answer).
         self._raw = sock.makefile("rb", buffering=0)
         self._deadline = deadline
-        self.poll_only = False  # read only what has already arrived (None when nothing has)
 
     def readable(self) -> bool:
         return True
 
     def readinto(self, buffer) -> int:
-        if self.poll_only:
-            self._sock.settimeout(0.0)
-            return self._raw.readinto(buffer)
         remaining = self._deadline - time.monotonic()
         if remaining <= 0:
             raise socket.timeout("the fetch's deadline passed")
@@ -58,74 +54,12 @@ class _DeadlineReader(io.RawIOBase):
 
 
 class DeadlineResponse(http.client.HTTPResponse):
-    """An HTTP response read through a _DeadlineReader, which notes bytes that came after its end."""
+    """An HTTP response read through a _DeadlineReader."""
 
     def __init__(self, sock: socket.socket, *args, deadline: float, **kwargs) -> None:
         super().__init__(sock, *args, **kwargs)
         self.fp.close()  # the plain socket file the base class opened; ours replaces it
-        self._reader = _DeadlineReader(sock, deadline)
-        self.fp = io.BufferedReader(self._reader)
-        self.unread_bytes = False  # bytes came after the answer's end: the connection is out of step
-
-    def _close_conn(self):
-        # Called once the answer is read to its end. Anything already received beyond it (a second
-        # answer nobody asked for) would be taken for the next fetch's answer: note it, so the
-        # connection is discarded rather than reused.
-        if self.fp is not None and not self.fp.closed:
-            self._reader.poll_only = True
-            try:
-                self.unread_bytes = bool(self.fp.peek(1))
-            except OSError:
-                self.unread_bytes = True
-        super()._close_conn()
-
-
-class ConnectionPool:
-    """Lends each fetch a kept-alive HTTP connection of its own for the length of that fetch.
-
-    The HTTP server answers every scrape on a thread of its own, so connections are lent out of a
-    LIFO queue rather than kept per thread; keep-alive still spares a TCP handshake per scrape.
-    """
-
-    def __init__(self, connect: Callable[[], http.client.HTTPConnection], idle_max: int) -> None:
-        self._connect = connect
-        self._idle: queue.LifoQueue = queue.LifoQueue(maxsize=idle_max)
-
-    def acquire(self) -> http.client.HTTPConnection:
-        while True:
-            try:
-                connection = self._idle.get_nowait()
-            except queue.Empty:
-                return self._connect()
-            if not closed_by_peer(connection):
-                return connection
-            connection.close()
-
-    def release(self, connection: http.client.HTTPConnection) -> None:
-        try:
-            self._idle.put_nowait(connection)
-        except queue.Full:
-            connection.close()
-
-    def close(self) -> None:
-        while True:
-            try:
-                self._idle.get_nowait().close()
-            except queue.Empty:
-                return
-
-
-def closed_by_peer(connection: http.client.HTTPConnection) -> bool:
-    """Whether an idle kept-alive connection was closed by the server (Go closes idle ones after its
-    IdleTimeout): readable with nothing asked means EOF or stray bytes, and either way it is spent."""
-    sock = connection.sock
-    if sock is None:
-        return False  # not connected: http.client connects on the next request
-    try:
-        readable, _, _ = select.select([sock], [], [], 0)
-    except (OSError, ValueError):
-        return True
-    return bool(readable)
+        self.fp = io.BufferedReader(_DeadlineReader(sock, deadline))
 
 
 class Target:
@@ -153,7 +87,7 @@ class Target:
         return cls(parts.scheme.lower(), parts.hostname, port, path, headers)
 
     def connect(self) -> http.client.HTTPConnection:
-        """A new, not yet connected, connection; http.client connects on its first request."""
+        """A new, not yet connected, connection; http.client connects on its request."""
         if self._tls is not None:
             return http.client.HTTPSConnection(self.host, self.port, context=self._tls)
         return http.client.HTTPConnection(self.host, self.port)

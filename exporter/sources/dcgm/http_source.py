@@ -1,4 +1,4 @@
-"""Fetching dcgm-exporter's Prometheus text over HTTP: one deadline per fetch, a size cap, kept-alive connections."""
+"""Fetching dcgm-exporter's Prometheus text over HTTP: one deadline per fetch, a size cap, a connection of its own."""
 
 from __future__ import annotations
 
@@ -12,12 +12,9 @@ from typing import Optional
 from exporter.base.errors import ConfigError, UpstreamError
 from exporter.sources.dcgm import DEFAULT_MAX_BODY_BYTES, redact_url
 from exporter.sources.dcgm.http_body import CappedBody
-from exporter.sources.dcgm.http_connection import ConnectionPool, DeadlineResponse, Target, closed_by_peer
+from exporter.sources.dcgm.http_connection import DeadlineResponse, Target
 
 _READ_CHUNK_BYTES = 64 * 1024
-# Idle connections kept for reuse. Scrapes beyond this many at once still work: they get a fresh
-# connection, which is closed afterwards instead of being kept.
-_IDLE_CONNECTIONS = 4
 _GZIP_ENCODINGS = ("gzip", "x-gzip")
 _IDENTITY_ENCODINGS = ("", "identity")
 
@@ -29,6 +26,13 @@ class HttpSource:
     timeout_seconds after it began, however slowly the server trickles its answer.
     Plain http.client rather than requests: requests' per-request and per-chunk overhead made the
     fetch of a 1.5 MB scrape ~3x slower (benchmarks/perf.py), and we need none of its features.
+
+    Every fetch opens a connection of its own and closes it after the answer ("Connection: close").
+    HTTP/1.1 ties an answer to a request only by order on its connection: on a kept-alive one, bytes
+    an upstream sends after its answer (a second answer nobody asked for) cannot be told from the
+    answer to the next request once that request is on its way, however often the connection is
+    checked before reuse. The first answer on a new connection can only be ours. A connection per
+    scrape costs one TCP handshake (a TLS one with https) every scrape interval.
     """
 
     def __init__(self, url: str, timeout_seconds: float, max_bytes: int = DEFAULT_MAX_BODY_BYTES) -> None:
@@ -42,40 +46,25 @@ class HttpSource:
         self.timeout_seconds = float(timeout_seconds)
         self.max_bytes = int(max_bytes)
         self._target = Target.parse(url)
-        self._connections = ConnectionPool(self._target.connect, _IDLE_CONNECTIONS)
 
     def describe(self) -> str:
         return redact_url(self.url)  # for logs and messages: never the password
 
-    def close(self) -> None:
-        """Closes idle keep-alive connections; fetching again later opens new ones."""
-        self._connections.close()
-
     def fetch(self) -> bytes:
         deadline = time.monotonic() + self.timeout_seconds
-        connection = self._connections.acquire()
+        connection = self._target.connect()
         try:
-            response = self._send(connection, deadline, retry_stale=True)
-            body = self._read_body(response)
-        except BaseException:
-            connection.close()  # never reuse a connection whose answer was not read to its end
-            raise
-        if getattr(response, "unread_bytes", False) or closed_by_peer(connection):
-            connection.close()  # bytes beyond the answer (or its end): never parsed as the next one
-        else:
-            self._connections.release(connection)
-        return body
+            return self._read_body(self._send(connection, deadline))
+        finally:
+            connection.close()  # whatever came after the answer is never read: it was not asked for
 
-    def _send(self, connection: http.client.HTTPConnection, deadline: float, retry_stale: bool):
+    def _send(self, connection: http.client.HTTPConnection, deadline: float):
         """The response, once its status line and headers are in."""
-        reused = connection.sock is not None
         remaining = deadline - time.monotonic()
         if remaining <= 0:
             raise self._timeout()
         try:
-            connection.timeout = remaining  # for connecting, when the connection is new
-            if reused:
-                connection.sock.settimeout(remaining)
+            connection.timeout = remaining  # for connecting; each read then waits for what is left
             # getresponse() builds its response with the connection's response_class.
             connection.response_class = functools.partial(DeadlineResponse, deadline=deadline)
             connection.request("GET", self._target.path, headers=self._target.headers)
@@ -86,11 +75,6 @@ class HttpSource:
             raise self._error("refused the connection: is dcgm-exporter running and listening "
                               "there (see --dcgm.url)?", "refused") from exc
         except (ConnectionResetError, BrokenPipeError) as exc:
-            # A kept-alive connection the server closed just as we reused it; a GET is safe to
-            # send again, once, on a new connection (as Go's and urllib3's clients do).
-            if reused and retry_stale:
-                connection.close()
-                return self._send(connection, deadline, retry_stale=False)
             raise self._error(f"could not be reached ({exc!r}): check --dcgm.url", "error") from exc
         except (OSError, http.client.HTTPException) as exc:
             raise self._error(f"could not be asked ({exc!r}): check --dcgm.url", "error") from exc
@@ -118,7 +102,7 @@ class HttpSource:
         """A plain body of known length (within the cap), read straight into one buffer of that size:
         no chunks to collect and join, which matters at 1.5 MB per scrape."""
         with self._body_errors(received=None):
-            return response.read()  # also closes the response: the connection may carry the next fetch
+            return response.read()
 
     def _read_in_chunks(self, response: http.client.HTTPResponse, gzipped: bool) -> bytes:
         """A chunked, gzip-encoded or unsized body, given up as soon as it passes the cap."""
@@ -130,7 +114,7 @@ class HttpSource:
             body.feed(chunk)
         if response.length:  # http.client counts down a Content-Length; EOF came before its end
             raise self._truncated(body.wire_bytes)
-        response.close()  # read to its end: the connection may carry the next fetch
+        response.close()
         return body.finish()
 
     def _read_chunk(self, response: http.client.HTTPResponse, received: int) -> bytes:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import threading
 from typing import Any, Optional, Tuple
 
+from exporter.base.bounded import BoundedRunner, CallTimeout
 from exporter.base.logs import log
 from exporter.core.identity import MigResolver
 from exporter.sources.nvml.mig import NvmlMigResolver
@@ -12,6 +13,11 @@ from exporter.sources.nvml.mig import NvmlMigResolver
 _UNRESOLVED_NOTE = ("MIG-<uuid> device IDs (nvidia.com/mig-* on R470+ drivers) will be reported as "
                     "unresolved: make the driver's libnvidia-ml.so.1 visible in the container to resolve them "
                     "(the NVIDIA container runtime with NVIDIA_DRIVER_CAPABILITIES=utility does)")
+
+
+# nvmlInit loads the driver's library and, without persistence mode, wakes every GPU: seconds on a
+# large node. Longer than that, it is wedged.
+OPEN_TIMEOUT_SECONDS = 2.0
 
 
 def open_nvml(library: Any = None) -> Tuple[Any, str]:
@@ -53,17 +59,29 @@ class LazyMigResolver:
     Most nodes never show a MIG-<uuid> device ID, and `demo` or `mapping` rarely do: opening NVML at
     start-up would load the driver's library for nothing and log a MIG note that concerns nobody.
     Lookups run on the mapping refresher (or `mapping`'s one build), never on a scrape.
+
+    nvmlInit may hang on a wedged driver, and the refresher attributes every GPU: it is waited for at
+    most `open_timeout_seconds`, then left to finish on its own thread. Until it does, MIG-<uuid> IDs
+    are unresolved (the other GPUs are attributed as usual); once it does, the next refresh resolves them.
     """
 
-    def __init__(self, library: Any = None):
+    def __init__(self, library: Any = None, open_timeout_seconds: float = OPEN_TIMEOUT_SECONDS):
         self._library = library  # an NVML binding instead of pynvml (tests pass a stand-in)
         self._lock = threading.Lock()
         self._opened = False
         self._resolver: Optional[MigResolver] = None
+        self._runner = BoundedRunner("nvml-init", open_timeout_seconds, "nvmlInit (for MIG lookups)")
 
     def __call__(self, mig_uuid: str) -> Optional[Tuple[str, str]]:
         with self._lock:
             if not self._opened:
                 self._opened = True
-                self._resolver = make_mig_resolver(self._library)
-        return self._resolver(mig_uuid) if self._resolver is not None else None
+                try:
+                    self._runner.run(self._open)
+                except CallTimeout:
+                    pass  # it goes on in the background: its resolver is used once it is there
+            resolver = self._resolver
+        return resolver(mig_uuid) if resolver is not None else None
+
+    def _open(self) -> None:
+        self._resolver = make_mig_resolver(self._library)

@@ -6,12 +6,16 @@ import threading
 import time
 from typing import Any, Callable, Optional, Tuple
 
+from exporter.base.bounded import BoundedRunner
 from exporter.base.cache import RetryingCache
 from exporter.base.logs import log
 
 # Failed lookups are retried this often: a MIG device the kubelet reports before NVML sees it (or an
 # NVML hiccup) resolves later, while a device that never resolves costs one lookup per interval.
 RETRY_FAILED_AFTER_SECONDS = 300.0
+# A lookup is four NVML calls that answer in microseconds; one that takes longer is a wedged driver,
+# and the mapping refresh (every GPU's attribution) must not wait for it.
+LOOKUP_TIMEOUT_SECONDS = 2.0
 # MIG UUIDs change whenever instances are re-created, so entries come and go; bound the cache
 # (answers and failures together).
 _MAX_CACHED = 4096
@@ -22,12 +26,16 @@ class NvmlMigResolver:
 
     A MIG UUID names one GPU instance for its whole life, so answers are kept for good; failures are
     kept too (negative cache) and retried only after `retry_failed_after_seconds`. Lookups run on the
-    mapping refresher, never on a scrape, and one at a time: NVML calls are not free.
+    mapping refresher, never on a scrape, and one at a time: NVML calls are not free. Each runs on
+    a worker thread and is waited for at most `timeout_seconds`: one that does not answer counts as
+    a failed lookup (retried like any other), and while it still hangs, later lookups fail at once.
     """
 
     def __init__(self, nvml: Any, retry_failed_after_seconds: float = RETRY_FAILED_AFTER_SECONDS,
-                 clock: Callable[[], float] = time.monotonic):
+                 clock: Callable[[], float] = time.monotonic, timeout_seconds: float = LOOKUP_TIMEOUT_SECONDS,
+                 runner: Optional[BoundedRunner] = None):
         self._nvml = nvml
+        self._runner = runner or BoundedRunner("nvml-mig-lookup", timeout_seconds, "an NVML MIG lookup")
         self._lock = threading.Lock()  # one lookup at a time: concurrent asks of one device cost one
         self._cache: RetryingCache[str, Tuple[str, str]] = RetryingCache(
             self._lookup_logged, retry_failed_after_seconds, _MAX_CACHED, clock)
@@ -43,9 +51,9 @@ class NvmlMigResolver:
 
     def _lookup_logged(self, mig_uuid: str) -> Optional[Tuple[str, str]]:
         try:
-            result = self._lookup(mig_uuid)
+            result = self._runner.run(self._lookup, mig_uuid)
             problem = "" if result is not None else "NVML answered an unexpected MIG parent"
-        except Exception as exc:  # any NVML failure (NVMLError, a driver gone away) means "unknown"
+        except Exception as exc:  # any NVML failure (NVMLError, a driver gone away, no answer in time): "unknown"
             result, problem = None, str(exc) or type(exc).__name__
         if result is None:
             # The first failure of a device is worth a line; its periodic retries are not.

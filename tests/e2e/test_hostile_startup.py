@@ -1,0 +1,233 @@
+"""Hostile start-up and NVML, against the real exporter process: a driver whose nvmlInit or MIG lookups hang
+(the fake libnvidia-ml.so.1 in C, loaded by the real nvidia-ml-py), an API server that never answers its first
+list, and SIGTERM in each phase of start-up."""
+
+from __future__ import annotations
+
+import re
+import signal
+import socket
+import subprocess
+import threading
+import time
+from pathlib import Path
+
+import pytest
+import requests
+
+from exporter.demo.fake_dcgm import FakeDcgmExporter
+from exporter.sources.kubelet import AllocatedDevice
+from support.exporter_process import exporter_command, exporter_env, start_exporter
+from support.fake_kube_api import write_kubeconfig
+from support.fixtures import fixture_bytes
+from support.kube_scenario import H100, UUID0, UUID1, UUID3
+from support.nvml_node import NODE_ENV, FakeNode
+from support.waiting import wait_until
+
+MIG13 = "MIG-7c1d2e3f-4a5b-5c6d-9e0f-a1b2c3d4e5f6"  # GPU 0's GPU instance 13, as NVML names it
+MIG11 = "MIG-0b1c2d3e-4f50-5162-a3b4-c5d6e7f80912"  # GPU 0's instance 11
+HANG_MS = 30_000  # far longer than any bound the exporter sets: only a bound lets it carry on
+SHUTDOWN_SECONDS = 2.0  # README, Operations: SIGTERM ends the process within 2 s, code 0
+WHOLE = AllocatedDevice("web", "whole-a", "c", "nvidia.com/gpu", UUID1)
+LATER = AllocatedDevice("web", "whole-b", "c", "nvidia.com/gpu", UUID3)
+ON_MIG = AllocatedDevice("ml", "on-mig", "c", "nvidia.com/mig-1g.10gb", MIG13)
+ON_MIG11 = AllocatedDevice("ml", "on-mig-11", "c", "nvidia.com/mig-1g.10gb", MIG11)
+
+
+@pytest.fixture
+def h100():
+    with FakeDcgmExporter(fixture_bytes(H100)) as dcgm:
+        yield dcgm
+
+
+def nvml_env(library: Path, node: FakeNode) -> dict:
+    return {"LD_LIBRARY_PATH": str(library.parent), NODE_ENV: str(node.path)}
+
+
+def base_args(kubelet, dcgm, *extra):
+    return ["--dcgm.url", dcgm.url, "--kubelet.socket", kubelet.socket_path, "--kubelet.refresh-interval", "200ms",
+            "--kubernetes.api", "off", *extra]
+
+
+def attributed(exporter, pod: str) -> bool:
+    try:
+        text = requests.get(exporter.url(), timeout=10).text
+    except requests.RequestException:
+        return False
+    return any(line.startswith("DCGM_") and f'pod="{pod}"' in line for line in text.splitlines())
+
+
+def test_a_hung_mig_lookup_does_not_stop_attribution_of_the_other_gpus(kubelet, h100, fake_nvml_library, tmp_path,
+                                                                        run_exporter):
+    # Every MIG lookup hangs (nvmlDeviceGetHandleByUUID): the exporter starts on a node without MIG
+    # devices, so NVML is not opened until one turns up.
+    node = FakeNode(tmp_path / "nvml-node.txt").gpu(0, UUID0).mig(0, 11, MIG11).mig(0, 13, MIG13)
+    node.hang("nvmlDeviceGetHandleByUUID", HANG_MS).write()
+    kubelet.set_devices([WHOLE])
+    exporter = run_exporter(base_args(kubelet, h100), env=nvml_env(fake_nvml_library, node))
+    wait_until(lambda: attributed(exporter, "whole-a"))
+    # Two MIG devices whose lookups hang (the second is refused at once while the first still
+    # hangs), and a new whole GPU's pod.
+    kubelet.set_devices([WHOLE, ON_MIG, ON_MIG11, LATER])
+    started = time.monotonic()
+    # The new pod's samples are attributed while the lookup still hangs (bounded at 2 s), not after it.
+    wait_until(lambda: attributed(exporter, "whole-b"), timeout_seconds=HANG_MS / 1000 / 2)
+    assert time.monotonic() - started < HANG_MS / 1000 / 2
+    text = requests.get(exporter.url(), timeout=10).text
+    assert "pod_gpu_exporter_unresolved_devices 2" in text  # the MIG devices: unresolved, never guessed
+    assert not any('pod="on-mig' in line for line in text.splitlines() if line.startswith("DCGM_"))
+    log = exporter.stderr_text()
+    assert log.count("did not return in time") == 1, log  # the first timeout at warn, the rest at debug
+    metrics = requests.get(exporter.url("/metrics"), timeout=10).text
+    assert re.search(r"(?m)^pod_gpu_exporter_nvml_timeouts_total [1-9]", metrics), metrics
+
+
+def test_a_hung_nvml_init_delays_neither_serving_nor_attribution(kubelet, h100, fake_nvml_library, tmp_path):
+    node = FakeNode(tmp_path / "nvml-node.txt").gpu(0, UUID0).mig(0, 13, MIG13).hang("nvmlInit", HANG_MS).write()
+    kubelet.set_devices([WHOLE, ON_MIG])  # the MIG device makes the first refresh open NVML
+    started = time.monotonic()
+    exporter = start_exporter(base_args(kubelet, h100), env=nvml_env(fake_nvml_library, node),
+                              timeout_seconds=HANG_MS / 1000 / 2)
+    try:
+        assert requests.get(exporter.url("/healthz"), timeout=10).status_code == 200
+        wait_until(lambda: attributed(exporter, "whole-a"), timeout_seconds=HANG_MS / 1000 / 2)
+        assert time.monotonic() - started < HANG_MS / 1000 / 2  # nvmlInit still hangs
+        assert "nvmlInit (for MIG lookups) did not return in time" in exporter.stderr_text()
+    finally:
+        exporter.stop()
+
+
+def test_a_hung_process_shares_read_is_bounded_and_reported(kubelet, h100, fake_nvml_library, tmp_path,
+                                                            run_exporter):
+    node = FakeNode(tmp_path / "nvml-node.txt").gpu(0, UUID1)
+    node.hang("nvmlDeviceGetComputeRunningProcesses", HANG_MS).write()
+    kubelet.set_devices([WHOLE])
+    proc_root = tmp_path / "proc"
+    proc_root.mkdir()
+    exporter = run_exporter(base_args(kubelet, h100, "--sharing.mode", "process", "--sharing.proc-root",
+                                      str(proc_root)), env=nvml_env(fake_nvml_library, node))
+    wait_until(lambda: "reason=timeout" in exporter.stderr_text() and "dependency=nvml" in exporter.stderr_text(),
+               timeout_seconds=HANG_MS / 1000 / 2)
+    text = requests.get(exporter.url(), timeout=10).text
+    assert "pod_gpu_exporter_nvml_up 0" in text and attributed(exporter, "whole-a")
+    # Later refreshes go on, each refused at once while the read still hangs: no thread per refresh.
+    wait_until(lambda: nvml_timeouts(exporter) >= 3)
+    assert threads_of(exporter.proc.pid) < 30
+
+
+def nvml_timeouts(exporter) -> float:
+    metrics = requests.get(exporter.url("/metrics"), timeout=10).text
+    match = re.search(r"(?m)^pod_gpu_exporter_nvml_timeouts_total (\S+)$", metrics)
+    return float(match.group(1)) if match else 0.0
+
+
+def threads_of(pid: int) -> int:
+    return len(list(Path(f"/proc/{pid}/task").iterdir()))
+
+
+class _SilentApi:
+    """An API server that accepts connections and never answers: the first pod list never comes."""
+
+    def __init__(self) -> None:
+        self.listener = socket.create_server(("127.0.0.1", 0))
+        self.accepted = 0
+        self._held = []
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.listener.getsockname()[1]}"
+
+    def _accept(self) -> None:
+        while True:
+            try:
+                conn, _ = self.listener.accept()
+            except OSError:
+                return
+            self._held.append(conn)
+            self.accepted += 1
+
+    def close(self) -> None:
+        self.listener.close()
+        for conn in self._held:
+            conn.close()
+
+
+def test_an_api_that_never_lists_delays_neither_serving_nor_attribution(kubelet, h100, tmp_path):
+    api = _SilentApi()
+    kubelet.set_devices([WHOLE])
+    args = [a for a in base_args(kubelet, h100, "--kubelet.timeout", "30s") if a not in ("--kubernetes.api", "off")]
+    args += ["--kubernetes.kubeconfig", write_kubeconfig(str(tmp_path / "kubeconfig"), api.url),
+             "--kubernetes.node-name", "gpu-node-1"]
+    started = time.monotonic()
+    try:
+        exporter = start_exporter(args, timeout_seconds=HANG_MS / 1000 / 2)  # it waited 30 s (--kubelet.timeout)
+        try:
+            assert requests.get(exporter.url("/healthz"), timeout=10).status_code == 200
+            text = requests.get(exporter.url(), timeout=30).text
+            assert time.monotonic() - started < HANG_MS / 1000 / 2
+            assert any(line.startswith("DCGM_") and 'pod="whole-a"' in line for line in text.splitlines())
+            assert "pod_gpu_exporter_kubernetes_api_up 0" in text and api.accepted >= 1
+        finally:
+            exporter.stop()
+    finally:
+        api.close()
+
+
+def _popen(args, env):
+    args = list(args) + ["--web.listen-address", "127.0.0.1:0"]
+    return subprocess.Popen(exporter_command() + args, env=exporter_env(env), stdout=subprocess.DEVNULL,
+                            stderr=subprocess.PIPE, text=True)
+
+
+@pytest.mark.parametrize("phase", ["nvml-init-mig", "nvml-init-process-shares", "api-first-list",
+                                   "serving-with-nvml-hung"])
+def test_sigterm_in_each_start_up_phase_exits_0_within_2s_with_a_log_line(kubelet, h100, fake_nvml_library,
+                                                                           tmp_path, phase):
+    node = FakeNode(tmp_path / "nvml-node.txt").gpu(0, UUID0).mig(0, 13, MIG13)
+    api = _SilentApi()
+    args = base_args(kubelet, h100, "--kubelet.timeout", "30s")
+    kubelet.set_devices([WHOLE])
+    if phase == "nvml-init-mig":
+        node.hang("nvmlInit", HANG_MS)
+        kubelet.set_devices([WHOLE, ON_MIG])
+    elif phase == "nvml-init-process-shares":
+        node.hang("nvmlInit", HANG_MS)
+    elif phase == "serving-with-nvml-hung":
+        node.hang("nvmlDeviceGetComputeRunningProcesses", HANG_MS)
+    if phase in ("nvml-init-process-shares", "serving-with-nvml-hung"):
+        (tmp_path / "proc").mkdir()
+        args += ["--sharing.mode", "process", "--sharing.proc-root", str(tmp_path / "proc")]
+    if phase == "api-first-list":
+        args = [a for a in args if a not in ("--kubernetes.api", "off")]
+        args += ["--kubernetes.kubeconfig", write_kubeconfig(str(tmp_path / "kubeconfig"), api.url),
+                 "--kubernetes.node-name", "gpu-node-1"]
+    node.write()
+    proc = _popen(args, nvml_env(fake_nvml_library, node))
+    lines = []
+    reader = threading.Thread(target=lambda: lines.extend(proc.stderr), daemon=True)
+    reader.start()
+    try:
+        if phase == "api-first-list":
+            wait_until(lambda: api.accepted >= 1)  # the first list is asked for and never answered
+        else:
+            wait_until(lambda: any("starting pod-gpu-metrics-exporter" in line for line in lines))
+        time.sleep(1.0)  # well inside the hang (30 s): nvmlInit, the list or the NVML read is under way
+        assert proc.poll() is None, "".join(lines)
+        started = time.monotonic()
+        proc.send_signal(signal.SIGTERM)
+        try:
+            proc.wait(HANG_MS / 1000)
+        except subprocess.TimeoutExpired:
+            pass
+        seconds = time.monotonic() - started
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+        api.close()
+    reader.join(5)
+    log = "".join(lines)
+    assert proc.returncode == 0, (proc.returncode, log)
+    assert seconds < SHUTDOWN_SECONDS, (seconds, log)
+    assert 'msg="shutting down" signal=SIGTERM' in log and "msg=stopped" in log, log
