@@ -66,7 +66,8 @@ def serve(config: Config, on_ready: Optional[Callable[[str], None]] = None) -> i
     shares = _process_shares(config, attribution, kubernetes)
     scraper = Scraper(source, attribution, config.labels_style,
                       kubernetes_up=(lambda: kubernetes.up) if kubernetes else None,
-                      process_shares=shares.text if shares else None)
+                      process_shares=shares.text if shares else None,
+                      labels_mode=config.labels_mode, labels_limit=config.labels_limit)
     app = App(scraper, attribution, config.telemetry_path, web_config)
     try:
         server = ExporterHTTPServer.listen(config.listen_host, config.listen_port, app,
@@ -82,7 +83,8 @@ def serve(config: Config, on_ready: Optional[Callable[[str], None]] = None) -> i
         shares.start()
     scheme = "https" if web_config is not None and web_config.current().tls_enabled else "http"
     log("info", "listening", address=server.bound_address, scheme=scheme, telemetry_path=config.telemetry_path,
-        dcgm=source.describe(), kubelet_socket=config.kubelet_socket, labels_style=config.labels_style)
+        dcgm=source.describe(), kubelet_socket=config.kubelet_socket, labels_style=config.labels_style,
+        labels_mode=config.labels_mode)
     if on_ready is not None:
         on_ready(f"{scheme}://{_local_host(server)}{config.telemetry_path}")
     try:

@@ -11,6 +11,7 @@ from __future__ import annotations
 from typing import Dict, List, Optional, Tuple
 
 from exporter.core.mapping import Mapping
+from exporter.exposition.label_limit import LabelLimit
 from exporter.exposition.series import LabelSet, RewriteResult, Series, SeriesBuilder, copy_comment, split_unlabelled
 from exporter.exposition.streamed import rewrite_streamed
 from exporter.exposition.template import BodyTemplate
@@ -43,8 +44,9 @@ class Rewriter:
     """Rewrites scrapes for one Mapping; series repeat between scrapes (only values move), so the
     work on everything but the value is done once per series and cached."""
 
-    def __init__(self, mapping: Mapping, style: str = "kubernetes"):
-        self._builder = SeriesBuilder(mapping, style)
+    def __init__(self, mapping: Mapping, style: str = "kubernetes", mode: str = "samples",
+                 limit: Optional[LabelLimit] = None):
+        self._builder = SeriesBuilder(mapping, style, mode, limit)
         self.mapping = mapping
         self.style = style
         self._label_sets: Dict[str, Optional[LabelSet]] = {}

@@ -7,7 +7,8 @@ from typing import Callable, List, NamedTuple, Optional, Tuple
 from exporter.core.identity import GpuIdentity
 from exporter.core.mapping import Mapping
 from exporter.exposition.allocation import ALLOCATION_INFO
-from exporter.exposition.labels import UPSTREAM_OWNER_LABELS, check_label_style, render_owner_labels
+from exporter.exposition.label_limit import LabelLimit
+from exporter.exposition.labels import LABEL_STYLES, UPSTREAM_OWNER_LABELS, check_label_style, render_owner_labels
 from exporter.exposition.text import HELP_LINE, METRIC_NAME, TYPE_LINE, parse_label_pairs
 
 SELF_METRIC_PREFIX = "pod_gpu_exporter_"
@@ -48,13 +49,27 @@ def is_reserved_name(name: str) -> bool:
     return name.startswith(SELF_METRIC_PREFIX) or name == ALLOCATION_INFO
 
 
-class SeriesBuilder:
-    """Builds the Series of a sample's head for one Mapping and label style; caches nothing itself."""
+LABEL_MODES = ("samples", "join")
 
-    def __init__(self, mapping: Mapping, style: str = "kubernetes"):
+
+class SeriesBuilder:
+    """Builds the Series of a sample's head for one Mapping and label style; caches nothing itself.
+
+    `mode` join (--labels.mode) leaves every sample as upstream labels it, less upstream owner
+    labels: who holds a GPU is then only on pod_gpu_allocation_info, for PromQL joins. `limit`
+    (--labels.limit) cuts the extra labels each sample gets.
+    """
+
+    def __init__(self, mapping: Mapping, style: str = "kubernetes", mode: str = "samples",
+                 limit: Optional[LabelLimit] = None):
         check_label_style(style)
+        if mode not in LABEL_MODES:
+            raise ValueError(f"unknown label mode {mode!r}")
         self.mapping = mapping
         self.style = style
+        self.join = mode == "join"
+        self._limit = limit if limit is not None and limit.limit is not None else None
+        self._limited_text: dict = {}  # (owner, upstream label count) → owner text within the limit, or None
         extras = mapping.extra_labels
         self._owner_text = {
             owner: render_owner_labels(owner, style, extras.get((owner.namespace, owner.pod), ()))
@@ -93,12 +108,27 @@ class SeriesBuilder:
         )
         if not any(identity[:3]):
             return LabelSet((kept,), None, key_text)
-        owners = self.mapping.owners_of(identity)
+        owners = () if self.join else self.mapping.owners_of(identity)
         if not owners:
             return LabelSet((kept,), identity, key_text)
+        if self._limit is None:
+            texts = [self._owner_text[owner] for owner in owners]
+        else:
+            upstream = sum(1 for name, _, _ in pairs if name not in UPSTREAM_OWNER_LABELS)
+            texts = [self._owner_text_within_limit(owner, upstream) for owner in owners]
+            if texts[0] is None:  # not even the owner labels fit (the same for every owner)
+                return LabelSet((kept,), identity, key_text)
         separator = "," if kept else ""
-        variants = tuple(kept + separator + self._owner_text[owner] for owner in owners)
-        return LabelSet(variants, identity, key_text + "|" + self._owner_text[owners[0]])
+        variants = tuple(kept + separator + text for text in texts)
+        return LabelSet(variants, identity, key_text + "|" + texts[0])
+
+    def _owner_text_within_limit(self, owner, upstream: int) -> Optional[str]:
+        key = (owner, upstream)
+        if key not in self._limited_text:
+            extras = self.mapping.extra_labels.get((owner.namespace, owner.pod), ())
+            fitted = self._limit.fit(extras, upstream, len(LABEL_STYLES[self.style]))
+            self._limited_text[key] = None if fitted is None else render_owner_labels(owner, self.style, fitted)
+        return self._limited_text[key]
 
 
 def split_unlabelled(line: str) -> Tuple[Optional[Series], str]:
