@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import re
 
 import requests
@@ -104,3 +105,32 @@ def test_join_mode_moves_the_owners_onto_the_allocation_rows(node, api, run_expo
     # The same allocation rows as in samples mode; only the dcgm samples lost their owners.
     assert sorted(info) == sorted(line for line in sample_lines(samples_mode) if line.startswith("pod_gpu_allocation_info"))
     assert len(served) < len([line for line in sample_lines(samples_mode) if line.startswith("DCGM_")])
+
+
+def _series_count(text: str) -> int:
+    return len(sample_lines(text))
+
+
+def test_join_mode_series_on_the_large_mig_node(socket_dir, run_exporter):
+    # The benchmark's large node: 8 H100s x 7 MIG instances, 100 families, every instance held by a
+    # pod; here each instance is also time-sliced between two pods, so samples mode copies every
+    # instance sample once per holder while join mode adds one row per allocation.
+    from benchmarks.node import SIZES, Node
+    from exporter.demo.fake_dcgm import FakeDcgmExporter
+    from exporter.demo.fake_kubelet import FakeKubelet
+
+    large = Node(SIZES["large"])
+    body = large.render()
+    allocations = [dataclasses.replace(device, pod=f"{device.pod}-{replica}", device_id=f"{device.device_id}::{replica}")
+                   for device in large.allocations() for replica in (0, 1)]
+    with FakeKubelet(str(socket_dir / "kubelet.sock")) as kubelet, FakeDcgmExporter(body) as dcgm:
+        kubelet.set_devices(allocations)
+        counts = {}
+        for mode in ("samples", "join"):
+            exporter = run_exporter(["--dcgm.url", dcgm.url, "--kubelet.socket", kubelet.socket_path,
+                                     "--labels.mode", mode])
+            text = wait_until(lambda: (lambda t: t if "pod_gpu_allocation_info{" in t else None)(scrape(exporter)))
+            counts[mode] = sum(1 for line in sample_lines(text) if not line.startswith("pod_gpu_exporter_"))
+    upstream = len(sample_lines(body.decode()))
+    assert counts["join"] <= upstream + len(allocations), (counts, upstream, len(allocations))
+    assert counts["samples"] > upstream + len(allocations), (counts, upstream)  # what join mode saves
