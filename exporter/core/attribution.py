@@ -56,12 +56,18 @@ class Attribution:
         self._refresher = Refresher("kubelet-refresher", self.refresh, refresh_interval_seconds, "the GPU mapping")
         self.list_calls = 0
         self.list_failures = 0
+        self._built_from: Optional[list] = None  # the device list the installed mapping was built from
 
     def refresh(self) -> bool:
         """List once and install the new mapping; on failure keep the last good one. Returns success."""
         self.list_calls += 1
         try:
-            mapping = build_mapping(self._list_devices(), self._resolve_mig, self._context)
+            devices = self._list_devices()
+            if self._unchanged(devices):
+                mapping = self._mapping
+            else:
+                mapping = build_mapping(devices, self._resolve_mig, self._context)
+                self._built_from = devices
         except KubeletError as exc:
             if self._refresher.stopping:
                 return False  # cut short by shutting down: not the kubelet's failure
@@ -82,6 +88,14 @@ class Attribution:
         if changed:
             self._log_mapping(mapping)
         return True
+
+    def _unchanged(self, devices: list) -> bool:
+        """Whether `devices` is the very list the installed mapping was built from (the kubelet client
+        returns the same object for an unchanged answer), so that building it again would give the same
+        mapping: not with the Kubernetes API, whose labels and DRA devices change on their own, and not
+        while devices are unresolved (NVML may resolve them now)."""
+        return (devices is self._built_from and self._context is None and not self._mapping.unresolved
+                and self._up)
 
     def current(self) -> Snapshot:
         with self._lock:
