@@ -85,5 +85,5 @@ def _rewrite_slice(builder: SeriesBuilder, chunk: bytes, state: _StreamState) ->
             state.sampled.add(series.name)
             if series.identity is not None:
                 state.identities.add(series.identity)
-            out.extend([output + rest for output in series.outputs])
+            out.extend(series.lines(rest))
     return "".join([line + "\n" for line in out]).encode("utf-8")
