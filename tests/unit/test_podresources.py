@@ -259,6 +259,9 @@ def test_an_unchanged_answer_is_read_once(kubelet, client):
     # List itself, every refresh interval, on a node whose allocations rarely change.
     first = client.list_devices()
     assert client.list_devices() is first and kubelet.list_calls == 2
+    # The same pods in another order, as a real kubelet lists them (from a Go map).
+    kubelet.set_devices(sorted(DEVICES, key=lambda device: device.pod))
+    assert client.list_devices() is first
     kubelet.set_devices(PLUGIN_DEVICES)
     changed = client.list_devices()
     assert changed is not first and _sorted(changed) == _sorted(PLUGIN_DEVICES)
