@@ -14,7 +14,7 @@ from typing import Callable, Optional
 from exporter import __version__
 from exporter.base.errors import ConfigError, KubeletError
 from exporter.base.logs import log
-from exporter.base.memory import give_back_large_buffers
+from exporter.base.memory import tune_malloc
 from exporter.config import Config
 from exporter.core.attribution import Attribution
 from exporter.core.mapping import build_mapping
@@ -50,7 +50,7 @@ def serve(config: Config, on_ready: Optional[Callable[[str], None]] = None) -> i
         print(f"pod-gpu-metrics-exporter: error: {exc}", file=sys.stderr)
         return EXIT_USAGE
     log("info", "starting pod-gpu-metrics-exporter", version=__version__, python=platform.python_version())
-    give_back_large_buffers()
+    tune_malloc()
     resolve_mig = _mig_resolver()
     if kubernetes is not None:
         from exporter.sources.kubernetes.context import start_and_wait
