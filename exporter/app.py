@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import errno
+import functools
 import json
 import os
 import platform
@@ -14,6 +15,7 @@ from typing import Callable, Optional
 from exporter import __version__
 from exporter.base.errors import ConfigError, KubeletError
 from exporter.base.logs import log
+from exporter.base.memory import tune_malloc
 from exporter.config import Config
 from exporter.core.attribution import Attribution
 from exporter.core.mapping import build_mapping
@@ -59,6 +61,7 @@ def serve(config: Config, on_ready: Optional[Callable[[str], None]] = None) -> i
         print(f"pod-gpu-metrics-exporter: error: {exc}", file=sys.stderr)
         return EXIT_USAGE
     log("info", "starting pod-gpu-metrics-exporter", version=__version__, python=platform.python_version())
+    tune_malloc()
     resolve_mig = _mig_resolver()
     client = PodResourcesClient(config.kubelet_socket, config.kubelet_timeout_seconds)
     attribution = Attribution(
@@ -73,7 +76,8 @@ def serve(config: Config, on_ready: Optional[Callable[[str], None]] = None) -> i
     shares = _process_shares(config, attribution, kubernetes)
     scraper = Scraper(source, attribution, config.labels_style,
                       kubernetes_up=(lambda: kubernetes.up) if kubernetes else None,
-                      process_shares=shares.text if shares else None)
+                      process_shares=shares.text if shares else None,
+                      labels_mode=config.labels_mode, labels_limit=config.labels_limit)
     app = App(scraper, attribution, config.telemetry_path, web_config)
     try:
         server = ExporterHTTPServer.listen(config.listen_host, config.listen_port, app,
@@ -92,16 +96,15 @@ def serve(config: Config, on_ready: Optional[Callable[[str], None]] = None) -> i
         from exporter.sources.kubernetes.context import start_and_wait
 
         api_wait = min(config.kubelet_timeout_seconds, API_FIRST_LIST_WAIT_SECONDS)
-
-        def before_first():
-            start_and_wait(kubernetes, resolve_mig, api_wait)
+        before_first = functools.partial(start_and_wait, kubernetes, resolve_mig, api_wait)
     attribution.start(wait_for_first=False, before_first=before_first,
                       first_wait_seconds=api_wait + config.kubelet_timeout_seconds + OPEN_TIMEOUT_SECONDS)
     if shares is not None:
         shares.start()
     scheme = "https" if web_config is not None and web_config.current().tls_enabled else "http"
     log("info", "listening", address=server.bound_address, scheme=scheme, telemetry_path=config.telemetry_path,
-        dcgm=source.describe(), kubelet_socket=config.kubelet_socket, labels_style=config.labels_style)
+        dcgm=source.describe(), kubelet_socket=config.kubelet_socket, labels_style=config.labels_style,
+        labels_mode=config.labels_mode)
     if on_ready is not None:
         on_ready(f"{scheme}://{_local_host(server)}{config.telemetry_path}")
     try:

@@ -20,6 +20,10 @@ LOG_FORMATS = ("logfmt", "json")
 KUBERNETES_API_CHOICES = ("auto", "on", "off")
 SHARING_MODES = ("device", "process")
 ENERGY_IDLE_POLICIES = ("split", "unattributed")  # exporter.shares.energy.IDLE_POLICIES (a layer above)
+LABEL_MODE_CHOICES = ("samples", "join")
+# The fewest labels --labels.limit allows: pod_gpu_allocation_info's own (owner, resource, device_id,
+# UUID, gpu, GPU_I_ID, a DRA claim's name and namespace) must fit, as must a dcgm sample's ~9 and its owner's 3.
+MIN_LABELS_LIMIT = 12
 
 
 @dataclass(frozen=True)
@@ -45,6 +49,8 @@ class Config:
     labels_extra: str = ""
     labels_pod_labels: Optional[str] = None
     labels_pod_annotations: Optional[str] = None
+    labels_mode: str = "samples"
+    labels_limit: Optional[int] = None
     sharing_mode: str = "device"
     sharing_proc_root: str = "/proc"
     energy_idle_policy: str = "split"
@@ -79,6 +85,8 @@ _FLAGS: Tuple[Tuple[str, str, str, str], ...] = (
     ("--labels.extra", "labels_extra", "extra", "Comma list of extra labels from the API: pod_uid (adds pod_uid), workload (adds workload_kind, workload)."),
     ("--labels.pod-labels", "labels_pod_labels", "regex", "Regex (full match) of pod label keys to add as label_<key>, sanitised like kube-state-metrics."),
     ("--labels.pod-annotations", "labels_pod_annotations", "regex", "Regex (full match) of pod annotation keys to add as annotation_<key>."),
+    ("--labels.mode", "labels_mode", LABEL_MODE_CHOICES, "samples = dcgm samples carry their holders' labels; join = dcgm samples keep only their upstream labels and pod_gpu_allocation_info names the holders, for group_left joins (fewer series on shared GPUs, no added labels on each sample)."),
+    ("--labels.limit", "labels_limit", "count", f"Most labels one served sample may carry (e.g. a store's per-series limit); extra labels are dropped to fit, annotations first, then pod labels, workload, pod_uid (at least {MIN_LABELS_LIMIT})."),
     ("--sharing.mode", "sharing_mode", SHARING_MODES, "device = values are device-level; process = also serve each holding container's own memory and SM share of its GPU, from NVML's per-process data (needs NVML, hostPID and the Kubernetes API)."),
     ("--sharing.proc-root", "sharing_proc_root", "path", "Where the host's processes are seen, for --sharing.mode process: /proc with hostPID: true, or the host's /proc mounted elsewhere (e.g. /host/proc)."),
     ("--energy.idle-policy", "energy_idle_policy", ENERGY_IDLE_POLICIES, "In --sharing.mode process, where a shared GPU's energy that no holder's SM activity accounts for goes: split = evenly between its holders; unattributed = to pod_gpu_unattributed_energy_joules_total{reason=\"idle\"}."),
@@ -153,6 +161,10 @@ def _convert(kind, value: str, field: str):
         return seconds
     if kind == "size":
         return parse_size(value)
+    if kind == "count":
+        if not value.strip().isdigit() or int(value) < MIN_LABELS_LIMIT:
+            raise ValueError(f"expected a whole number of labels, at least {MIN_LABELS_LIMIT}, got {value!r}")
+        return int(value)
     if kind == "path" and not value.startswith("/"):
         raise ValueError(f"path must start with '/', got {value!r}")
     if kind == "url" and not re.match(r"https?://[^/\s]+", value):
@@ -257,7 +269,7 @@ _UNUSED_BY = {
                         "it reads the kubelet, never dcgm-exporter"),
         **dict.fromkeys(("kubelet_refresh_interval_seconds", "mapping_max_age_seconds"), "it asks the kubelet once"),
         "kubernetes_watch_silence_seconds": "it lists the API server once, keeping no watch open",
-        "labels_style": "it prints owners as columns, not as sample labels",
+        **dict.fromkeys(("labels_style", "labels_mode", "labels_limit"), "it prints owners as columns, not as sample labels"),
         **dict.fromkeys(("sharing_mode", "sharing_proc_root", "energy_idle_policy"),
                         "per-process shares are served, never printed by it"),
     },
@@ -281,7 +293,7 @@ def _metavar(kind) -> str:
     if isinstance(kind, tuple):
         return "{" + ",".join(kind) + "}"
     return {"duration": "DURATION", "address": "HOST:PORT", "url": "URL", "path": "PATH", "size": "SIZE", "name": "NAME",
-            "extra": "LIST", "regex": "REGEX"}.get(kind, "PATH")
+            "extra": "LIST", "regex": "REGEX", "count": "N"}.get(kind, "PATH")
 
 
 def _format_seconds(seconds: float) -> str:

@@ -59,6 +59,7 @@ class Attribution:
         self._first_wait = 0.0  # how long a scrape waits for the first refresh (see start)
         self.list_calls = 0
         self.list_failures = 0
+        self._built_from: Optional[list] = None  # the device list the installed mapping was built from
 
     @property
     def context(self) -> Optional[MappingContext]:
@@ -71,7 +72,11 @@ class Attribution:
         try:
             devices = self._list_devices()
             offered = self._offered(devices) if self._offered is not None else None
-            mapping = build_mapping(devices, self._resolve_mig, self._context, offered)
+            if self._unchanged(devices, offered):
+                mapping = self._mapping
+            else:
+                mapping = build_mapping(devices, self._resolve_mig, self._context, offered)
+                self._built_from = devices
         except KubeletError as exc:
             if self._refresher.stopping:
                 return False  # cut short by shutting down: not the kubelet's failure
@@ -92,6 +97,15 @@ class Attribution:
         if changed:
             self._log_mapping(mapping)
         return True
+
+    def _unchanged(self, devices: list, offered: Optional[dict]) -> bool:
+        """Whether `devices` is the very list the installed mapping was built from (the kubelet client
+        returns the same object for an unchanged answer), so that building it again would give the same
+        mapping: not with the Kubernetes API, whose labels and DRA devices change on their own, not
+        while devices are unresolved (NVML may resolve them now), and not when the replicas offered
+        per shared GPU changed."""
+        return (devices is self._built_from and self._context is None and not self._mapping.unresolved
+                and self._up and (offered or {}) == self._mapping.offered)
 
     def current(self) -> Snapshot:
         with self._lock:

@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
-from typing import Dict, Iterable
+from typing import Dict, Iterable, Optional
 
 from exporter.core.allocated import allocated_gpus
 from exporter.core.identity import GpuIdentity, GpuKey, Owner
 from exporter.core.mapping import Mapping
-from exporter.exposition.labels import gpu_label_pairs, render_owner_labels
+from exporter.exposition.label_limit import LabelLimit
+from exporter.exposition.labels import LABEL_STYLES, gpu_label_pairs, render_owner_labels
 from exporter.exposition.text import family_header, render_label_pairs
 
 ALLOCATION_INFO = "pod_gpu_allocation_info"
@@ -19,12 +20,15 @@ _ALLOCATED_HELP = ("GPUs a container holds: 1 per whole GPU, 1/N per replica of 
 CLAIM_NAMESPACE, CLAIM_NAME = "resourceclaim_namespace", "resourceclaim_name"
 
 
-def render_allocation_info(mapping: Mapping, identities: Iterable[GpuIdentity], style: str) -> str:
+def render_allocation_info(mapping: Mapping, identities: Iterable[GpuIdentity], style: str,
+                           limit: Optional[LabelLimit] = None) -> str:
     """`pod_gpu_allocation_info{owner…,resource,device_id[,UUID,gpu,GPU_I_ID][,resourceclaim_…]} 1` for
     every allocation, then `pod_gpu_container_allocated_gpus` for every container holding any.
 
     UUID, gpu and GPU_I_ID come from the upstream sample that matched the device, so an index-strategy
-    device ("0") still gets its UUID and a UUID device its index, for joins in PromQL.
+    device ("0") still gets its UUID and a UUID device its index, for joins in PromQL. With
+    --labels.mode join these rows are the only place a GPU's holders are named. `limit`
+    (--labels.limit) cuts the extras as on the samples; the row's own labels always stay.
     """
     if not mapping.allocations:
         return ""
@@ -39,24 +43,30 @@ def render_allocation_info(mapping: Mapping, identities: Iterable[GpuIdentity], 
         if allocation.claim:
             claim_namespace, _, claim_name = allocation.claim.partition("/")
             pairs += [(CLAIM_NAMESPACE, claim_namespace), (CLAIM_NAME, claim_name)]
-        lines.append(f"{ALLOCATION_INFO}{{{_owner_labels(mapping, owner, style)},{render_label_pairs(pairs)}}} 1\n")
-    return "".join(lines) + _render_allocated_gpus(mapping, style)
+        labels = _owner_labels(mapping, owner, style, limit, len(pairs))
+        lines.append(f"{ALLOCATION_INFO}{{{labels},{render_label_pairs(pairs)}}} 1\n")
+    return "".join(lines) + _render_allocated_gpus(mapping, style, limit)
 
 
-def _render_allocated_gpus(mapping: Mapping, style: str) -> str:
+def _render_allocated_gpus(mapping: Mapping, style: str, limit: Optional[LabelLimit]) -> str:
     totals = allocated_gpus(mapping.allocations, mapping.offered)
     if not totals:
         return ""
     lines = [family_header(ALLOCATED_GPUS, _ALLOCATED_HELP)]
     for owner in sorted(totals):
-        labels = _owner_labels(mapping, Owner(*owner), style)
+        labels = _owner_labels(mapping, Owner(*owner), style, limit, 0)
         # 12 significant digits: 1/3 + 1/3 + 1/3 reads back as 1, not 0.9999999999999999.
         lines.append(f"{ALLOCATED_GPUS}{{{labels}}} {totals[owner]:.12g}\n")
     return "".join(lines)
 
 
-def _owner_labels(mapping: Mapping, owner: Owner, style: str) -> str:
-    return render_owner_labels(owner, style, mapping.extra_labels.get((owner.namespace, owner.pod), ()))
+def _owner_labels(mapping: Mapping, owner: Owner, style: str, limit: Optional[LabelLimit], own_labels: int) -> str:
+    """The owner's labels and its pod's extras, cut to `limit` (--labels.limit) beside the row's
+    `own_labels` other labels, which always stay."""
+    extra = mapping.extra_labels.get((owner.namespace, owner.pod), ())
+    if limit is not None:
+        extra = limit.fit(extra, own_labels, len(LABEL_STYLES[style])) or ()
+    return render_owner_labels(owner, style, extra)
 
 
 def _identities_by_key(identities: Iterable[GpuIdentity]) -> Dict[GpuKey, GpuIdentity]:

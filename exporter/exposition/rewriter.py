@@ -8,14 +8,16 @@ line is split into name, label text and the rest, checked against the 0.0.4 text
 
 from __future__ import annotations
 
+import io
 from typing import Dict, List, Optional, Tuple
 
 from exporter.core.mapping import Mapping
+from exporter.exposition.label_limit import LabelLimit
 from exporter.exposition.series import (LabelSet, RewriteResult, Series, SeriesBuilder, copy_comment, replace_copy,
                                         split_unlabelled)
 from exporter.exposition.streamed import rewrite_streamed
 from exporter.exposition.template import BodyTemplate
-from exporter.exposition.text import UNDECODABLE, cut_short, decode, is_value
+from exporter.exposition.text import cut_short, is_value
 
 _UNSEEN = object()  # not in a cache, told apart from a cached None (known to be malformed)
 
@@ -34,6 +36,7 @@ STREAM_MIN_LINES = 32_768
 LARGE_BODY_MAX_LABEL_SETS = 4096
 # At most this many bodies are rewritten line by line without trying a template (see Rewriter).
 _MAX_BUILD_BACKOFF = 32
+_JOIN_SLICE_LINES = 2048
 
 
 class _TooManyLabelSets(Exception):
@@ -44,8 +47,9 @@ class Rewriter:
     """Rewrites scrapes for one Mapping; series repeat between scrapes (only values move), so the
     work on everything but the value is done once per series and cached."""
 
-    def __init__(self, mapping: Mapping, style: str = "kubernetes"):
-        self._builder = SeriesBuilder(mapping, style)
+    def __init__(self, mapping: Mapping, style: str = "kubernetes", mode: str = "samples",
+                 limit: Optional[LabelLimit] = None):
+        self._builder = SeriesBuilder(mapping, style, mode, limit)
         self.mapping = mapping
         self.style = style
         self._label_sets: Dict[str, Optional[LabelSet]] = {}
@@ -99,7 +103,6 @@ class Rewriter:
 
     def _rewrite_lines(self, body: bytes) -> RewriteResult:
         """The rewrite, line by line; what became of each line is kept as the next template."""
-        text, maybe_undecodable = decode(body)
         out: List[str] = []
         ends: List[int] = []  # for each input line, len(out) once it was done
         rests: List[Optional[str]] = []  # for each input line that is a sample, the text after its series
@@ -109,21 +112,24 @@ class Rewriter:
         written: Dict[str, Series] = {}  # the series written so far, by key
         known = self._series
         self._replaced = False
-        lines = text.split("\n")
-        if len(lines) > STREAM_MIN_LINES + 1:
-            # Counted here rather than before: bytes.count over a 1.8 MB body costs ~1 ms per scrape.
-            del text, lines
+        line_count = body.count(b"\n")
+        if line_count > STREAM_MIN_LINES:
             return self._rewrite_streamed(body)
-        # What follows the last newline: "" in a whole answer; anything else was cut short (a value
-        # "71" may have arrived as "7"), so it is never served. Kept as a line of its own (no
-        # output) so that the template's lines still match the body's.
-        tail = lines.pop()
-        for line in lines:
+        # Each line is decoded on its own as the loop reaches it: the whole body decoded and split
+        # beforehand held two more copies of it (12 MiB at 25,600 series) at the rewrite's peak.
+        start = 0
+        for _ in range(line_count):
+            end = body.index(b"\n", start)
+            try:
+                line = body[start:end].decode("utf-8")
+            except UnicodeDecodeError:
+                line = None  # not UTF-8: dropped
+            start = end + 1
             rest = None
-            if not line or line.isspace():
-                pass
-            elif maybe_undecodable and UNDECODABLE.search(line):
+            if line is None:
                 malformed += 1
+            elif not line or line.isspace():
+                pass
             else:
                 if line[0] in " \t":
                     line = line.lstrip(" \t")  # the format allows leading blanks; Prometheus skips them
@@ -138,26 +144,30 @@ class Rewriter:
                     series = known.get(head)
                     if series is not None and series.key not in written and is_value(rest):
                         written[series.key] = series
-                        sampled.add(series.name)
-                        for output in series.outputs:
-                            out.append(output + rest)
+                        name = series.name
+                        sampled.add(name)
+                        for labels in series.variants:  # cached series always have labels
+                            out.append(f"{name}{{{labels}}}{rest}")
                     else:
                         dropped, rest = self._copy_sample(line, head, rest, out, written, sampled)
                         malformed += dropped
             ends.append(len(out))
             rests.append(rest)
-        malformed += cut_short(tail)
+        # What follows the last newline: "" in a whole answer; anything else was cut short (a value
+        # "71" may have arrived as "7"), so it is never served. Kept as a line of its own (no
+        # output) so that the template's lines still match the body's.
+        malformed += cut_short(body[start:].decode("utf-8", errors="surrogateescape"))
         ends.append(len(out))
         rests.append(None)
-        line_count = len(lines)
-        # The decoded body and its lines are as large as the output that is joined next: let them go.
-        text = lines = line = None
+        line = None
         identities = frozenset(series.identity for series in written.values() if series.identity is not None)
-        # A copy's outputs replaced by a later line's (see _copy_sample) no longer end in their own
+        text = _joined_lines(out)
+        out = None  # the template reads the output lines back from the text: no need to keep both
+        # A copy's lines replaced by a later line's (see _copy_sample) no longer end in their own
         # line's value, which a template needs: such a body is rewritten line by line each time.
-        self._template = None if self._replaced else BodyTemplate(body, out, ends, rests, malformed, identities)
+        self._template = None if self._replaced else BodyTemplate(body, text, ends, rests, malformed, identities)
         self._trim_caches(line_count, written)
-        return RewriteResult("\n".join(out + [""]).encode("utf-8"), malformed, identities)
+        return RewriteResult(text, malformed, identities)
 
     def _trim_caches(self, lines: int, written: Dict[str, Series]) -> None:
         """Cut the caches back to the series of this rewrite once they hold twice as many entries as
@@ -189,15 +199,14 @@ class Rewriter:
             # The device-level sample wins over dcgm-exporter's attributed copies (Series.attributed),
             # in whatever order they come.
             if first.attributed and not series.attributed:
-                replace_copy(out, first.outputs[0].__eq__, series.outputs, rest)
+                replace_copy(out, first.lines("")[0].__eq__, series.lines(rest))
                 written[series.key] = series
                 self._replaced = True
                 return 0, rest
             return int(first.dropped == series.dropped), rest  # the same line again, or a copy (Series.dropped)
         written[series.key] = series
         sampled.add(series.name)
-        for output in series.outputs:
-            out.append(output + rest)
+        out.extend(series.lines(rest))
         return 0, rest
 
     def _series_for(self, head: str) -> Optional[Series]:
@@ -218,4 +227,14 @@ class Rewriter:
             raise _TooManyLabelSets()
         label_set = self._label_sets[label_text] = self._builder.build_label_set(label_text)
         return label_set
+
+
+def _joined_lines(out: List[str]) -> bytes:
+    """`"\n".join(out + [""]).encode()`, a slice of lines at a time: the whole answer as text beside
+    its bytes was the rewrite's peak (another 7 MiB at 25,600 series). BytesIO hands over its own
+    buffer, trimmed, rather than a copy."""
+    buffer = io.BytesIO()
+    for start in range(0, len(out), _JOIN_SLICE_LINES):
+        buffer.write(("\n".join(out[start : start + _JOIN_SLICE_LINES]) + "\n").encode("utf-8"))
+    return buffer.getvalue()
 

@@ -7,7 +7,9 @@ from typing import Callable, List, NamedTuple, Optional, Tuple
 from exporter.core.identity import GpuIdentity
 from exporter.core.mapping import Mapping
 from exporter.exposition.allocation import ALLOCATION_INFO
-from exporter.exposition.labels import UPSTREAM_OWNER_LABELS, check_label_style, owner_label_pairs
+from exporter.exposition.label_limit import LabelLimit
+from exporter.exposition.labels import (LABEL_STYLES, UPSTREAM_OWNER_LABELS, check_label_style, owner_label_pairs,
+                                        render_owner_labels)
 from exporter.exposition.text import HELP_LINE, METRIC_NAME, TYPE_LINE, parse_label_pairs, render_label_pairs
 
 SELF_METRIC_PREFIX = "pod_gpu_exporter_"
@@ -35,7 +37,10 @@ class LabelSet(NamedTuple):
 class Series(NamedTuple):
     """The part of a sample line before its value (its head), checked and rewritten once."""
 
-    outputs: Tuple[str, ...]  # `name{labels…}` to emit, one per owner (or the stripped original)
+    # The label text to emit inside `name{…}`, one per owner (or the stripped original): the label
+    # set's own tuple, shared by every family of a GPU. Whole `name{labels}` strings per series cost
+    # ~300 bytes each (8 MiB on a 25,600-series node) for a concatenation saved per line rewritten.
+    variants: Optional[Tuple[str, ...]]  # None: a sample without labels
     identity: Optional[GpuIdentity]
     # (name, sorted upstream labels and first owner): what makes it one series in a scrape. A pair,
     # not one string: the label part is the label set's own object, shared by every family of a
@@ -52,6 +57,13 @@ class Series(NamedTuple):
     # repeat, malformed) when these are equal too, and copies (dropped silently) when they differ.
     dropped: str = ""
 
+    def lines(self, rest: str) -> List[str]:
+        """The output lines of one sample whose text after the series is `rest`."""
+        if self.variants is None:  # a sample without labels, written back as it came
+            return [self.name + rest]
+        name = self.name
+        return [f"{name}{{{labels}}}{rest}" for labels in self.variants]
+
 
 def is_reserved_name(name: str) -> bool:
     """Names this exporter writes itself; upstream copies of them (--dcgm.url pointed at another
@@ -59,13 +71,27 @@ def is_reserved_name(name: str) -> bool:
     return name.startswith(SELF_METRIC_PREFIX) or name == ALLOCATION_INFO
 
 
-class SeriesBuilder:
-    """Builds the Series of a sample's head for one Mapping and label style; caches nothing itself."""
+LABEL_MODES = ("samples", "join")
 
-    def __init__(self, mapping: Mapping, style: str = "kubernetes"):
+
+class SeriesBuilder:
+    """Builds the Series of a sample's head for one Mapping and label style; caches nothing itself.
+
+    `mode` join (--labels.mode) leaves every sample as upstream labels it, less upstream owner
+    labels: who holds a GPU is then only on pod_gpu_allocation_info, for PromQL joins. `limit`
+    (--labels.limit) cuts the extra labels each sample gets.
+    """
+
+    def __init__(self, mapping: Mapping, style: str = "kubernetes", mode: str = "samples",
+                 limit: Optional[LabelLimit] = None):
         check_label_style(style)
+        if mode not in LABEL_MODES:
+            raise ValueError(f"unknown label mode {mode!r}")
         self.mapping = mapping
         self.style = style
+        self.join = mode == "join"
+        self._limit = limit if limit is not None and limit.limit is not None else None
+        self._limited_text: dict = {}  # (owner, upstream label count) → owner text within the limit, or None
         extras = mapping.extra_labels
         self._owner_text = {}
         # The names each owner's labels use: an upstream label of any of those names is replaced by
@@ -92,9 +118,8 @@ class SeriesBuilder:
         label_set = (label_set_of or self.build_label_set)(head[brace + 1 : -1])
         if label_set is None:
             return None
-        outputs = tuple([f"{name}{{{labels}}}" for labels in label_set.variants])
-        return Series(outputs, label_set.identity, (name, label_set.key_text), head, name, label_set.attributed,
-                      label_set.dropped)
+        return Series(label_set.variants, label_set.identity, (name, label_set.key_text), head, name,
+                      label_set.attributed, label_set.dropped)
 
     def build_label_set(self, label_text: str) -> Optional[LabelSet]:
         """The text between a head's braces checked, stripped of the labels ours replace and given ours."""
@@ -108,7 +133,7 @@ class SeriesBuilder:
             values.get("device", ""),
             values.get("GPU_I_ID", ""),
         )
-        owners = self.mapping.owners_of(identity) if any(identity[:3]) else ()
+        owners = self.mapping.owners_of(identity) if any(identity[:3]) and not self.join else ()
         # One set of names for all owners of the GPU (every owner's, not each its own): the kept
         # upstream part, and so the series' key, is then the same for each of them.
         replaced = UPSTREAM_OWNER_LABELS.union(*[self._owner_names[owner] for owner in owners])
@@ -120,22 +145,36 @@ class SeriesBuilder:
             return LabelSet((kept,), None, key_text, attributed, dropped)
         if not owners:
             return LabelSet((kept,), identity, key_text, attributed, dropped)
+        if self._limit is None:
+            texts = [self._owner_text[owner] for owner in owners]
+        else:
+            upstream = sum(1 for name, _, _ in pairs if name not in replaced)
+            texts = [self._owner_text_within_limit(owner, upstream) for owner in owners]
+            if texts[0] is None:  # not even the owner labels fit (the same for every owner)
+                return LabelSet((kept,), identity, key_text, attributed, dropped)
         separator = "," if kept else ""
-        variants = tuple(kept + separator + self._owner_text[owner] for owner in owners)
-        return LabelSet(variants, identity, key_text + "|" + self._owner_text[owners[0]], attributed, dropped)
+        variants = tuple(kept + separator + text for text in texts)
+        return LabelSet(variants, identity, key_text + "|" + texts[0], attributed, dropped)
+
+    def _owner_text_within_limit(self, owner, upstream: int) -> Optional[str]:
+        key = (owner, upstream)
+        if key not in self._limited_text:
+            extras = self.mapping.extra_labels.get((owner.namespace, owner.pod), ())
+            fitted = self._limit.fit(extras, upstream, len(LABEL_STYLES[self.style]))
+            self._limited_text[key] = None if fitted is None else render_owner_labels(owner, self.style, fitted)
+        return self._limited_text[key]
 
 
-def replace_copy(lines: List[str], is_first: Callable[[str], bool], outputs: Tuple[str, ...], rest: str) -> None:
-    """Put `output + rest` for each of `outputs` where the lines written for an upstream-attributed
-    copy of the same series are: the first line whose `name{labels}` satisfies `is_first`, and those
-    after it, one per output.
+def replace_copy(lines: List[str], is_first: Callable[[str], bool], new_lines: List[str]) -> None:
+    """Put `new_lines` where the lines written for an upstream-attributed copy of the same series are:
+    the first line whose `name{labels}` satisfies `is_first`, and those after it, one per new line.
 
     Rare (an upstream that writes a device-level sample after its per-pod copies), so a search from
     the end rather than a position kept for every series."""
     for index in range(len(lines) - 1, -1, -1):
         line = lines[index]
         if is_first(line[: line.rfind("}") + 1]):
-            lines[index : index + len(outputs)] = [output + rest for output in outputs]
+            lines[index : index + len(new_lines)] = new_lines
             return
 
 
@@ -146,7 +185,7 @@ def split_unlabelled(line: str) -> Tuple[Optional[Series], str]:
         return None, line
     # `name` and `name{}` are one series; keyed alike so that a repeat is caught either way.
     name = match.group()
-    return Series((name,), None, (name, ""), name + "{}", name), line[match.end() :]
+    return Series(None, None, (name, ""), name + "{}", name), line[match.end() :]
 
 
 def copy_comment(line: str, described: set, sampled: set, out: List[str]) -> int:

@@ -46,7 +46,7 @@ class _StreamState:
         if first is None:
             self._written[key] = head
             if series.attributed:
-                self._copies[key] = (len(self.parts), hash(series.outputs[0]))
+                self._copies[key] = (len(self.parts), hash(series.lines("")[0]))
             return True
         copy = self._copies.get(key)
         if copy is not None and not series.attributed:
@@ -58,10 +58,10 @@ class _StreamState:
                 return hash(head) == first
 
             if number == len(self.parts):  # written in this slice
-                replace_copy(out, is_first, series.outputs, rest)
+                replace_copy(out, is_first, series.lines(rest))
             else:
                 lines = self.parts[number].decode("utf-8").split("\n")
-                replace_copy(lines, is_first, series.outputs, rest)
+                replace_copy(lines, is_first, series.lines(rest))
                 self.parts[number] = "\n".join(lines).encode("utf-8")
             return False
         self.malformed += int(first == head)
@@ -110,5 +110,5 @@ def _rewrite_slice(builder: SeriesBuilder, chunk: bytes, state: _StreamState) ->
             state.sampled.add(series.name)
             if series.identity is not None:
                 state.identities.add(series.identity)
-            out.extend([output + rest for output in series.outputs])
+            out.extend(series.lines(rest))
     return "".join([line + "\n" for line in out]).encode("utf-8")

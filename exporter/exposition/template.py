@@ -26,8 +26,9 @@ the garbage collector off several times per scrape, a third of the refill's cost
 from __future__ import annotations
 
 import re
+from itertools import islice
 from operator import itemgetter
-from typing import Callable, List, Optional, Sequence, Tuple
+from typing import Callable, Iterator, List, Optional, Sequence, Tuple
 
 from exporter.exposition.text import VALUE
 
@@ -81,18 +82,18 @@ class _Interleaver:
 class BodyTemplate:
     """A body's line-by-line rewrite, refillable with the values of a later body of the same shape.
 
-    Made from what the rewrite recorded for each input line i: the output lines it emitted
-    (`out[ends[i-1]:ends[i]]`) and, for a sample, the text after its series (`rests[i]`; None
-    for comments, blank and undecodable lines). The rewriter has the pieces cut (build) only once a
+    Made from the rewrite's answer `text` and what it recorded for each input line i: the output
+    lines it emitted (lines ends[i-1] to ends[i] of `text`) and, for a sample, the text after its
+    series (`rests[i]`; None for comments, blank and undecodable lines). The rewriter has the pieces cut (build) only once a
     later body with as many lines arrives: cutting costs about a line-by-line rewrite.
     """
 
-    def __init__(self, body: bytes, out: List[str], ends: List[int], rests: List[Optional[str]],
+    def __init__(self, body: bytes, text: bytes, ends: List[int], rests: List[Optional[str]],
                  malformed: int, identities: frozenset) -> None:
         self.malformed = malformed
         self.identities = identities
         self._body: Optional[bytes] = body
-        self._recorded: Optional[Tuple[List[str], List[int], List[Optional[str]]]] = (out, ends, rests)
+        self._recorded: Optional[Tuple[bytes, List[int], List[Optional[str]]]] = (text, ends, rests)
         self._line_count = body.count(b"\n") + 1
         self._token_count = 0
         self._pick_slots: Callable[[Sequence[bytes]], Tuple[bytes, ...]] = tuple
@@ -122,42 +123,56 @@ class BodyTemplate:
 
     def build(self) -> None:
         """Cut the last body and its rewrite into fixed pieces around the values of plain samples."""
-        out, ends, rests = self._recorded
+        text, ends, rests = self._recorded
         body = self._body
         token_at = {match.start(1): number for number, match in enumerate(_AFTER_LABELS.finditer(body))}
         input_pieces: List[bytes] = []
-        output_pieces: List[str] = []
+        output_pieces: List[bytes] = []
         slot_tokens: List[int] = []  # for each slot, the number of its token in the body
         output_slots: List[int] = []  # for each value written out, the slot it comes from
         pending_input: List[bytes] = []
-        pending_output: List[str] = []
+        pending_output: List[bytes] = []
         start = offset = 0
-        for line, end, rest in zip(body.split(b"\n"), ends, rests):
+        output_lines = _lines(text)
+        for line, end, rest in zip(_lines(body), ends, rests):
             value = _slot_value(rest)
-            emitted = out[start:end]
+            emitted = list(islice(output_lines, end - start))
             # A plain value is ASCII: as many bytes as characters.
             token = None if value is None else token_at.get(offset + len(line) - len(value))
             start, offset = end, offset + len(line) + 1
             if token is None:  # no plain value right after the labels: fixed text on both sides
                 pending_input.append(line + b"\n")
-                pending_output.extend([text + "\n" for text in emitted])
+                pending_output.extend([output + b"\n" for output in emitted])
                 continue
             input_pieces.append(b"".join(pending_input) + line[: len(line) - len(value)])
             pending_input = [b"\n"]
             slot_tokens.append(token)
-            for text in emitted:  # each output line ends with the value, which becomes a gap
-                output_pieces.append("".join(pending_output) + text[: len(text) - len(value)])
-                pending_output = ["\n"]
+            for output in emitted:  # each output line ends with the value, which becomes a gap
+                output_pieces.append(b"".join(pending_output) + output[: len(output) - len(value)])
+                pending_output = [b"\n"]
                 output_slots.append(len(slot_tokens) - 1)
         # The last line has no newline after it (it is normally empty): take back the one added.
         input_pieces.append(b"".join(pending_input)[:-1])
-        output_pieces.append("".join(pending_output))
+        output_pieces.append(b"".join(pending_output))
         self._token_count = len(token_at)
         self._input = _Interleaver(input_pieces)
-        self._output = _Interleaver([piece.encode("utf-8") for piece in output_pieces])
+        self._output = _Interleaver(output_pieces)
         self._pick_slots = _picker(slot_tokens)
         self._pick_outputs = _picker(output_slots)
         self._body = self._recorded = None  # no longer needed: let them go
+
+
+def _lines(body: bytes) -> Iterator[bytes]:
+    """`body.split(b"\n")` one line at a time: the whole list beside the pieces cut from it held
+    another copy of the body while the template was built."""
+    start = 0
+    while True:
+        end = body.find(b"\n", start)
+        if end < 0:
+            yield body[start:]
+            return
+        yield body[start:end]
+        start = end + 1
 
 
 def _slot_value(rest: Optional[str]) -> Optional[str]:

@@ -6,12 +6,11 @@ import os
 import stat
 import threading
 from dataclasses import dataclass
-from typing import Iterator, Optional
+from typing import Callable, Iterator, Optional
 
 import grpc
 
 from exporter._gen.podresources.v1 import api_pb2 as v1_pb2
-from exporter._gen.podresources.v1 import api_pb2_grpc as v1_grpc
 from exporter._gen.podresources.v1alpha1 import api_pb2 as v1alpha1_pb2
 from exporter._gen.podresources.v1alpha1 import api_pb2_grpc as v1alpha1_grpc
 from exporter.base.errors import KubeletError
@@ -30,6 +29,7 @@ _CHANNEL_OPTIONS = (
     # A re-created channel must not inherit a subchannel (and its backoff) from the global pool.
     ("grpc.use_local_subchannel_pool", 1),
 )
+_V1_LIST = "/v1.PodResourcesLister/List"
 _MOUNT_HINT = ("is the pod-resources folder mounted "
                "(-v /var/lib/kubelet/pod-resources:/var/lib/kubelet/pod-resources:ro) "
                "and --kubelet.socket right?")
@@ -71,8 +71,14 @@ class PodResourcesClient:
         self._channel: grpc.Channel | None = None
         self._socket_identity: tuple[int, int, int] | None = None
         self._use_v1alpha1 = False
-        self._v1: v1_grpc.PodResourcesListerStub | None = None
+        self._v1: Optional[Callable[..., bytes]] = None
         self._v1alpha1: v1alpha1_grpc.PodResourcesListerStub | None = None
+        # The last v1 answer as received and the devices read from it. A node's allocations change
+        # rarely, and reading 224 pods into AllocatedDevice objects costs three times the List
+        # itself: an unchanged answer returns the same list object (callers may skip their own work).
+        self._last_answer: Optional[bytes] = None
+        self._last_pods: Optional[list] = None  # its pods, each serialised, sorted
+        self._last_devices: list[AllocatedDevice] = []
 
     def list_devices(self) -> list[AllocatedDevice]:
         """Every device of every resource held by every container; raises KubeletError."""
@@ -147,7 +153,9 @@ class PodResourcesClient:
         target = "unix:" + os.path.abspath(self.socket_path)
         options = (("grpc.max_receive_message_length", self.max_receive_bytes), *_CHANNEL_OPTIONS)
         self._channel = grpc.insecure_channel(target, options=options)
-        self._v1 = v1_grpc.PodResourcesListerStub(self._channel)
+        # The v1 answer is taken as bytes, parsed only when it differs from the last one.
+        self._v1 = self._channel.unary_unary(
+            _V1_LIST, request_serializer=v1_pb2.ListPodResourcesRequest.SerializeToString, response_deserializer=None)
         self._v1alpha1 = v1alpha1_grpc.PodResourcesListerStub(self._channel)
 
     def _close_channel(self) -> None:
@@ -162,14 +170,24 @@ class PodResourcesClient:
     def _list(self) -> list[AllocatedDevice]:
         if not self._use_v1alpha1:
             try:
-                response = self._v1.List(v1_pb2.ListPodResourcesRequest(), timeout=self.timeout_seconds)
+                answer = self._v1(v1_pb2.ListPodResourcesRequest(), timeout=self.timeout_seconds)
             except grpc.RpcError as exc:
                 if exc.code() != grpc.StatusCode.UNIMPLEMENTED:
                     raise
                 self._use_v1alpha1 = True  # Kubernetes < 1.20: remember until the socket changes
             else:
                 self.api_version = "v1"
-                return list(_devices_v1(response))
+                if answer != self._last_answer:
+                    response = v1_pb2.ListPodResourcesResponse.FromString(answer)
+                    # The kubelet lists its pods from a Go map, in another order on every call: the
+                    # pods' own bytes, sorted, are what stays the same while nothing changes. (Device
+                    # IDs within a container may be reordered too; that is read as a change: the full
+                    # read, no worse than without this check.)
+                    pods = sorted(pod.SerializeToString(deterministic=True) for pod in response.pod_resources)
+                    if pods != self._last_pods:
+                        self._last_pods, self._last_devices = pods, list(_devices_v1(response))
+                    self._last_answer = answer
+                return self._last_devices
         try:
             response = self._v1alpha1.List(v1alpha1_pb2.ListPodResourcesRequest(),
                                            timeout=self.timeout_seconds)

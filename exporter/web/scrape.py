@@ -12,6 +12,7 @@ from exporter.base.logs import DependencyReporter
 from exporter.core.attribution import Attribution, Snapshot
 from exporter.core.mapping import Mapping
 from exporter.exposition.allocation import render_allocation_info
+from exporter.exposition.label_limit import LabelLimit
 from exporter.exposition.rewriter import Rewriter
 from exporter.exposition.series import RewriteResult
 from exporter.exposition.text import family_header
@@ -133,8 +134,11 @@ class Scraper:
 
     def __init__(self, source, attribution: Attribution, labels_style: str,
                  kubernetes_up: Optional[Callable[[], bool]] = None,
-                 process_shares: Optional[Callable[[], bytes]] = None):
+                 process_shares: Optional[Callable[[], bytes]] = None,
+                 labels_mode: str = "samples", labels_limit: Optional[int] = None):
         self._source = source
+        self._mode = labels_mode  # --labels.mode: owners on the samples, or only on the allocation rows
+        self.label_limit = LabelLimit(labels_limit)  # --labels.limit, and its count of labels left off
         self._shared_fetch = _SharedFetch(source.fetch)
         self._kubernetes_up = kubernetes_up  # None: the API is off and its gauge absent
         # --sharing.mode process: the share series rendered by their refresher; None in device mode.
@@ -171,7 +175,7 @@ class Scraper:
             self._report_content(cached.result)
         else:
             # Without upstream samples there is nothing to join, but allocations are still known.
-            shared = (render_allocation_info(snapshot.mapping, frozenset(), self._style).encode(),)
+            shared = (render_allocation_info(snapshot.mapping, frozenset(), self._style, self.label_limit).encode(),)
             shared_gzip = None
         with self._lock:
             self.scrapes += 1
@@ -225,12 +229,12 @@ class Scraper:
     def _rewritten(self, body: bytes, mapping: Mapping, previous: Optional["_Previous"]) -> _Cached:
         rewriter = self._rewriter
         if rewriter is None or rewriter.mapping is not mapping:
-            rewriter = self._rewriter = Rewriter(mapping, self._style)
+            rewriter = self._rewriter = Rewriter(mapping, self._style, self._mode, self.label_limit)
         result = rewriter.rewrite(body)
         if previous is not None and previous.mapping is mapping and previous.identities == result.identities:
             allocation_info = previous.allocation_info  # new values of the same GPUs, held by the same pods
         else:
-            allocation_info = render_allocation_info(mapping, result.identities, self._style).encode()
+            allocation_info = render_allocation_info(mapping, result.identities, self._style, self.label_limit).encode()
         return _Cached(body, mapping, result, allocation_info, _GzipPrefix((result.text, allocation_info)))
 
     def _status(self, dcgm_up: bool, snapshot: Snapshot, malformed: int, duration: float) -> str:

@@ -55,6 +55,8 @@ def test_help_lists_every_design_flag_with_its_env_var(entry):
         (["--bogus"], "unrecognized arguments: --bogus"),
         (["--dcgm.timeout", "soon"], "--dcgm.timeout: invalid duration"),
         (["--labels.style", "k8s"], "--labels.style"),
+        (["--labels.mode", "joined"], "--labels.mode: invalid choice 'joined'"),
+        (["--labels.limit", "8"], "--labels.limit: expected a whole number of labels, at least 12"),
         (["--web.config.file", "/nonexistent/web.yml"], "/nonexistent/web.yml"),
     ],
 )

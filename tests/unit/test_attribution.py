@@ -185,3 +185,28 @@ def test_start_returns_when_interrupted_while_the_first_list_hangs():
     finally:
         release.set()
         attribution.stop()
+
+
+def test_an_unchanged_kubelet_answer_is_not_built_again():
+    # The kubelet client hands back the very list it returned last time when the kubelet's answer
+    # is unchanged; building the mapping again (MIG IDs resolved through NVML, each allocation
+    # matched) would give the same mapping, so it is skipped. A changed answer is built.
+    mig = "MIG-0b2c4d5e-aaaa-5bbb-8ccc-ddddeeeeffff"  # a MIG UUID: only NVML knows its GPU and instance
+    answers = {"devices": [AllocatedDevice("ns", "p", "c", "nvidia.com/mig-1g.10gb", mig)]}
+    resolved = []
+
+    def resolve(device_id):  # NVML's answer for the MIG device, counted
+        resolved.append(device_id)
+        return GPU, "11"
+
+    attribution = Attribution(lambda: answers["devices"], refresh_interval_seconds=5, max_age_seconds=60,
+                              resolve_mig=resolve, clock=ManualClock())
+    attribution.refresh()
+    first = attribution.current().mapping
+    assert first.allocations and not first.unresolved and len(resolved) == 1
+    attribution.refresh()
+    attribution.refresh()
+    assert len(resolved) == 1 and attribution.current().mapping is first
+    answers["devices"] = answers["devices"] + [AllocatedDevice("ns", "q", "c", "nvidia.com/gpu", GPU)]
+    attribution.refresh()
+    assert len(resolved) == 2 and len(attribution.current().mapping.allocations) == 2

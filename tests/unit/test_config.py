@@ -190,3 +190,23 @@ def test_demo_refuses_the_kubernetes_api_settings(argv, env, named):
 def test_help_shows_the_node_name_default_it_computes():
     text = " ".join(build_parser().format_help().split())
     assert "(default: env NODE_NAME, as the downward API sets it, else the host name)" in text
+
+
+def test_label_budget_flags_and_their_environment_variables():
+    assert (Config().labels_mode, Config().labels_limit) == ("samples", None)
+    config = parse_config(["--labels.mode", "join", "--labels.limit", "27"], {})
+    assert (config.labels_mode, config.labels_limit) == ("join", 27)
+    environ = {"POD_GPU_EXPORTER_LABELS_MODE": "join", "POD_GPU_EXPORTER_LABELS_LIMIT": "30"}
+    assert (parse_config([], environ).labels_mode, parse_config([], environ).labels_limit) == ("join", 30)
+    assert parse_config(["--labels.limit", "12"], environ).labels_limit == 12  # the flag wins
+
+
+@pytest.mark.parametrize("args, env, says", [
+    (["--labels.mode", "both"], {}, "--labels.mode: invalid choice 'both' (choose from samples, join)"),
+    (["--labels.limit", "11"], {}, "--labels.limit: expected a whole number of labels, at least 12, got '11'"),
+    (["--labels.limit", "-30"], {}, "--labels.limit: expected a whole number"),
+    ([], {"POD_GPU_EXPORTER_LABELS_LIMIT": "thirty"}, "POD_GPU_EXPORTER_LABELS_LIMIT: expected a whole number"),
+])
+def test_bad_label_budget_settings(args, env, says):
+    with pytest.raises(ConfigError, match=re.escape(says)):
+        parse_config(args, env)

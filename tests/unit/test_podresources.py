@@ -252,3 +252,17 @@ def _wait_for(condition, deadline_seconds: float = 30.0) -> None:
     while not condition():
         assert time.monotonic() < deadline, "condition not met before the deadline"
         time.sleep(0.02)
+
+
+def test_an_unchanged_answer_is_read_once(kubelet, client):
+    # The answer is compared as bytes: reading it into devices again would cost several times the
+    # List itself, every refresh interval, on a node whose allocations rarely change.
+    first = client.list_devices()
+    assert client.list_devices() is first and kubelet.list_calls == 2
+    # The same pods in another order, as a real kubelet lists them (from a Go map).
+    kubelet.set_devices(sorted(DEVICES, key=lambda device: device.pod))
+    assert client.list_devices() is first
+    kubelet.set_devices(PLUGIN_DEVICES)
+    changed = client.list_devices()
+    assert changed is not first and _sorted(changed) == _sorted(PLUGIN_DEVICES)
+    assert client.list_devices() is changed

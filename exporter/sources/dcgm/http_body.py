@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+import io
 import zlib
-from typing import Callable, List
+from typing import Callable
 
 from exporter.base.errors import UpstreamError
 
@@ -18,7 +19,9 @@ class CappedBody:
     def __init__(self, max_bytes: int, gzipped: bool, error: Callable[[str, str], UpstreamError]) -> None:
         self._max_bytes = max_bytes
         self._error = error
-        self._parts: List[bytes] = []
+        # BytesIO rather than a list of parts joined at the end: the parts and their join were two
+        # copies of a body of megabytes at once; BytesIO grows one buffer and hands it over trimmed.
+        self._buffer = io.BytesIO()
         self._size = 0
         self._inflater = _gunzipper() if gzipped else None
         self._member_open = False  # a gzip member has begun but not yet ended
@@ -52,13 +55,13 @@ class CappedBody:
             raise self._error(f"sent more than {self._max_bytes} bytes once decoded: is --dcgm.url "
                               "really dcgm-exporter's /metrics?", "too_large")
         if data:
-            self._parts.append(data)
+            self._buffer.write(data)
 
     def finish(self) -> bytes:
         if self._member_open:
             raise self._error(f"ended its response in the middle of a gzip stream after {self.wire_bytes} "
                               "bytes: is dcgm-exporter restarting?", "truncated")
-        return b"".join(self._parts)
+        return self._buffer.getvalue()
 
 
 def _gunzipper():

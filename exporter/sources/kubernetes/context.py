@@ -17,7 +17,7 @@ from exporter.sources.kubernetes.dra import DraDevices
 from exporter.sources.kubernetes.labels import LabelSpec, PodInfo, allowed_items, extra_label_pairs
 from exporter.sources.kubernetes.objects import pod_check, slice_check
 from exporter.sources.kubernetes.token import use_rotating_token
-from exporter.sources.kubernetes.watch import WATCH_SILENCE_SECONDS, ListWatch, describe_failure
+from exporter.sources.kubernetes.watch import WATCH_SILENCE_SECONDS, ListWatch
 from exporter.sources.kubernetes.workloads import MetadataReader, Workloads, controller_of
 
 SERVICE_ACCOUNT_DIR = "/var/run/secrets/kubernetes.io/serviceaccount"

@@ -1,0 +1,64 @@
+"""--labels.limit: the extra labels a series keeps when it may carry at most N labels, and a count of the rest."""
+
+from __future__ import annotations
+
+import threading
+from typing import Optional, Tuple
+
+from exporter.base.logs import log
+
+Pairs = Tuple[Tuple[str, str], ...]
+
+# The order in which Mapping.extra_labels lists a pod's extras (pod_uid, workload_kind, workload,
+# label_…, annotation_…) is kept; what goes first is the opposite end: annotations, then pod labels
+# (each in reverse sorted order, so the same keys survive on every node), then the workload pair,
+# then pod_uid. What identifies a pod stays longest; free text a user may add by the dozen goes first.
+_WORKLOAD_PAIR = ("workload_kind", "workload")
+
+
+class LabelLimit:
+    """Cuts the extras of one series to what fits under `limit` labels, counting what it leaves off.
+
+    Shared by every rewrite of one process: `dropped` counts labels left off each time a series'
+    labels are built (once per GPU and holder after each change of mapping, not per scrape), and the
+    first time anything is dropped it is logged once, with the names.
+    """
+
+    def __init__(self, limit: Optional[int]):
+        self.limit = limit
+        self.dropped = 0
+        self._logged = False
+        self._lock = threading.Lock()  # rewrites and the allocation rows may be built on several threads
+
+    def fit(self, extras: Pairs, others: int, owner_labels: int) -> Optional[Pairs]:
+        """`extras` cut so that the series' `others` labels (upstream's, or ours like resource and
+        UUID), its `owner_labels` and the extras kept stay within the limit. None when the owner
+        labels do not fit either: the caller leaves them off too (the series is served unattributed
+        rather than refused by a store that enforces the same limit). Labels that are not ours are
+        never cut."""
+        if self.limit is None:
+            return extras
+        used = others + owner_labels
+        room = self.limit - used
+        if room >= len(extras):
+            return extras
+        if room < 0:
+            self._count(len(extras) + owner_labels, ["(owner labels)"] + [name for name, _ in extras], used)
+            return None
+        kept = extras[:room]
+        if kept and kept[-1][0] == _WORKLOAD_PAIR[0]:
+            kept = kept[:-1]  # workload_kind without its workload would say nothing
+        self._count(len(extras) - len(kept), [name for name, _ in extras[len(kept):]], used)
+        return kept
+
+    def _count(self, count: int, names, used: int) -> None:
+        with self._lock:
+            self.dropped += count
+            if self._logged:
+                return
+            self._logged = True
+        shown = ",".join(names[:10]) + (",…" if len(names) > 10 else "")
+        log("warn", f"--labels.limit {self.limit}: series would carry more labels than allowed; the extra labels "
+            "are dropped (annotations first, then pod labels, workload, pod_uid) and counted in "
+            "pod_gpu_exporter_limited_labels_total; logged once", limit=self.limit, labels_before_extras=used,
+            dropped=shown)

@@ -1,0 +1,64 @@
+"""--labels.mode join and --labels.limit in the rewrite: which labels a sample keeps, in which order they go."""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+
+from exporter.core.mapping import build_mapping
+from exporter.exposition.allocation import render_allocation_info
+from exporter.exposition.label_limit import LabelLimit
+from exporter.exposition.rewriter import Rewriter
+from support.devices import Device
+
+UUID0 = "GPU-be839661-c0f5-7452-284b-b875666df60c"
+UPSTREAM = f'gpu="0",UUID="{UUID0}",device="nvidia0",modelName="NVIDIA H100 80GB HBM3",Hostname="n1"'
+EXTRAS = (("pod_uid", "u-1"), ("workload_kind", "Deployment"), ("workload", "web"),
+          ("label_a", "1"), ("label_b", "2"), ("annotation_x", "free text"), ("annotation_y", "more"))
+
+
+def _mapping(holders=("a",)):
+    mapping = build_mapping([Device("ns", pod, "main", "nvidia.com/gpu.shared", f"{UUID0}::{index}")
+                             for index, pod in enumerate(holders)])
+    return dataclasses.replace(mapping, extra_labels={("ns", pod): EXTRAS for pod in holders})
+
+
+def _names(line: str):
+    return re.findall(r'([A-Za-z_][A-Za-z0-9_]*)="', line[line.index("{"):])
+
+
+def test_extras_go_from_the_end_annotations_first_and_never_half_the_workload():
+    limit = LabelLimit(14)
+    assert limit.fit(EXTRAS, 8, 3) == EXTRAS[:3]  # room 3: pod_uid and the workload pair
+    assert limit.fit(EXTRAS, 8, 3 + 2) == EXTRAS[:1]  # room 1: not workload_kind alone
+    assert limit.fit(EXTRAS, 6, 3) == EXTRAS[:5]  # room 5: the pod labels stay, the annotations go
+    assert limit.fit(EXTRAS, 12, 3) is None  # not even the owner labels fit
+    assert limit.dropped == 4 + 6 + 2 + (7 + 3)
+    assert LabelLimit(None).fit(EXTRAS, 100, 3) == EXTRAS and LabelLimit(14).fit(EXTRAS, 4, 3) == EXTRAS
+
+
+def test_samples_within_the_limit_and_unattributed_when_owners_cannot_fit():
+    body = f"DCGM_FI_DEV_GPU_TEMP{{{UPSTREAM}}} 41\n".encode()
+    limit = LabelLimit(12)
+    text = Rewriter(_mapping(), limit=limit).rewrite(body).text.decode()
+    assert _names(text) == ["gpu", "UUID", "device", "modelName", "Hostname", "namespace", "pod", "container",
+                            "pod_uid", "workload_kind", "workload", "label_a"]
+    wide = f'DCGM_FI_DEV_GPU_TEMP{{{UPSTREAM},a="1",b="2",c="3",d="4",e="5"}} 41\n'.encode()
+    text = Rewriter(_mapping(), limit=limit).rewrite(wide).text.decode()
+    assert 'pod="' not in text and len(_names(text)) == 10  # upstream's own 10 labels are never cut
+    # An allocation row without a known UUID has 2 labels of its own and 3 owner labels: room for 5.
+    info = render_allocation_info(_mapping(), [], "kubernetes", LabelLimit(10))
+    row = next(line for line in info.splitlines() if line.startswith("pod_gpu_allocation_info"))
+    assert len(_names(row)) == 10 and "label_b" in row and "annotation_" not in row
+
+
+def test_join_mode_serves_upstream_labels_only_and_collapses_upstream_per_pod_copies():
+    # dcgm-exporter -k copies a shared GPU's samples per pod; join mode drops those owner labels
+    # and keeps one series per device.
+    body = (f'DCGM_FI_DEV_GPU_TEMP{{{UPSTREAM},namespace="ns",pod="a",container="main"}} 41\n'
+            f'DCGM_FI_DEV_GPU_TEMP{{{UPSTREAM},namespace="ns",pod="b",container="main"}} 41\n').encode()
+    samples = Rewriter(_mapping(("a", "b"))).rewrite(body).text.decode().splitlines()
+    join = Rewriter(_mapping(("a", "b")), mode="join").rewrite(body)
+    assert len(samples) == 2 and all("label_a" in line for line in samples)
+    assert join.text.decode() == f"DCGM_FI_DEV_GPU_TEMP{{{UPSTREAM}}} 41\n" and join.malformed == 0
+    assert join.identities  # the allocation rows still learn the GPU's UUID and index
