@@ -11,6 +11,7 @@ from typing import Callable, Iterator, Optional
 import grpc
 
 from exporter._gen.podresources.v1 import api_pb2 as v1_pb2
+from exporter._gen.podresources.v1 import api_pb2_grpc as v1_grpc
 from exporter._gen.podresources.v1alpha1 import api_pb2 as v1alpha1_pb2
 from exporter._gen.podresources.v1alpha1 import api_pb2_grpc as v1alpha1_grpc
 from exporter.base.errors import KubeletError
@@ -98,8 +99,9 @@ class PodResourcesClient:
         with self._lock:
             self._connect(self._stat_socket())
             try:
-                response = self._v1.GetAllocatableResources(v1_pb2.AllocatableResourcesRequest(),
-                                                            timeout=self.timeout_seconds)
+                lister = v1_grpc.PodResourcesListerStub(self._channel)
+                response = lister.GetAllocatableResources(v1_pb2.AllocatableResourcesRequest(),
+                                                          timeout=self.timeout_seconds)
             except grpc.RpcError as exc:
                 raise _translate(exc, self) from exc
             finally:
