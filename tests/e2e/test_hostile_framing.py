@@ -6,13 +6,13 @@ from __future__ import annotations
 
 import re
 import socket
-import threading
 import time
 
 import pytest
 import requests
 
 from exporter.sources.kubelet import AllocatedDevice
+from support.raw_tcp import RawTcpServer, http_answer
 from support.scrape_checks import L4_UUID
 
 GOOD = b'DCGM_FI_DEV_GPU_TEMP{gpu="0",UUID="%s"} 40\n' % L4_UUID.encode()
@@ -20,50 +20,32 @@ STRAY = b'DCGM_FI_DEV_GPU_TEMP{gpu="0",UUID="%s"} 99999\n' % L4_UUID.encode()
 SCRAPES = 30
 
 
-def answer(body: bytes) -> bytes:
-    return b"HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\nContent-Length: %d\r\n\r\n%s" % (len(body), body)
-
-
-class _LateStrayAnswers:
+def _stray_answers(delay: float):
     """An HTTP/1.1 server that answers each request, then `delay` seconds later sends a second answer, in a
     write of its own, on the same connection (and ignores any "Connection: close")."""
 
-    def __init__(self, delay: float) -> None:
-        self.delay = delay
-        self.listener = socket.create_server(("127.0.0.1", 0))
-        self.requests = 0
-        threading.Thread(target=self._accept, daemon=True).start()
-
-    @property
-    def url(self) -> str:
-        return f"http://127.0.0.1:{self.listener.getsockname()[1]}/metrics"
-
-    def _accept(self) -> None:
-        while True:
-            try:
-                conn, _ = self.listener.accept()
-            except OSError:
-                return
-            threading.Thread(target=self._serve, args=(conn,), daemon=True).start()
-
-    def _serve(self, conn: socket.socket) -> None:
+    def serve(conn: socket.socket) -> None:
         with conn:
             while True:
                 try:
                     if not conn.recv(65536):
                         return
-                    self.requests += 1
-                    conn.sendall(answer(GOOD))
-                    time.sleep(self.delay)
-                    conn.sendall(answer(STRAY))
+                    server.requests += 1
+                    conn.sendall(http_answer(GOOD))
+                    time.sleep(delay)
+                    conn.sendall(http_answer(STRAY))
                 except OSError:
                     return
+
+    server = RawTcpServer(serve, "/metrics")
+    server.requests = 0
+    return server
 
 
 @pytest.mark.parametrize("delay", [0.0, 0.005, 0.05])
 def test_a_stray_answer_is_never_served_whenever_it_arrives(kubelet, run_exporter, delay):
     kubelet.set_devices([AllocatedDevice("ns", "p", "c", "nvidia.com/gpu", L4_UUID)])
-    upstream = _LateStrayAnswers(delay)
+    upstream = _stray_answers(delay)
     try:
         exporter = run_exporter(["--dcgm.url", upstream.url, "--kubelet.socket", kubelet.socket_path])
         strays = 0
@@ -75,4 +57,4 @@ def test_a_stray_answer_is_never_served_whenever_it_arrives(kubelet, run_exporte
         assert strays == 0, f"{strays} of {SCRAPES} scrapes served the answer nobody asked for"
         assert upstream.requests >= SCRAPES
     finally:
-        upstream.listener.close()
+        upstream.close()

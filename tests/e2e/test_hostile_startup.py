@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import re
 import signal
-import socket
 import subprocess
 import threading
 import time
@@ -22,6 +21,7 @@ from support.fake_kube_api import write_kubeconfig
 from support.fixtures import fixture_bytes
 from support.kube_scenario import H100, UUID0, UUID1, UUID3
 from support.nvml_node import NODE_ENV, FakeNode
+from support.raw_tcp import RawTcpServer
 from support.waiting import wait_until
 
 MIG13 = "MIG-7c1d2e3f-4a5b-5c6d-9e0f-a1b2c3d4e5f6"  # GPU 0's GPU instance 13, as NVML names it
@@ -125,36 +125,22 @@ def threads_of(pid: int) -> int:
     return len(list(Path(f"/proc/{pid}/task").iterdir()))
 
 
-class _SilentApi:
+def _silent_api() -> RawTcpServer:
     """An API server that accepts connections and never answers: the first pod list never comes."""
+    held = []  # kept open (and so unanswered) until the test ends
+    server = RawTcpServer(held.append)
+    server.held = held
+    return server
 
-    def __init__(self) -> None:
-        self.listener = socket.create_server(("127.0.0.1", 0))
-        self.accepted = 0
-        self._held = []
-        threading.Thread(target=self._accept, daemon=True).start()
 
-    @property
-    def url(self) -> str:
-        return f"http://127.0.0.1:{self.listener.getsockname()[1]}"
-
-    def _accept(self) -> None:
-        while True:
-            try:
-                conn, _ = self.listener.accept()
-            except OSError:
-                return
-            self._held.append(conn)
-            self.accepted += 1
-
-    def close(self) -> None:
-        self.listener.close()
-        for conn in self._held:
-            conn.close()
+def _close(api: RawTcpServer) -> None:
+    api.close()
+    for conn in api.held:
+        conn.close()
 
 
 def test_an_api_that_never_lists_delays_neither_serving_nor_attribution(kubelet, h100, tmp_path):
-    api = _SilentApi()
+    api = _silent_api()
     kubelet.set_devices([WHOLE])
     args = [a for a in base_args(kubelet, h100, "--kubelet.timeout", "30s") if a not in ("--kubernetes.api", "off")]
     args += ["--kubernetes.kubeconfig", write_kubeconfig(str(tmp_path / "kubeconfig"), api.url),
@@ -167,11 +153,11 @@ def test_an_api_that_never_lists_delays_neither_serving_nor_attribution(kubelet,
             text = requests.get(exporter.url(), timeout=30).text
             assert time.monotonic() - started < HANG_MS / 1000 / 2
             assert any(line.startswith("DCGM_") and 'pod="whole-a"' in line for line in text.splitlines())
-            assert "pod_gpu_exporter_kubernetes_api_up 0" in text and api.accepted >= 1
+            assert "pod_gpu_exporter_kubernetes_api_up 0" in text and api.connections >= 1
         finally:
             exporter.stop()
     finally:
-        api.close()
+        _close(api)
 
 
 def _popen(args, env):
@@ -185,7 +171,7 @@ def _popen(args, env):
 def test_sigterm_in_each_start_up_phase_exits_0_within_2s_with_a_log_line(kubelet, h100, fake_nvml_library,
                                                                            tmp_path, phase):
     node = FakeNode(tmp_path / "nvml-node.txt").gpu(0, UUID0).mig(0, 13, MIG13)
-    api = _SilentApi()
+    api = _silent_api()
     args = base_args(kubelet, h100, "--kubelet.timeout", "30s")
     kubelet.set_devices([WHOLE])
     if phase == "nvml-init-mig":
@@ -209,7 +195,7 @@ def test_sigterm_in_each_start_up_phase_exits_0_within_2s_with_a_log_line(kubele
     reader.start()
     try:
         if phase == "api-first-list":
-            wait_until(lambda: api.accepted >= 1)  # the first list is asked for and never answered
+            wait_until(lambda: api.connections >= 1)  # the first list is asked for and never answered
         else:
             wait_until(lambda: any("starting pod-gpu-metrics-exporter" in line for line in lines))
         time.sleep(1.0)  # well inside the hang (30 s): nvmlInit, the list or the NVML read is under way
@@ -225,7 +211,7 @@ def test_sigterm_in_each_start_up_phase_exits_0_within_2s_with_a_log_line(kubele
         if proc.poll() is None:
             proc.kill()
             proc.wait()
-        api.close()
+        _close(api)
     reader.join(5)
     log = "".join(lines)
     assert proc.returncode == 0, (proc.returncode, log)

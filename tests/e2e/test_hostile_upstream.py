@@ -7,7 +7,6 @@ import contextlib
 import os
 import re
 import signal
-import socket
 import subprocess
 import threading
 import time
@@ -21,6 +20,7 @@ from exporter.demo.fake_dcgm import FakeDcgmExporter
 from exporter.sources.kubelet import AllocatedDevice
 from support.exporter_process import exporter_command, exporter_env
 from support.fixtures import fixture_bytes
+from support.raw_tcp import RawTcpServer, http_answer
 from support.scrape_checks import L4_UUID
 from support.waiting import wait_until
 
@@ -162,44 +162,24 @@ def test_a_series_repeated_with_its_labels_reordered_is_served_once(owned, dcgm,
     assert gauge(served, "pod_gpu_exporter_malformed_lines") == "1"
 
 
-class _UnaskedAnswers:
-    """An HTTP/1.1 server that sends, after each answer, a second one nobody asked for, in the same write."""
+_ASKED = b'DCGM_FI_DEV_GPU_TEMP{gpu="0",UUID="%s"} 40\n' % L4_UUID.encode()
+_UNASKED = b'DCGM_FI_DEV_GPU_TEMP{gpu="0",UUID="%s"} 99999\n' % L4_UUID.encode()
 
-    GOOD = b'DCGM_FI_DEV_GPU_TEMP{gpu="0",UUID="%s"} 40\n' % L4_UUID.encode()
-    BAD = b'DCGM_FI_DEV_GPU_TEMP{gpu="0",UUID="%s"} 99999\n' % L4_UUID.encode()
 
-    def __init__(self) -> None:
-        self.listener = socket.create_server(("127.0.0.1", 0))
-        self.connections = 0
-        threading.Thread(target=self._accept, daemon=True).start()
-
-    @property
-    def url(self) -> str:
-        return f"http://127.0.0.1:{self.listener.getsockname()[1]}/metrics"
-
-    def _accept(self) -> None:
+def _serve_unasked_answers(conn) -> None:
+    """After each answer, a second one nobody asked for, in the same write."""
+    with conn:
         while True:
             try:
-                conn, _ = self.listener.accept()
+                if not conn.recv(65536):
+                    return
+                conn.sendall(http_answer(_ASKED) + http_answer(_UNASKED))
             except OSError:
                 return
-            self.connections += 1
-            threading.Thread(target=self._serve, args=(conn,), daemon=True).start()
-
-    def _serve(self, conn: socket.socket) -> None:
-        with conn:
-            while True:
-                try:
-                    if not conn.recv(65536):
-                        return
-                    conn.sendall(b"".join(b"HTTP/1.1 200 OK\r\nContent-Length: %d\r\n\r\n%s" % (len(body), body)
-                                          for body in (self.GOOD, self.BAD)))
-                except OSError:
-                    return
 
 
 def test_bytes_after_an_answer_are_never_taken_for_the_next_one(owned, run_exporter):
-    upstream = _UnaskedAnswers()
+    upstream = RawTcpServer(_serve_unasked_answers, "/metrics")
     try:
         exporter = run_exporter(["--dcgm.url", upstream.url, "--kubelet.socket", owned.socket_path])
         for _ in range(5):
@@ -208,7 +188,7 @@ def test_bytes_after_an_answer_are_never_taken_for_the_next_one(owned, run_expor
             assert re.search(r"^DCGM_FI_DEV_GPU_TEMP\{.*\} 40$", served, re.MULTILINE)
         assert upstream.connections >= 5, "a connection with unread bytes was reused"
     finally:
-        upstream.listener.close()
+        upstream.close()
 
 
 # ---------------------------------------------------------------- 4. no secret in logs
