@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import threading
-from typing import Optional, Tuple
+from typing import Dict, Optional, Tuple
 
 from exporter.base.logs import log
 
@@ -14,14 +14,16 @@ Pairs = Tuple[Tuple[str, str], ...]
 # (each in reverse sorted order, so the same keys survive on every node), then the workload pair,
 # then pod_uid. What identifies a pod stays longest; free text a user may add by the dozen goes first.
 _WORKLOAD_PAIR = ("workload_kind", "workload")
+_MAX_ANSWERS = 4096  # distinct cuts remembered; far above a node's holders times their label shapes
 
 
 class LabelLimit:
     """Cuts the extras of one series to what fits under `limit` labels, counting what it leaves off.
 
-    Shared by every rewrite of one process: `dropped` counts labels left off each time a series'
-    labels are built (once per GPU and holder after each change of mapping, not per scrape), and the
-    first time anything is dropped it is logged once, with the names.
+    Shared by every rewrite of one process: `dropped` counts the labels left off once for each
+    distinct cut (the same holder's extras beside as many other labels), not per scrape, though the
+    allocation rows are rendered on every scrape; the first time anything is dropped it is logged
+    once, with the names.
     """
 
     def __init__(self, limit: Optional[int]):
@@ -29,6 +31,8 @@ class LabelLimit:
         self.dropped = 0
         self._logged = False
         self._lock = threading.Lock()  # rewrites and the allocation rows may be built on several threads
+        # (extras, others, owner_labels) → the answer: a cut is counted once, however often asked for.
+        self._answers: Dict[Tuple[Pairs, int, int], Optional[Pairs]] = {}
 
     def fit(self, extras: Pairs, others: int, owner_labels: int) -> Optional[Pairs]:
         """`extras` cut so that the series' `others` labels (upstream's, or ours like resource and
@@ -38,6 +42,19 @@ class LabelLimit:
         never cut."""
         if self.limit is None:
             return extras
+        key = (extras, others, owner_labels)
+        try:
+            return self._answers[key]
+        except KeyError:
+            pass
+        answer = self._fit(extras, others, owner_labels)
+        with self._lock:
+            if len(self._answers) >= _MAX_ANSWERS:  # holders come and go: forget the old ones at once
+                self._answers.clear()
+            self._answers[key] = answer
+        return answer
+
+    def _fit(self, extras: Pairs, others: int, owner_labels: int) -> Optional[Pairs]:
         used = others + owner_labels
         room = self.limit - used
         if room >= len(extras):

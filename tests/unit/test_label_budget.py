@@ -37,6 +37,16 @@ def test_extras_go_from_the_end_annotations_first_and_never_half_the_workload():
     assert LabelLimit(None).fit(EXTRAS, 100, 3) == EXTRAS and LabelLimit(14).fit(EXTRAS, 4, 3) == EXTRAS
 
 
+def test_a_cut_is_counted_once_though_the_allocation_rows_are_rendered_on_every_scrape():
+    limit = LabelLimit(10)
+    first = render_allocation_info(_mapping(), [], "kubernetes", limit)
+    counted = limit.dropped
+    assert counted > 0
+    for _ in range(3):  # three more scrapes of the same mapping
+        assert render_allocation_info(_mapping(), [], "kubernetes", limit) == first
+    assert limit.dropped == counted
+
+
 def test_samples_within_the_limit_and_unattributed_when_owners_cannot_fit():
     body = f"DCGM_FI_DEV_GPU_TEMP{{{UPSTREAM}}} 41\n".encode()
     limit = LabelLimit(12)
