@@ -17,8 +17,7 @@ from support.deploy_tools import (
     DEPLOYMENT,
     PODMONITOR,
     PROMETHEUS_DIR,
-    RULES,
-    RULES_KEY,
+    SHIPPED_RULE_FILES,
     cluster_role_grants,
     configmap_data,
     find_object,
@@ -213,14 +212,16 @@ def test_prometheus_reads_config_and_rules_from_the_configmap():
     config_file = next(a.split("=", 1)[1] for a in container["args"] if a.startswith("--config.file="))
     assert config_file == f"{mount['mountPath']}/prometheus.yml"
     rule_files = yaml.safe_load(data["prometheus.yml"])["rule_files"]
-    assert rule_files == [f"{mount['mountPath']}/{RULES_KEY}"]
+    assert rule_files == [f"{mount['mountPath']}/{key}" for key in SHIPPED_RULE_FILES]
 
 
-def test_configmap_rules_are_the_rule_file():
-    # One source of truth: prometheus/rules/ is what promtool tests; the ConfigMap must ship it.
-    assert configmap_data()[RULES_KEY] == RULES.read_text(encoding="utf-8"), (
-        f"{RULES_KEY} in prometheus/prometheus-configmap.yaml differs from {RULES}: paste the file "
-        "under data (indented by four spaces)")
+def test_configmap_rules_are_the_rule_files():
+    # One source of truth: prometheus/rules/ is what promtool tests; the ConfigMap must ship each file.
+    data = configmap_data()
+    for key, path in SHIPPED_RULE_FILES.items():
+        assert data.get(key) == path.read_text(encoding="utf-8"), (
+            f"{key} in prometheus/prometheus-configmap.yaml differs from {path}: paste the file "
+            "under data (indented by four spaces)")
 
 
 def test_scrape_job_keys_on_the_daemonset_annotations():

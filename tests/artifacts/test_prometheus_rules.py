@@ -10,7 +10,7 @@ import yaml
 
 from support.deploy_tools import (
     RULES,
-    RULES_KEY,
+    SHIPPED_RULE_FILES,
     RULES_TESTS,
     configmap_data,
     require_env_executable,
@@ -80,7 +80,8 @@ def _write_config_from_configmap(folder: Path) -> Path:
     """prometheus.yml from the ConfigMap, its rule path pointed at the ConfigMap's rule copy in `folder`."""
     data = configmap_data()
     config = yaml.safe_load(data["prometheus.yml"])
-    (folder / RULES_KEY).write_text(data[RULES_KEY])
+    for key in SHIPPED_RULE_FILES:
+        (folder / key).write_text(data[key])
     config["rule_files"] = [str(folder / Path(p).name) for p in config["rule_files"]]
     path = folder / "prometheus.yml"
     path.write_text(yaml.safe_dump(config, sort_keys=False))

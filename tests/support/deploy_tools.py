@@ -21,7 +21,8 @@ PODMONITOR = PROMETHEUS_DIR / "operator" / "podmonitor.yaml"
 RULES = PROMETHEUS_DIR / "rules" / "pod-gpu-metrics.rules.yml"
 RULES_TESTS = PROMETHEUS_DIR / "rules" / "pod-gpu-metrics.rules.test.yml"
 DASHBOARD = PROMETHEUS_DIR / "grafana" / "grafana-dashboard.json"
-RULES_KEY = "pod-gpu-metrics.rules.yml"
+# Every rule file prometheus/rules/ ships (its promtool tests aside), by its key in the ConfigMap.
+SHIPPED_RULE_FILES = {path.name: path for path in sorted((PROMETHEUS_DIR / "rules").glob("*.rules.yml"))}
 
 
 def missing_tool(what: str, how_to_install: str) -> None:
