@@ -64,6 +64,8 @@ class Plan(NamedTuple):
 PLANS = {
     "full": Plan({"800": SIZES["whole"], "6,400": SIZES["large"], "25,600": SIZES["xlarge"]},
                  scrapes=150, warmup=10, idle_seconds=60, repeats=7),
+    # The 6,400-series node alone, for comparing two versions side by side (run each in its own tree).
+    "medium": Plan({"6,400": SIZES["large"]}, scrapes=150, warmup=10, idle_seconds=5, repeats=7),
     "small": Plan({"60": SIZES["small"]}, scrapes=10, warmup=2, idle_seconds=1, repeats=2),
 }
 
