@@ -325,7 +325,7 @@ def _ratio(numerator: float, denominator: float) -> str:
 def main(argv: List[str]) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--size", choices=sorted(PLANS), default="full",
-                        help="full: the figures in docs/performance.md; small: a quick check that it runs")
+                        help="full: the figures in docs/performance.md; medium: the 6,400-series node alone; small: a quick check that it runs")
     parser.add_argument("--scrapes", type=int, help="scrapes per side and variant (default: by --size)")
     parser.add_argument("--idle-seconds", type=float, help="how long idle CPU is measured (default: by --size)")
     parser.add_argument("--upstream-render-ms", type=float, default=0.0,
