@@ -89,3 +89,12 @@ def test_an_unreachable_api_leaves_the_workload_unknown_and_asks_again_after_a_m
     for _ in range(10):  # every later refresh walks the cache
         assert walk.of("ml", "p", controller) == ("Deployment", "web")
     assert len(objects.reads) == reads
+
+
+@pytest.mark.parametrize("bad", [{"name": 7}, {"name": ""}, {"name": "a/../../secrets/x"}, {"kind": ["Deployment"]},
+                                 {"apiVersion": None}, {"controller": "yes"}])
+def test_an_owner_reference_that_names_no_object_ends_the_walk_at_the_object_read(bad):
+    # A metadata read is untyped JSON: what it names becomes a label value or the next path read.
+    objects = Objects({("ReplicaSet", "rs"): [{**ref("Deployment", "web"), **bad}], ("Deployment", "web"): []})
+    assert Workloads(objects).of("ml", "p", OwnerRef("apps/v1", "ReplicaSet", "rs")) == ("ReplicaSet", "rs")
+    assert objects.reads == [("ReplicaSet", "rs")]

@@ -39,11 +39,19 @@ _TOP = OwnerRef("", "", "")  # the remembered answer for an object that has no c
 
 
 def controller_of(references: Iterable) -> Optional[OwnerRef]:
-    """The `controller: true` entry of ownerReferences (dicts, or lightkube models), if any."""
+    """The `controller: true` entry of ownerReferences (dicts, or lightkube models), if any.
+
+    A metadata read is untyped JSON: an entry whose apiVersion, kind or name is not a non-empty string
+    (or whose name holds a '/', which would change the path read next) names no object, and is taken
+    as no controller: its values would otherwise become label values, or a list read of a collection.
+    """
     for ref in references or ():
         get = ref.get if isinstance(ref, dict) else (lambda field, r=ref: getattr(r, field, None))
-        if get("controller"):
-            return OwnerRef(get("apiVersion") or "", get("kind") or "", get("name") or "")
+        if get("controller") is True:
+            fields = (get("apiVersion"), get("kind"), get("name"))
+            if not all(isinstance(field, str) and field for field in fields) or "/" in fields[2]:
+                return None
+            return OwnerRef(*fields)
     return None
 
 
