@@ -59,6 +59,11 @@ class RetryingCache(Generic[K, V]):
             entry = self._entries.get(key)
         return entry is not None and entry.answer is None
 
+    def forget(self, key: K) -> None:
+        """Drop what is remembered of `key`: its next `get` looks it up again."""
+        with self._lock:
+            self._entries.pop(key, None)
+
     def retain(self, keys: Iterable[K]) -> None:
         """Forget every key not in `keys`: answers that may change once their key is reused."""
         keep = set(keys)
