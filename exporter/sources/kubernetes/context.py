@@ -93,7 +93,7 @@ class KubernetesContext:
         # `read_owners` replaces the API server's metadata reads in tests that need thousands of them.
         reader = None if read_owners is not None else MetadataReader(client)
         self.workloads = Workloads(read_owners or reader.owner_references, clock,
-                                   None if reader is None else (lambda version, kind: reader.plural(version, kind)[0]))
+                                   None if reader is None else (lambda version, kind: reader.plural(version, kind, read=False)[0]))
         self._healthy_until: Optional[float] = None
         self._full_logged = False
         self._unseen_logged: set = set()

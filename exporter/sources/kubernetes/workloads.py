@@ -22,6 +22,10 @@ MAX_DEPTH = 8
 MAX_OBJECTS = 4096  # owners remembered (answers and failed reads together)
 RETRY_SECONDS = 60.0
 _MAX_GROUP_VERSIONS = 256
+# One owner's metadata is a few kilobytes and a group/version's discovery tens; a working API server
+# answers either in milliseconds.
+MAX_ANSWER_BYTES = 4 * 1024 * 1024
+READ_SECONDS = 10.0
 # What the API server sends instead of the whole object: name, namespace, uid, labels, annotations,
 # ownerReferences. A ReplicaSet's pod template or a JobSet's spec can be tens of kilobytes.
 METADATA_ACCEPT = "application/json;as=PartialObjectMetadata;g=meta.k8s.io;v=v1"
@@ -55,6 +59,10 @@ def controller_of(references: Iterable) -> Optional[OwnerRef]:
     return None
 
 
+class AnswerRefused(Exception):
+    """An owner or discovery answer too large or too slow to be read whole (see MetadataReader._get)."""
+
+
 class NotServed(Exception):
     """The API server serves no resource of this kind in this group/version (a CRD removed, a typo)."""
 
@@ -70,18 +78,22 @@ class MetadataReader:
     authenticated user may read it); each kind needs `get` on its resource.
     """
 
-    def __init__(self, client):
+    def __init__(self, client, read_seconds: float = READ_SECONDS):
         # The lightkube client's own connection: the same server, TLS, 10 s timeout and credentials,
         # the rotating token included; lightkube itself offers no way to ask for a PartialObjectMetadata
         # answer.
         self._http = http_client(client)
         self._resources: Dict[str, Dict[str, Tuple[str, bool]]] = {}  # group/version → kind → (plural, namespaced)
         self._lock = threading.Lock()
+        self._read_seconds = read_seconds
 
-    def plural(self, api_version: str, kind: str) -> Tuple[str, bool]:
-        """(plural, namespaced) of a kind; raises NotServed when discovery does not list it."""
+    def plural(self, api_version: str, kind: str, read: bool = True) -> Tuple[str, bool]:
+        """(plural, namespaced) of a kind; raises NotServed when discovery does not list it. Without
+        `read`, only from a discovery answer already read (KeyError if none): for messages."""
         with self._lock:
             kinds = self._resources.get(api_version)
+        if kinds is None and not read:
+            raise KeyError(api_version)
         if kinds is None:
             body = self._get(_group_path(api_version))
             kinds = {item["kind"]: (item["name"], bool(item.get("namespaced")))
@@ -101,9 +113,21 @@ class MetadataReader:
         return list((body.get("metadata") or {}).get("ownerReferences") or ())
 
     def _get(self, path: str, accept: str = "application/json") -> dict:
-        response = self._http.get(path, headers={"Accept": accept})
-        response.raise_for_status()  # httpx's error carries the response: describe_failure reads its status
-        return json.loads(response.content)
+        """The JSON answer, read within READ_SECONDS and MAX_ANSWER_BYTES whatever the server sends: these
+        reads run on the mapping refresher, which a trickled answer would otherwise hold for good (the
+        client's timeout bounds each read, not the answer), and a compressed one would be inflated whole."""
+        deadline = time.monotonic() + self._read_seconds
+        # identity: a compressed answer would be inflated out of the cap's sight.
+        with self._http.stream("GET", path, headers={"Accept": accept, "Accept-Encoding": "identity"}) as response:
+            response.raise_for_status()  # httpx's error carries the response: describe_failure reads its status
+            body = bytearray()
+            for chunk in response.iter_raw():
+                body += chunk
+                if len(body) > MAX_ANSWER_BYTES:
+                    raise AnswerRefused(f"{path}: the answer is larger than {MAX_ANSWER_BYTES} bytes")
+                if time.monotonic() > deadline:
+                    raise AnswerRefused(f"{path}: the answer took longer than {self._read_seconds:g} s")
+        return json.loads(body)
 
 
 def _group_path(api_version: str) -> str:
