@@ -155,3 +155,25 @@ def test_a_failed_owner_read_asks_discovery_once(api, tmp_path):
                                 LabelSpec(workload=True))
     assert context.workloads.of("ml", "p", OwnerRef("ray.io/v1", "RayJob", "j")) == ("RayJob", "j")  # not served
     assert api.request_count("discover") == 1  # the failure's message names the kind from what is known
+
+
+def test_owner_reads_stop_for_the_refresh_once_they_took_too_long_and_go_on_at_the_next():
+    # An API server that takes 6 s per answer: one refresh must not wait for a read per new pod.
+    now = [1000.0]
+
+    class Slow(Objects):
+        def __call__(self, *args):
+            now[0] += 6
+            return super().__call__(*args)
+
+    objects = Slow({("ReplicaSet", f"rs-{n}"): [] for n in range(3)})
+    walk = Workloads(objects, clock=lambda: now[0])
+    pods = [("ml", f"p-{n}", OwnerRef("apps/v1", "ReplicaSet", f"rs-{n}")) for n in range(3)]
+    walk.begin_refresh()
+    assert [walk.of(*pod) for pod in pods] == [("ReplicaSet", "rs-0"), None, None]
+    assert len(objects.reads) == 1
+    walk.begin_refresh()
+    assert [walk.of(*pod) for pod in pods] == [("ReplicaSet", "rs-0"), ("ReplicaSet", "rs-1"), None]
+    walk.begin_refresh()
+    assert [walk.of(*pod) for pod in pods] == [("ReplicaSet", f"rs-{n}") for n in range(3)]
+    assert len(objects.reads) == 3  # each owner read once

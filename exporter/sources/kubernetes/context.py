@@ -153,6 +153,7 @@ class KubernetesContext:
         extras: Dict[Tuple[str, str], tuple] = {}
         pods = list(pods)
         self._unseen_logged &= set(pods)  # forget pods that are gone, so the set stays bounded
+        self.workloads.begin_refresh()
         for namespace, name in pods:
             info = self.pod(namespace, name)
             if info is None:

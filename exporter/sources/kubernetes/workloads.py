@@ -20,6 +20,10 @@ from exporter.sources.kubernetes.watch import describe_failure
 # Pod → StatefulSet → LeaderWorkerSet); the bound only stops a cycle or a runaway operator chain.
 MAX_DEPTH = 8
 MAX_OBJECTS = 4096  # owners remembered (answers and failed reads together)
+# Owner reads made in one mapping refresh stop once this long has gone on them: an API server that
+# answers slowly (or not at all, each read waiting out its bound) must not hold every GPU's attribution
+# for a read per new pod. The pods left are walked at the next refresh.
+READS_PER_REFRESH_SECONDS = 5.0
 RETRY_SECONDS = 60.0
 _MAX_GROUP_VERSIONS = 256
 # One owner's metadata is a few kilobytes and a group/version's discovery tens; a working API server
@@ -163,6 +167,12 @@ class Workloads:
         self._unreadable: Dict[Key, bool] = {}  # keys whose last read was refused (403/404); oldest first
         self._lock = threading.Lock()
         self._logged: set = set()
+        self._clock = clock
+        self._read_until: Optional[float] = None  # see begin_refresh
+
+    def begin_refresh(self) -> None:
+        """Start one refresh's walks: reads of owners not remembered stop READS_PER_REFRESH_SECONDS from now."""
+        self._read_until = self._clock() + READS_PER_REFRESH_SECONDS
 
     @property
     def lookups(self) -> int:
@@ -182,7 +192,9 @@ class Workloads:
             if key in seen:
                 break  # a cycle: no real controller makes one, but a hand-edited object can
             seen.add(key)
-            parent = self._parents.get(key)
+            spent = (self._read_until is not None and self._clock() >= self._read_until
+                     and self._parents.would_look_up(key))  # this refresh's reads are spent: a later one reads it
+            parent = None if spent else self._parents.get(key)
             if parent is None:
                 with self._lock:
                     return (ref.kind, ref.name) if key in self._unreadable else None
