@@ -195,9 +195,13 @@ class KubernetesContext:
         if len(pods) > MAX_PODS:
             self._log_full(len(pods))
         listed = {(pod.metadata.namespace, pod.metadata.name) for pod in pods}
+        # A list that skipped an object cannot tell a deleted pod from one it could not read: a pod
+        # then missing is dropped, not taken as ended (which would take its GPU from it).
+        complete = self.pod_watch.list_complete
         with self._lock:
             for key in self._pods.keys() - listed:  # deleted while the watch was away
-                self._forget(key)
+                if complete:
+                    self._forget(key)
             for key in fresh.keys() & self._gone.keys():
                 del self._gone[key]
             self._pods = fresh
