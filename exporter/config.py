@@ -9,6 +9,7 @@ from typing import Mapping, Optional, Sequence, Tuple
 
 from exporter.base.errors import ConfigError
 from exporter.sources.dcgm import DEFAULT_MAX_BODY_BYTES, redact_url
+from exporter.sources.dcgm.file_source import SETTLE_SECONDS
 from exporter.sources.kubernetes.labels import compile_key_pattern, parse_extra
 from exporter.web.routes import BUILT_IN_PATHS
 
@@ -244,6 +245,13 @@ def parse_config(argv: Sequence[str], environ: Mapping[str, str]) -> Config:
         raise ConfigError(f"--web.telemetry-path: {values['telemetry_path']} is a built-in route "
                           f"({', '.join(BUILT_IN_PATHS)}); choose another path, e.g. /gpu/metrics")
     _refuse_unused_settings(args.command, sources)
+    timeout = values.get("dcgm_timeout_seconds", Config.dcgm_timeout_seconds)
+    if values.get("dcgm_file") and timeout < SETTLE_SECONDS:
+        # A textfile changed in place is read once left alone that long: every scrape in the second
+        # after each rewrite would run out of time and serve no GPU series.
+        raise ConfigError(f"{sources.get('dcgm_timeout_seconds', '--dcgm.timeout')}: {timeout:g}s is shorter than "
+                          f"the {SETTLE_SECONDS:g}s a textfile changed in place is left to settle before it is "
+                          "read (--dcgm.file); allow at least that")
     if args.output is not None:
         values["output"] = args.output
     if args.command == "demo":

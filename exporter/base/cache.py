@@ -53,11 +53,22 @@ class RetryingCache(Generic[K, V]):
         self._store(key, _Entry(answer, self._clock() if answer is None else 0.0))
         return answer
 
+    def would_look_up(self, key: K) -> bool:
+        """Whether `get(key)` would call the lookup now (not remembered, or failed long enough ago)."""
+        with self._lock:
+            entry = self._entries.get(key)
+        return entry is None or (entry.answer is None and self._clock() - entry.failed_at >= self._retry_after)
+
     def failed_before(self, key: K) -> bool:
         """Whether the last lookup of `key` failed (and the cache still remembers it)."""
         with self._lock:
             entry = self._entries.get(key)
         return entry is not None and entry.answer is None
+
+    def forget(self, key: K) -> None:
+        """Drop what is remembered of `key`: its next `get` looks it up again."""
+        with self._lock:
+            self._entries.pop(key, None)
 
     def retain(self, keys: Iterable[K]) -> None:
         """Forget every key not in `keys`: answers that may change once their key is reused."""

@@ -25,6 +25,10 @@ class OfferedReplicas:
         self._max_age = max_age_seconds
         self._counts: Optional[Dict[Tuple[str, str], int]] = None
         self._asked_at: Optional[float] = None
+        # The GPUs the last answer covers, or was asked about: a GPU outside them is new on the node
+        # and worth an early question; one inside them is not (a refusal, or an answer that lacks it,
+        # would otherwise send the question again on every refresh).
+        self._known: set = set()
         self._failure_logged = False
         self.calls = 0
 
@@ -33,10 +37,12 @@ class OfferedReplicas:
         if not held:
             return None
         now = self._clock()
-        # Asked again when stale, or when a replica of a GPU not in the last answer is held.
-        if self._asked_at is None or now - self._asked_at >= self._max_age or not held <= set(self._counts or {}):
+        # Asked again when stale, or when a replica of a GPU neither in the last answer nor held
+        # when it was asked is held.
+        if self._asked_at is None or now - self._asked_at >= self._max_age or not held <= self._known:
             self._asked_at = now
             self._counts = self._ask()
+            self._known = held | set(self._counts or {})
         return self._counts
 
     def _ask(self) -> Optional[Dict[Tuple[str, str], int]]:

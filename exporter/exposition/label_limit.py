@@ -15,6 +15,7 @@ Pairs = Tuple[Tuple[str, str], ...]
 # then pod_uid. What identifies a pod stays longest; free text a user may add by the dozen goes first.
 _WORKLOAD_PAIR = ("workload_kind", "workload")
 _MAX_ANSWERS = 4096  # distinct cuts remembered; far above a node's holders times their label shapes
+_UNSEEN = object()  # not remembered, told apart from a remembered None (not even the owner labels fit)
 
 
 class LabelLimit:
@@ -32,7 +33,11 @@ class LabelLimit:
         self._logged = False
         self._lock = threading.Lock()  # rewrites and the allocation rows may be built on several threads
         # (extras, others, owner_labels) → the answer: a cut is counted once, however often asked for.
+        # Two generations: when the newer is full it becomes the older, and an answer asked for again
+        # moves back to the newer. Holders that left are forgotten, and one still there is not
+        # counted again (clearing everything at once recounted every current holder's cut).
         self._answers: Dict[Tuple[Pairs, int, int], Optional[Pairs]] = {}
+        self._older: Dict[Tuple[Pairs, int, int], Optional[Pairs]] = {}
 
     def fit(self, extras: Pairs, others: int, owner_labels: int) -> Optional[Pairs]:
         """`extras` cut so that the series' `others` labels (upstream's, or ours like resource and
@@ -43,14 +48,15 @@ class LabelLimit:
         if self.limit is None:
             return extras
         key = (extras, others, owner_labels)
-        try:
-            return self._answers[key]
-        except KeyError:
-            pass
-        answer = self._fit(extras, others, owner_labels)
+        answer = self._answers.get(key, _UNSEEN)
+        if answer is not _UNSEEN:
+            return answer
+        answer = self._older.get(key, _UNSEEN)
+        if answer is _UNSEEN:
+            answer = self._fit(extras, others, owner_labels)
         with self._lock:
-            if len(self._answers) >= _MAX_ANSWERS:  # holders come and go: forget the old ones at once
-                self._answers.clear()
+            if len(self._answers) >= _MAX_ANSWERS // 2:  # holders come and go: forget those long gone
+                self._older, self._answers = self._answers, {}
             self._answers[key] = answer
         return answer
 

@@ -39,7 +39,7 @@ class SelfCollector:
         yield _counter("pod_gpu_exporter_rewrite_seconds", "Time spent rewriting upstream bodies (divide by pod_gpu_exporter_rewrites_total for the mean).", self._scraper.rewrite_seconds)
         yield _counter("pod_gpu_exporter_dcgm_fetch_failures", "Failed fetches of dcgm-exporter's metrics.", self._scraper.upstream_failures)
         yield _counter("pod_gpu_exporter_malformed_lines", "Upstream lines dropped as malformed, over all scrapes.", self._scraper.malformed_lines)
-        yield _counter("pod_gpu_exporter_limited_labels", "Extra labels --labels.limit left off series, counted each time a GPU holder's series are built (after a change of mapping), not per scrape.", self._scraper.label_limit.dropped)
+        yield _counter("pod_gpu_exporter_limited_labels", "Extra labels --labels.limit left off series, counted once for each distinct cut (a holder's extras beside as many other labels), not per scrape nor per mapping.", self._scraper.label_limit.dropped)
         yield _counter("pod_gpu_exporter_kubelet_list_calls", "PodResources List calls made to the kubelet.", self._attribution.list_calls)
         yield _counter("pod_gpu_exporter_kubelet_list_failures", "PodResources List calls that failed.", self._attribution.list_failures)
         yield from _kubernetes_counters(getattr(self._attribution, "context", None))

@@ -22,33 +22,37 @@ _LABELS = 'pci_bus_id="00000000:1B:00.0",modelName="NVIDIA H100 80GB HBM3",Hostn
 
 # (gpu, UUID, GPU_I_ID or "", utilisation %, framebuffer MiB used, energy mJ per minute)
 GPUS = [
-    ("0", UUID0, "11", 40, 1000, 50 * 60_000),  # MIG instance: ml/small-a (Deployment trainer)
-    ("0", UUID0, "13", 90, 5000, 70 * 60_000),  # MIG instance nobody holds
+    # MIG instances of GPU 0: ml/small-a and ml/small-b (Deployment trainer). The energy counter is the
+    # board's, which dcgm-exporter repeats on every instance (shared/fixtures' A800 MIG excerpt).
+    ("0", UUID0, "11", 40, 1000, 100 * 60_000),
+    ("0", UUID0, "13", 90, 5000, 100 * 60_000),
     ("1", UUID1, "", 60, 20000, 300 * 60_000),  # time-sliced: web/infer-1 and web/infer-2 (Deployment vllm)
     ("2", UUID3, "", 30, 3000, 200 * 60_000),  # web/solo (bare pod) and batch/tool (Job nightly) share it
     ("3", "GPU-eb5c9999-ebc3-9a6e-58cc-494befb69b8a", "", 10, 7777, 90 * 60_000),  # nobody
 ]
 DEVICES = [
     AllocatedDevice("ml", "small-a", "c", "nvidia.com/mig-1g.10gb", f"MIG-{UUID0}/11/0"),
+    AllocatedDevice("ml", "small-b", "c", "nvidia.com/mig-1g.10gb", f"MIG-{UUID0}/13/0"),
     AllocatedDevice("web", "infer-1", "vllm", "nvidia.com/gpu.shared", UUID1 + "::0"),
     AllocatedDevice("web", "infer-2", "vllm", "nvidia.com/gpu.shared", UUID1 + "::1"),
     AllocatedDevice("web", "solo", "main", "nvidia.com/gpu.shared", UUID3 + "::0"),
     AllocatedDevice("batch", "tool", "main", "nvidia.com/gpu.shared", UUID3 + "::1"),
 ]
-# Worked out by hand: each GPU once per group, a shared GPU counted in every group that holds it.
+# Worked out by hand: each GPU (utilisation, memory: each MIG instance) once per group, a shared GPU
+# counted in every group that holds it; a MIG GPU's energy once for the group holding its instances.
 EXPECTED = {
     "namespace_workload:gpu_utilization_percent:avg": {
-        ("ml", "Deployment", "trainer"): 40, ("web", "Deployment", "vllm"): 60, ("web", "Pod", "solo"): 30,
+        ("ml", "Deployment", "trainer"): 65, ("web", "Deployment", "vllm"): 60, ("web", "Pod", "solo"): 30,
         ("batch", "CronJob", "nightly"): 30},
     "namespace_workload:gpu_memory_used_mib:sum": {
-        ("ml", "Deployment", "trainer"): 1000, ("web", "Deployment", "vllm"): 20000, ("web", "Pod", "solo"): 3000,
+        ("ml", "Deployment", "trainer"): 6000, ("web", "Deployment", "vllm"): 20000, ("web", "Pod", "solo"): 3000,
         ("batch", "CronJob", "nightly"): 3000},
     "namespace_workload:gpu_energy_watts:rate5m": {
-        ("ml", "Deployment", "trainer"): 50, ("web", "Deployment", "vllm"): 300, ("web", "Pod", "solo"): 200,
+        ("ml", "Deployment", "trainer"): 100, ("web", "Deployment", "vllm"): 300, ("web", "Pod", "solo"): 200,
         ("batch", "CronJob", "nightly"): 200},
-    "namespace:gpu_utilization_percent:avg": {("ml",): 40, ("web",): 45, ("batch",): 30},
-    "namespace:gpu_memory_used_mib:sum": {("ml",): 1000, ("web",): 23000, ("batch",): 3000},
-    "namespace:gpu_energy_watts:rate5m": {("ml",): 50, ("web",): 500, ("batch",): 200},
+    "namespace:gpu_utilization_percent:avg": {("ml",): 65, ("web",): 45, ("batch",): 30},
+    "namespace:gpu_memory_used_mib:sum": {("ml",): 6000, ("web",): 23000, ("batch",): 3000},
+    "namespace:gpu_energy_watts:rate5m": {("ml",): 100, ("web",): 500, ("batch",): 200},
 }
 
 
@@ -75,7 +79,8 @@ def _add_controllers(api):
                 {"apiVersion": "apps/v1" if parent_kind == "Deployment" else "batch/v1", "kind": parent_kind,
                  "name": parent, "uid": f"uid-{parent}", "controller": True}]},
             "spec": {"selector": {}, "template": {}}})
-    for namespace, pod, owner in (("ml", "small-a", ("ReplicaSet", "trainer-5f6")), ("web", "infer-1", ("ReplicaSet", "vllm-7c9")),
+    for namespace, pod, owner in (("ml", "small-a", ("ReplicaSet", "trainer-5f6")), ("ml", "small-b", ("ReplicaSet", "trainer-5f6")),
+                                  ("web", "infer-1", ("ReplicaSet", "vllm-7c9")),
                                   ("web", "infer-2", ("ReplicaSet", "vllm-7c9")), ("web", "solo", None),
                                   ("batch", "tool", ("Job", "nightly-2900"))):
         add_pod(api, namespace, pod, owner=owner)
@@ -142,6 +147,6 @@ def test_a_wrong_expectation_fails(node, api, run_exporter, tmp_path):
     exporter = start(run_exporter, node, "--labels.extra", "workload", "--labels.mode", "join")
     text = wait_until(lambda: (lambda t: t if t.count('workload="') >= len(DEVICES) else None)(scrape(exporter)),
                       timeout_seconds=30)
-    wrong = {**EXPECTED, "namespace:gpu_memory_used_mib:sum": {("ml",): 1000, ("web",): 23001, ("batch",): 3000}}
+    wrong = {**EXPECTED, "namespace:gpu_memory_used_mib:sum": {("ml",): 6000, ("web",): 23001, ("batch",): 3000}}
     result = _promtool_test(tmp_path, "join", text, wrong)
     assert result.returncode != 0 and "namespace:gpu_memory_used_mib:sum" in result.stdout + result.stderr

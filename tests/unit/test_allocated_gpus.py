@@ -180,8 +180,21 @@ def test_a_kubelet_refusing_the_call_leaves_the_split_among_held_replicas(caplog
     offered = OfferedReplicas(lister, clock=ManualClock())
     held = [AllocatedDevice("a", "p", "c", "nvidia.com/gpu", f"{UUID}::0")]
     assert offered(held) is None and offered(held) is None
+    assert lister.calls == 1  # not asked again on every refresh: once a minute, as when it answers
     assert [r.getMessage() for r in caplog.records].count(caplog.records[0].getMessage()) == 1 == len(caplog.records)
     assert "GetAllocatableResources" in caplog.records[0].getMessage()  # logged once
+
+
+def test_an_answer_lacking_a_held_gpu_is_not_asked_again_on_every_refresh():
+    clock, lister = ManualClock(), Lister(_replicas(UUID_B, 2))  # the held replica's GPU is not listed
+    offered = OfferedReplicas(lister, clock=clock)
+    held = [AllocatedDevice("a", "p", "c", "nvidia.com/gpu", f"{UUID}::0")]
+    for _ in range(3):
+        offered(held)
+    assert lister.calls == 1
+    clock.now += MAX_AGE_SECONDS
+    offered(held)
+    assert lister.calls == 2
 
 
 def test_the_client_lists_what_the_kubelet_offers(kubelet):

@@ -41,6 +41,8 @@ def test_environment_sets_and_flag_wins():
     [
         (["--dcgm.timeout", "5x"], {}, "--dcgm.timeout"),
         (["--dcgm.timeout", "0s"], {}, "--dcgm.timeout"),
+        (["--dcgm.file", "/run/dcgm.prom", "--dcgm.timeout", "500ms"], {}, "--dcgm.timeout"),
+        (["--dcgm.file", "/run/dcgm.prom"], {"POD_GPU_EXPORTER_DCGM_TIMEOUT": "900ms"}, "POD_GPU_EXPORTER_DCGM_TIMEOUT"),
         (["--web.listen-address", "9400"], {}, "--web.listen-address"),
         (["--web.listen-address", "::1:9400"], {}, "--web.listen-address"),
         (["--web.telemetry-path", "metrics"], {}, "--web.telemetry-path"),
@@ -57,6 +59,11 @@ def test_bad_values_name_the_flag_or_variable(argv, env, named):
         parse_config(argv, env)
     assert str(error.value).startswith(named + ":")
     assert "\n" not in str(error.value)
+
+
+def test_a_short_dcgm_timeout_is_fine_over_http_and_from_the_settle_window_up_with_a_textfile():
+    assert parse_config(["--dcgm.timeout", "500ms"], {}).dcgm_timeout_seconds == 0.5
+    assert parse_config(["--dcgm.file", "/run/dcgm.prom", "--dcgm.timeout", "1s"], {}).dcgm_timeout_seconds == 1
 
 
 def test_unknown_flag_exits_2_with_one_line(capsys):

@@ -131,6 +131,24 @@ def test_pods_that_ended_or_vanished_are_known_as_ended(api, tmp_path):
         ctx.stop()
 
 
+def test_a_pod_a_relist_skips_as_malformed_has_not_ended(api, tmp_path):
+    # Missing from a list because it could not be read is not deleted: taken as ended, it lost its GPU.
+    api.put("v1", "pods", make_pod("ml", "trainer", NODE))
+    api.put("v1", "pods", make_pod("ml", "gone", NODE))
+    ctx = context(api, tmp_path)
+    try:
+        api.put("v1", "pods", make_pod("ml", "trainer", NODE, labels={"team": 5}))  # not a string: skipped
+        api.delete("v1", "pods", "ml", "gone")
+        wait_until(lambda: ctx.pod("ml", "gone") is None)
+        lists = ctx.pod_watch.lists
+        api.compact()  # the watch's version compacted: a relist, which skips the malformed pod
+        wait_until(lambda: ctx.pod_watch.lists > lists and ctx.up, 30)
+        assert ctx.pod_watch.skipped["malformed"] >= 2
+        assert ctx.ended_pods([("ml", "trainer"), ("ml", "gone")]) == {("ml", "gone")}
+    finally:
+        ctx.stop()
+
+
 def get_forbidden(api_version, kind, namespace, name):
     """The API server's answer to a ServiceAccount without `get` on jobs, without a round trip per
     object (thousands of them are needed here)."""

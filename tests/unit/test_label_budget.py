@@ -47,6 +47,17 @@ def test_a_cut_is_counted_once_though_the_allocation_rows_are_rendered_on_every_
     assert limit.dropped == counted
 
 
+def test_a_holder_that_stays_is_not_counted_again_however_many_come_and_go():
+    limit = LabelLimit(12)
+    held = (("pod_uid", "stays"), ("label_a", "1"), ("annotation_x", "t"))
+    assert limit.fit(held, 8, 3) == held[:1]
+    counted = limit.dropped
+    for number in range(10_000):  # short-lived pods; every change of mapping asks for the one that stays
+        limit.fit((("pod_uid", f"gone-{number}"), ("label_a", "1")), 8, 3)
+        assert limit.fit(held, 8, 3) == held[:1]
+    assert limit.dropped == counted + 10_000  # each short-lived pod's label_a, once; the stayer's never again
+
+
 def test_samples_within_the_limit_and_unattributed_when_owners_cannot_fit():
     body = f"DCGM_FI_DEV_GPU_TEMP{{{UPSTREAM}}} 41\n".encode()
     limit = LabelLimit(12)

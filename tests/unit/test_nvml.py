@@ -139,3 +139,39 @@ def test_without_nvidia_ml_py_there_is_no_resolver():
                             cwd=str(Path(__file__).resolve().parents[2]))
     assert result.stdout.endswith("None\n") and result.stdout.count("level=info") == 1
     assert "libnvidia-ml.so.1 visible" in result.stdout and "nvidia-ml-py (module pynvml) is not installed" in result.stdout
+
+
+class HangsOnce(FakeNvml):
+    """NVML whose first MIG lookup hangs until the test lets it go (a GPU waking, a driver stalled)."""
+
+    def __init__(self, instances):
+        super().__init__(instances)
+        self.release, self.returned, self._first = threading.Event(), threading.Event(), True
+
+    def nvmlDeviceGetHandleByUUID(self, uuid):  # noqa: N802 - NVML's name
+        if self._first:
+            self._first = False
+            self.release.wait(30)
+            self.returned.set()
+        return super().nvmlDeviceGetHandleByUUID(uuid)
+
+
+def test_a_lookup_that_answers_late_resolves_at_the_next_ask_not_after_the_failure_interval():
+    nvml = HangsOnce({MIG_A: (PARENT, 13), MIG_B: (PARENT, 11)})
+    resolver = NvmlMigResolver(nvml, clock=ManualClock(), timeout_seconds=0.2)
+    assert resolver(MIG_A) is None  # no answer within the bound
+    assert resolver(MIG_B) is None  # refused at once while the first call still hangs
+    nvml.release.set()
+    assert nvml.returned.wait(10)
+    # No time has passed on the resolver's clock: neither device is remembered as failed.
+    assert wait_for(lambda: resolver(MIG_A)) == (PARENT, "13")
+    assert resolver(MIG_B) == (PARENT, "11")
+
+
+def wait_for(call):
+    """call()'s first answer that is not None: the hung worker thread ends just after the call returns."""
+    from support.waiting import wait_until
+
+    answers = []
+    wait_until(lambda: answers.append(call()) or answers[-1] is not None, timeout_seconds=10)
+    return answers[-1]

@@ -3,11 +3,17 @@ walk's bounds (cycles, depth, failures) against an API stand-in that answers fro
 
 from __future__ import annotations
 
+import threading
+import time
+
 import pytest
 
-from exporter.sources.kubernetes.context import make_client
-from exporter.sources.kubernetes.workloads import MAX_DEPTH, MetadataReader, NotServed, OwnerRef, Workloads
+from exporter.sources.kubernetes.context import KubernetesContext, make_client
+from exporter.sources.kubernetes.labels import LabelSpec
+from exporter.sources.kubernetes.workloads import (MAX_ANSWER_BYTES, MAX_DEPTH, AnswerRefused, MetadataReader,
+                                                   NotServed, OwnerRef, Workloads)
 from support.fake_kube_api import FakeKubeApi, owner_reference, write_kubeconfig
+from support.raw_tcp import RawTcpServer
 
 
 @pytest.fixture
@@ -89,3 +95,85 @@ def test_an_unreachable_api_leaves_the_workload_unknown_and_asks_again_after_a_m
     for _ in range(10):  # every later refresh walks the cache
         assert walk.of("ml", "p", controller) == ("Deployment", "web")
     assert len(objects.reads) == reads
+
+
+@pytest.mark.parametrize("bad", [{"name": 7}, {"name": ""}, {"name": "a/../../secrets/x"}, {"kind": ["Deployment"]},
+                                 {"apiVersion": None}, {"controller": "yes"}])
+def test_an_owner_reference_that_names_no_object_ends_the_walk_at_the_object_read(bad):
+    # A metadata read is untyped JSON: what it names becomes a label value or the next path read.
+    objects = Objects({("ReplicaSet", "rs"): [{**ref("Deployment", "web"), **bad}], ("Deployment", "web"): []})
+    assert Workloads(objects).of("ml", "p", OwnerRef("apps/v1", "ReplicaSet", "rs")) == ("ReplicaSet", "rs")
+    assert objects.reads == [("ReplicaSet", "rs")]
+
+
+def trickled(conn):
+    """An API server that sends its answer's headers, then one byte a second, for ever."""
+    conn.recv(65536)
+    try:
+        conn.sendall(b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: 100000\r\n\r\n")
+        while True:
+            conn.sendall(b" ")
+            time.sleep(1)
+    except OSError:
+        pass
+
+
+def oversized(conn):
+    """An answer larger than any owner's metadata or discovery document, gzip announced (but not used)."""
+    request = conn.recv(65536)
+    body = b" " * (MAX_ANSWER_BYTES + 1)
+    conn.sendall(b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n" % len(body)
+                 + body if b"accept-encoding: identity" in request.lower() else b"HTTP/1.1 400 Bad\r\n\r\n")
+    conn.close()
+
+
+@pytest.mark.parametrize("handle, why", [(trickled, "took longer than 1 s"), (oversized, "larger than")])
+def test_an_owner_read_is_bounded_in_time_and_size_whatever_the_server_sends(tmp_path, handle, why):
+    # These reads run on the mapping refresher: a trickled answer held it (and every GPU's attribution) for good.
+    server = RawTcpServer(handle)
+    metadata = MetadataReader(make_client(write_kubeconfig(str(tmp_path / "kubeconfig"), server.url)), read_seconds=1.0)
+    outcome = []
+    worker = threading.Thread(target=lambda: outcome.append(_raised(metadata.plural, "apps/v1", "ReplicaSet")),
+                              daemon=True)
+    worker.start()
+    worker.join(30)  # far beyond the bound: only a read that never ends gets here alive
+    assert not worker.is_alive()
+    assert isinstance(outcome[0], AnswerRefused) and why in str(outcome[0])
+    server.close()
+
+
+def _raised(call, *args):
+    try:
+        call(*args)
+    except Exception as exc:  # noqa: BLE001 - returned for the test to look at
+        return exc
+    return None
+
+
+def test_a_failed_owner_read_asks_discovery_once(api, tmp_path):
+    context = KubernetesContext(make_client(write_kubeconfig(str(tmp_path / "kubeconfig"), api.url)), "node-a",
+                                LabelSpec(workload=True))
+    assert context.workloads.of("ml", "p", OwnerRef("ray.io/v1", "RayJob", "j")) == ("RayJob", "j")  # not served
+    assert api.request_count("discover") == 1  # the failure's message names the kind from what is known
+
+
+def test_owner_reads_stop_for_the_refresh_once_they_took_too_long_and_go_on_at_the_next():
+    # An API server that takes 6 s per answer: one refresh must not wait for a read per new pod.
+    now = [1000.0]
+
+    class Slow(Objects):
+        def __call__(self, *args):
+            now[0] += 6
+            return super().__call__(*args)
+
+    objects = Slow({("ReplicaSet", f"rs-{n}"): [] for n in range(3)})
+    walk = Workloads(objects, clock=lambda: now[0])
+    pods = [("ml", f"p-{n}", OwnerRef("apps/v1", "ReplicaSet", f"rs-{n}")) for n in range(3)]
+    walk.begin_refresh()
+    assert [walk.of(*pod) for pod in pods] == [("ReplicaSet", "rs-0"), None, None]
+    assert len(objects.reads) == 1
+    walk.begin_refresh()
+    assert [walk.of(*pod) for pod in pods] == [("ReplicaSet", "rs-0"), ("ReplicaSet", "rs-1"), None]
+    walk.begin_refresh()
+    assert [walk.of(*pod) for pod in pods] == [("ReplicaSet", f"rs-{n}") for n in range(3)]
+    assert len(objects.reads) == 3  # each owner read once

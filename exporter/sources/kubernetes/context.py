@@ -93,7 +93,7 @@ class KubernetesContext:
         # `read_owners` replaces the API server's metadata reads in tests that need thousands of them.
         reader = None if read_owners is not None else MetadataReader(client)
         self.workloads = Workloads(read_owners or reader.owner_references, clock,
-                                   None if reader is None else (lambda version, kind: reader.plural(version, kind)[0]))
+                                   None if reader is None else (lambda version, kind: reader.plural(version, kind, read=False)[0]))
         self._healthy_until: Optional[float] = None
         self._full_logged = False
         self._unseen_logged: set = set()
@@ -153,6 +153,7 @@ class KubernetesContext:
         extras: Dict[Tuple[str, str], tuple] = {}
         pods = list(pods)
         self._unseen_logged &= set(pods)  # forget pods that are gone, so the set stays bounded
+        self.workloads.begin_refresh()
         for namespace, name in pods:
             info = self.pod(namespace, name)
             if info is None:
@@ -194,9 +195,13 @@ class KubernetesContext:
         if len(pods) > MAX_PODS:
             self._log_full(len(pods))
         listed = {(pod.metadata.namespace, pod.metadata.name) for pod in pods}
+        # A list that skipped an object cannot tell a deleted pod from one it could not read: a pod
+        # then missing is dropped, not taken as ended (which would take its GPU from it).
+        complete = self.pod_watch.list_complete
         with self._lock:
             for key in self._pods.keys() - listed:  # deleted while the watch was away
-                self._forget(key)
+                if complete:
+                    self._forget(key)
             for key in fresh.keys() & self._gone.keys():
                 del self._gone[key]
             self._pods = fresh

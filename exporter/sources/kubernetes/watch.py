@@ -105,6 +105,9 @@ class ListWatch:
         self._worked = False  # a watch since the last list was useful: a 410 then is the window moving on
         self._attempt = 0
         self.lists = 0
+        # Whether the last list handed on every object of this node it held: one skipped as malformed
+        # is absent from it, though not deleted.
+        self.list_complete = True
         self.relists_after_gone = 0
         self.skipped: Dict[str, int] = {}  # reason → objects left out of the cache
         self.dropped: Dict[str, int] = {}  # reason → watch connections we closed (silent, too_large)
@@ -170,10 +173,11 @@ class ListWatch:
         self._phase, self._useful, self._worked = "list", False, False
         if not self._budget.take(self._stop):
             return
-        version, objects = "", []
+        version, objects, malformed = "", [], self.skipped.get("malformed", 0)
         for version, items in list_pages(self._client, self._resource, self._namespace, self._selector,
                                          LIST_PAGE_SIZE):
             objects += filter(None, map(self._decoded, items))
+        self.list_complete = self.skipped.get("malformed", 0) == malformed
         self._on_reset(objects)
         self.lists += 1
         self._watch_confirmed, self._watch_opened_at, self._listed_at = False, None, time.monotonic()

@@ -20,8 +20,16 @@ from exporter.sources.kubernetes.watch import describe_failure
 # Pod → StatefulSet → LeaderWorkerSet); the bound only stops a cycle or a runaway operator chain.
 MAX_DEPTH = 8
 MAX_OBJECTS = 4096  # owners remembered (answers and failed reads together)
+# Owner reads made in one mapping refresh stop once this long has gone on them: an API server that
+# answers slowly (or not at all, each read waiting out its bound) must not hold every GPU's attribution
+# for a read per new pod. The pods left are walked at the next refresh.
+READS_PER_REFRESH_SECONDS = 5.0
 RETRY_SECONDS = 60.0
 _MAX_GROUP_VERSIONS = 256
+# One owner's metadata is a few kilobytes and a group/version's discovery tens; a working API server
+# answers either in milliseconds.
+MAX_ANSWER_BYTES = 4 * 1024 * 1024
+READ_SECONDS = 10.0
 # What the API server sends instead of the whole object: name, namespace, uid, labels, annotations,
 # ownerReferences. A ReplicaSet's pod template or a JobSet's spec can be tens of kilobytes.
 METADATA_ACCEPT = "application/json;as=PartialObjectMetadata;g=meta.k8s.io;v=v1"
@@ -39,12 +47,24 @@ _TOP = OwnerRef("", "", "")  # the remembered answer for an object that has no c
 
 
 def controller_of(references: Iterable) -> Optional[OwnerRef]:
-    """The `controller: true` entry of ownerReferences (dicts, or lightkube models), if any."""
+    """The `controller: true` entry of ownerReferences (dicts, or lightkube models), if any.
+
+    A metadata read is untyped JSON: an entry whose apiVersion, kind or name is not a non-empty string
+    (or whose name holds a '/', which would change the path read next) names no object, and is taken
+    as no controller: its values would otherwise become label values, or a list read of a collection.
+    """
     for ref in references or ():
         get = ref.get if isinstance(ref, dict) else (lambda field, r=ref: getattr(r, field, None))
-        if get("controller"):
-            return OwnerRef(get("apiVersion") or "", get("kind") or "", get("name") or "")
+        if get("controller") is True:
+            fields = (get("apiVersion"), get("kind"), get("name"))
+            if not all(isinstance(field, str) and field for field in fields) or "/" in fields[2]:
+                return None
+            return OwnerRef(*fields)
     return None
+
+
+class AnswerRefused(Exception):
+    """An owner or discovery answer too large or too slow to be read whole (see MetadataReader._get)."""
 
 
 class NotServed(Exception):
@@ -62,18 +82,22 @@ class MetadataReader:
     authenticated user may read it); each kind needs `get` on its resource.
     """
 
-    def __init__(self, client):
+    def __init__(self, client, read_seconds: float = READ_SECONDS):
         # The lightkube client's own connection: the same server, TLS, 10 s timeout and credentials,
         # the rotating token included; lightkube itself offers no way to ask for a PartialObjectMetadata
         # answer.
         self._http = http_client(client)
         self._resources: Dict[str, Dict[str, Tuple[str, bool]]] = {}  # group/version → kind → (plural, namespaced)
         self._lock = threading.Lock()
+        self._read_seconds = read_seconds
 
-    def plural(self, api_version: str, kind: str) -> Tuple[str, bool]:
-        """(plural, namespaced) of a kind; raises NotServed when discovery does not list it."""
+    def plural(self, api_version: str, kind: str, read: bool = True) -> Tuple[str, bool]:
+        """(plural, namespaced) of a kind; raises NotServed when discovery does not list it. Without
+        `read`, only from a discovery answer already read (KeyError if none): for messages."""
         with self._lock:
             kinds = self._resources.get(api_version)
+        if kinds is None and not read:
+            raise KeyError(api_version)
         if kinds is None:
             body = self._get(_group_path(api_version))
             kinds = {item["kind"]: (item["name"], bool(item.get("namespaced")))
@@ -93,9 +117,21 @@ class MetadataReader:
         return list((body.get("metadata") or {}).get("ownerReferences") or ())
 
     def _get(self, path: str, accept: str = "application/json") -> dict:
-        response = self._http.get(path, headers={"Accept": accept})
-        response.raise_for_status()  # httpx's error carries the response: describe_failure reads its status
-        return json.loads(response.content)
+        """The JSON answer, read within READ_SECONDS and MAX_ANSWER_BYTES whatever the server sends: these
+        reads run on the mapping refresher, which a trickled answer would otherwise hold for good (the
+        client's timeout bounds each read, not the answer), and a compressed one would be inflated whole."""
+        deadline = time.monotonic() + self._read_seconds
+        # identity: a compressed answer would be inflated out of the cap's sight.
+        with self._http.stream("GET", path, headers={"Accept": accept, "Accept-Encoding": "identity"}) as response:
+            response.raise_for_status()  # httpx's error carries the response: describe_failure reads its status
+            body = bytearray()
+            for chunk in response.iter_raw():
+                body += chunk
+                if len(body) > MAX_ANSWER_BYTES:
+                    raise AnswerRefused(f"{path}: the answer is larger than {MAX_ANSWER_BYTES} bytes")
+                if time.monotonic() > deadline:
+                    raise AnswerRefused(f"{path}: the answer took longer than {self._read_seconds:g} s")
+        return json.loads(body)
 
 
 def _group_path(api_version: str) -> str:
@@ -131,6 +167,12 @@ class Workloads:
         self._unreadable: Dict[Key, bool] = {}  # keys whose last read was refused (403/404); oldest first
         self._lock = threading.Lock()
         self._logged: set = set()
+        self._clock = clock
+        self._read_until: Optional[float] = None  # see begin_refresh
+
+    def begin_refresh(self) -> None:
+        """Start one refresh's walks: reads of owners not remembered stop READS_PER_REFRESH_SECONDS from now."""
+        self._read_until = self._clock() + READS_PER_REFRESH_SECONDS
 
     @property
     def lookups(self) -> int:
@@ -150,7 +192,9 @@ class Workloads:
             if key in seen:
                 break  # a cycle: no real controller makes one, but a hand-edited object can
             seen.add(key)
-            parent = self._parents.get(key)
+            spent = (self._read_until is not None and self._clock() >= self._read_until
+                     and self._parents.would_look_up(key))  # this refresh's reads are spent: a later one reads it
+            parent = None if spent else self._parents.get(key)
             if parent is None:
                 with self._lock:
                     return (ref.kind, ref.name) if key in self._unreadable else None
