@@ -74,6 +74,9 @@ class FakeKubeApi:
         self.ignore_field_selector = False  # as a proxy that drops the query's fieldSelector
         self.raw_for_next_watch: Dict[str, object] = {}  # plural → bytes, or an iterable of bytes, sent as-is
         self.raw_bytes_sent = 0
+        # plural → "trickle" (headers, then one byte at a time for ever) or "oversized" (the object, padded
+        # past any answer a working server sends): how every get of that resource is answered.
+        self.hostile_gets: Dict[str, str] = {}
         self._cond = threading.Condition()
         self._objects: Dict[Tuple[str, str], Dict[Tuple[str, str], dict]] = {}
         self._events: List[Tuple[int, str, str, dict]] = []  # (rv, group path + plural, type, object)
@@ -311,6 +314,8 @@ def _handler(api: FakeKubeApi):
                 selector = None
             if name:
                 obj = api._get(version, plural, namespace, name)
+                if plural in api.hostile_gets:
+                    return self._hostile_get(api.hostile_gets[plural], obj or {})
                 if obj is None:
                     return self._send(404, status_object(404, "NotFound", f'{plural} "{name}" not found'))
                 if "as=PartialObjectMetadata" in (self.headers.get("Accept") or ""):
@@ -364,6 +369,26 @@ def _handler(api: FakeKubeApi):
                     time.sleep(0.05)
             try:
                 self._chunk(b"")
+            except (BrokenPipeError, ConnectionResetError):
+                pass
+
+        def _hostile_get(self, behaviour: str, obj: dict) -> None:
+            self.close_connection = True
+            padded = {**obj, "metadata": {**obj.get("metadata", {}), "annotations": {"padding": "x" * (5 << 20)}}}
+            body = json.dumps(padded).encode()
+            self.send_response(200)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            try:
+                if behaviour == "oversized":
+                    self.wfile.write(body)
+                    return
+                deadline = time.monotonic() + _MAX_WATCH_SECONDS
+                while not api._stopped and time.monotonic() < deadline:  # JSON may start with any whitespace
+                    self.wfile.write(b" ")
+                    self.wfile.flush()
+                    time.sleep(0.2)
             except (BrokenPipeError, ConnectionResetError):
                 pass
 

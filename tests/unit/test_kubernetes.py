@@ -3,6 +3,8 @@ DRA MIG devices, the v1beta1 fallback, bookmarks, and what the pod cache keeps."
 
 from __future__ import annotations
 
+import threading
+
 import pytest
 
 from exporter.core.identity import GpuKey
@@ -87,6 +89,29 @@ def test_resource_slices_and_claims_fall_back_to_v1beta1(api, tmp_path):
         assert build_mapping(devices, context=ctx).allocations == ()  # its claim has adminAccess (v1beta1 fields)
     finally:
         ctx.stop()
+
+
+@pytest.mark.parametrize("behaviour, why", [("trickle", "took longer than 1 s"), ("oversized", "larger than")])
+def test_a_claim_read_is_bounded_in_time_and_size_so_the_refresh_goes_on(api, tmp_path, log_stream, behaviour, why):
+    # Claims are read on the mapping refresher: a trickled answer held it (and every GPU's attribution) for good,
+    # and an answer of any size was read whole.
+    device = mig_slice_and_claim(api)[0]
+    api.put("resource.k8s.io/v1", "resourceclaims", claim("ml", "small", MIG_DEVICE, admin=True))
+    api.hostile_gets["resourceclaims"] = behaviour
+    ctx = KubernetesContext(make_client(write_kubeconfig(str(tmp_path / "kubeconfig"), api.url)), NODE, LabelSpec(),
+                            read_seconds=1.0)
+    ctx.start()
+    try:
+        wait_until(lambda: ctx.up and ctx.slice_watch.healthy)
+        outcome = []
+        refresh = threading.Thread(target=lambda: outcome.append(ctx.resolve_dra(device)), daemon=True)
+        refresh.start()
+        refresh.join(30)  # far beyond the bound: only a read that never ends gets here alive
+        assert not refresh.is_alive()
+    finally:
+        ctx.stop()
+    assert outcome[0].admin_access is False  # the claim could not be read: adminAccess is not assumed
+    assert why in log_stream.getvalue()
 
 
 def test_bookmarks_pass_and_the_cache_follows_the_watch(api, tmp_path):

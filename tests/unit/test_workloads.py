@@ -10,7 +10,8 @@ import pytest
 
 from exporter.sources.kubernetes.context import KubernetesContext, make_client
 from exporter.sources.kubernetes.labels import LabelSpec
-from exporter.sources.kubernetes.workloads import (MAX_ANSWER_BYTES, MAX_DEPTH, AnswerRefused, MetadataReader,
+from exporter.sources.kubernetes.stream import MAX_ANSWER_BYTES, AnswerRefused
+from exporter.sources.kubernetes.workloads import (MAX_DEPTH, MetadataReader,
                                                    NotServed, OwnerRef, Workloads)
 from support.fake_kube_api import FakeKubeApi, owner_reference, write_kubeconfig
 from support.raw_tcp import RawTcpServer
@@ -40,6 +41,26 @@ def test_owners_are_read_metadata_only_with_the_plural_and_scope_from_discovery(
     assert metadata.plural("kueue.x-k8s.io/v1beta1", "ClusterQueue") == ("clusterqueues", False)
     with pytest.raises(NotServed):
         metadata.plural("kueue.x-k8s.io/v1beta1", "Cohort")
+
+
+def test_a_kind_served_later_in_a_group_version_already_read_is_found_after_a_minute(api, tmp_path):
+    # A CRD installed (or a kind added to a served group/version) after discovery was first read.
+    now = [1000.0]
+    api.serve_kind("kueue.x-k8s.io/v1beta1", "workloads", "Workload")
+    metadata = MetadataReader(make_client(write_kubeconfig(str(tmp_path / "kubeconfig"), api.url)),
+                              clock=lambda: now[0])
+    assert metadata.plural("kueue.x-k8s.io/v1beta1", "Workload") == ("workloads", True)
+    api.serve_kind("kueue.x-k8s.io/v1beta1", "clusterqueues", "ClusterQueue", namespaced=False)
+    for _ in range(3):  # within the minute: discovery is not read again, however often the kind is asked
+        now[0] += 10
+        with pytest.raises(NotServed):
+            metadata.plural("kueue.x-k8s.io/v1beta1", "ClusterQueue")
+    assert api.requests.count(("discover", "kueue.x-k8s.io/v1beta1")) == 1
+    now[0] += 31
+    assert metadata.plural("kueue.x-k8s.io/v1beta1", "ClusterQueue") == ("clusterqueues", False)
+    assert api.requests.count(("discover", "kueue.x-k8s.io/v1beta1")) == 2
+    assert metadata.plural("kueue.x-k8s.io/v1beta1", "Workload") == ("workloads", True)  # from the new answer
+    assert api.requests.count(("discover", "kueue.x-k8s.io/v1beta1")) == 2
 
 
 def test_a_kind_the_server_does_not_serve_ends_the_walk_there(api, tmp_path, log_stream):

@@ -13,9 +13,10 @@ from typing import Callable, Dict, Iterable, List, Optional, Set, Tuple
 from exporter.base.errors import ConfigError
 from exporter.base.logs import log
 from exporter.core.mapping import DraResolution
-from exporter.sources.kubernetes.dra import DraDevices
+from exporter.sources.kubernetes.dra import DraDevices, read_claim
 from exporter.sources.kubernetes.labels import LabelSpec, PodInfo, allowed_items, extra_label_pairs
 from exporter.sources.kubernetes.objects import pod_check, slice_check
+from exporter.sources.kubernetes.stream import ANSWER_SECONDS, http_client
 from exporter.sources.kubernetes.token import use_rotating_token
 from exporter.sources.kubernetes.watch import WATCH_SILENCE_SECONDS, ListWatch
 from exporter.sources.kubernetes.workloads import MetadataReader, Workloads, controller_of
@@ -78,7 +79,7 @@ class KubernetesContext:
 
     def __init__(self, client, node_name: str, spec: LabelSpec, grace_seconds: float = 60.0,
                  resolve_mig=None, clock: Callable[[], float] = time.monotonic, read_owners=None,
-                 watch_silence_seconds: float = WATCH_SILENCE_SECONDS):
+                 watch_silence_seconds: float = WATCH_SILENCE_SECONDS, read_seconds: float = ANSWER_SECONDS):
         from lightkube.resources.core_v1 import Pod
         from lightkube.resources.resource_v1 import ResourceSlice
 
@@ -87,11 +88,12 @@ class KubernetesContext:
         self._spec = spec
         self._grace = grace_seconds
         self._clock = clock
+        self._read_seconds = read_seconds  # the bound on each get's answer: owners, discovery, claims
         self._lock = threading.Lock()
         self._pods: Dict[Tuple[str, str], PodInfo] = {}
         self._gone: Dict[Tuple[str, str], bool] = {}  # pods the watch saw deleted, oldest first
         # `read_owners` replaces the API server's metadata reads in tests that need thousands of them.
-        reader = None if read_owners is not None else MetadataReader(client)
+        reader = None if read_owners is not None else MetadataReader(client, read_seconds, clock)
         self.workloads = Workloads(read_owners or reader.owner_references, clock,
                                    None if reader is None else (lambda version, kind: reader.plural(version, kind, read=False)[0]))
         self._healthy_until: Optional[float] = None
@@ -235,15 +237,7 @@ class KubernetesContext:
                 pods=count, max_pods=MAX_PODS, node=self.node_name)
 
     def _get_claim(self, namespace: str, name: str):
-        from lightkube.resources.resource_v1 import ResourceClaim
-        from lightkube.resources.resource_v1beta1 import ResourceClaim as ResourceClaimV1beta1
-
-        try:
-            return self._client.get(ResourceClaim, name, namespace=namespace)
-        except Exception as exc:  # noqa: BLE001 - only a 404 (version not served) is retried in v1beta1
-            if getattr(getattr(exc, "status", None), "code", None) != 404:
-                raise
-            return self._client.get(ResourceClaimV1beta1, name, namespace=namespace)
+        return read_claim(http_client(self._client), namespace, name, self._read_seconds)
 
 
 def label_spec(config) -> LabelSpec:

@@ -11,6 +11,7 @@ from exporter.base.logs import DependencyReporter
 from exporter.core.device_ids import DRA_GPU_DRIVER
 from exporter.core.identity import GpuKey, MigResolver
 from exporter.core.mapping import DraResolution
+from exporter.sources.kubernetes.stream import ANSWER_SECONDS, decode_object, read_answer
 from exporter.sources.kubernetes.watch import describe_failure
 
 DeviceRef = Tuple[str, str, str]  # (driver, pool, device name), as the kubelet and ResourceSlices name it
@@ -126,6 +127,27 @@ class DraDevices:
             return None
         self._reporter.succeeded("Kubernetes API answering again", resource="resourceclaims")
         return frozenset(_admin_access_results(found))
+
+
+def read_claim(http, namespace: str, name: str, seconds: float = ANSWER_SECONDS):
+    """A ResourceClaim, read v1 then (a 404: Kubernetes 1.32-1.33) v1beta1, each get bounded in size and time
+    (stream.read_answer): claims are read on the mapping refresher, which a trickled answer must not hold."""
+    from urllib.parse import quote
+
+    path = f"namespaces/{quote(namespace, safe='')}/resourceclaims/{quote(name, safe='')}"
+    try:
+        raw = read_answer(http, f"/apis/resource.k8s.io/v1/{path}", seconds=seconds)
+    except Exception as exc:  # noqa: BLE001 - only a 404 (version not served) is retried in v1beta1
+        if getattr(getattr(exc, "status", None), "code", None) != 404:
+            raise
+        # Imported only here: each API version's models cost RSS.
+        from lightkube.resources.resource_v1beta1 import ResourceClaim as ResourceClaimV1beta1
+
+        return decode_object(read_answer(http, f"/apis/resource.k8s.io/v1beta1/{path}", seconds=seconds),
+                             ResourceClaimV1beta1)
+    from lightkube.resources.resource_v1 import ResourceClaim
+
+    return decode_object(raw, ResourceClaim)
 
 
 def _admin_access_results(claim):

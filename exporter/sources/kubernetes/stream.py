@@ -16,6 +16,10 @@ from typing import Iterable, Iterator, List, Optional, Tuple
 MAX_WATCH_LINE_BYTES = 4 * 1024 * 1024
 _MAX_ERROR_BODY_BYTES = 64 * 1024  # of a non-200 answer's Status object
 _REQUEST_TIMEOUT_SECONDS = 10.0  # connect, write, and every read of a list (lightkube's default)
+# One get's answer (an owner's metadata, a group/version's discovery, a ResourceClaim) is a few to tens
+# of kilobytes; a working API server sends it in milliseconds.
+MAX_ANSWER_BYTES = 4 * 1024 * 1024
+ANSWER_SECONDS = 10.0
 
 
 class WatchLineTooLong(Exception):
@@ -30,6 +34,10 @@ class WatchSilent(Exception):
 
     def __init__(self, seconds: float):
         super().__init__(f"nothing arrived on the watch for {seconds:g} s; the connection was dropped")
+
+
+class AnswerRefused(Exception):
+    """A get's answer too large or too slow to be read whole (see read_answer)."""
 
 
 def bounded_lines(chunks: Iterable[bytes], limit: int) -> Iterator[bytes]:
@@ -104,6 +112,27 @@ def _send(client, resource, namespace, params: dict, watch: bool, read_timeout: 
         finally:
             response.close()
     return response
+
+
+def read_answer(http, path: str, accept: str = "application/json", seconds: float = ANSWER_SECONDS) -> bytes:
+    """The body of one GET on `http` (http_client's), read within `seconds` and MAX_ANSWER_BYTES whatever the
+    server sends: gets run on the mapping refresher, which a trickled answer would otherwise hold for good (the
+    client's timeout bounds each read, not the answer). AnswerRefused past either; ApiError for a non-200."""
+    import time
+
+    deadline = time.monotonic() + seconds
+    # identity: a compressed answer would be inflated out of the cap's sight.
+    with http.stream("GET", path, headers={"Accept": accept, "Accept-Encoding": "identity"}) as response:
+        if response.status_code != 200:
+            raise _api_error(response)
+        body = bytearray()
+        for chunk in response.iter_raw():
+            body += chunk
+            if len(body) > MAX_ANSWER_BYTES:
+                raise AnswerRefused(f"{path}: the answer is larger than {MAX_ANSWER_BYTES} bytes")
+            if time.monotonic() > deadline:
+                raise AnswerRefused(f"{path}: the answer took longer than {seconds:g} s")
+    return bytes(body)
 
 
 def watch_lines(client, resource, namespace, params: dict, silence_seconds: float,

@@ -13,7 +13,7 @@ from typing import Callable, Dict, Iterable, List, NamedTuple, Optional, Tuple
 
 from exporter.base.cache import RetryingCache
 from exporter.base.logs import log
-from exporter.sources.kubernetes.stream import http_client
+from exporter.sources.kubernetes.stream import ANSWER_SECONDS, http_client, read_answer
 from exporter.sources.kubernetes.watch import describe_failure
 
 # A real chain is at most four levels above the pod (LeaderWorkerSet worker: StatefulSet → leader
@@ -25,11 +25,10 @@ MAX_OBJECTS = 4096  # owners remembered (answers and failed reads together)
 # for a read per new pod. The pods left are walked at the next refresh.
 READS_PER_REFRESH_SECONDS = 5.0
 RETRY_SECONDS = 60.0
+# A group/version's discovery is read again when it lacks a kind asked for (a CRD installed later),
+# at most this often: an owner of a kind never served must not cost a discovery read per walk.
+REDISCOVER_SECONDS = 60.0
 _MAX_GROUP_VERSIONS = 256
-# One owner's metadata is a few kilobytes and a group/version's discovery tens; a working API server
-# answers either in milliseconds.
-MAX_ANSWER_BYTES = 4 * 1024 * 1024
-READ_SECONDS = 10.0
 # What the API server sends instead of the whole object: name, namespace, uid, labels, annotations,
 # ownerReferences. A ReplicaSet's pod template or a JobSet's spec can be tens of kilobytes.
 METADATA_ACCEPT = "application/json;as=PartialObjectMetadata;g=meta.k8s.io;v=v1"
@@ -63,10 +62,6 @@ def controller_of(references: Iterable) -> Optional[OwnerRef]:
     return None
 
 
-class AnswerRefused(Exception):
-    """An owner or discovery answer too large or too slow to be read whole (see MetadataReader._get)."""
-
-
 class NotServed(Exception):
     """The API server serves no resource of this kind in this group/version (a CRD removed, a typo)."""
 
@@ -77,17 +72,19 @@ class MetadataReader:
     """Reads one object's ownerReferences by apiVersion and kind, with a metadata-only GET.
 
     The resource's plural and scope come from discovery (`/api/v1`, `/apis/<group>/<version>`), read
-    once per group/version: guessing plurals from kinds goes wrong (`NetworkPolicy` → `networkpolicies`)
+    once per group/version and again (at most every REDISCOVER_SECONDS) when a kind is missing: guessing plurals from kinds goes wrong (`NetworkPolicy` → `networkpolicies`)
     and a cluster-scoped owner has no namespace in its path. Discovery needs no RBAC of ours (every
     authenticated user may read it); each kind needs `get` on its resource.
     """
 
-    def __init__(self, client, read_seconds: float = READ_SECONDS):
+    def __init__(self, client, read_seconds: float = ANSWER_SECONDS, clock: Callable[[], float] = time.monotonic):
         # The lightkube client's own connection: the same server, TLS, 10 s timeout and credentials,
         # the rotating token included; lightkube itself offers no way to ask for a PartialObjectMetadata
         # answer.
         self._http = http_client(client)
         self._resources: Dict[str, Dict[str, Tuple[str, bool]]] = {}  # group/version → kind → (plural, namespaced)
+        self._read_at: Dict[str, float] = {}  # group/version → when its discovery was read
+        self._clock = clock
         self._lock = threading.Lock()
         self._read_seconds = read_seconds
 
@@ -96,16 +93,20 @@ class MetadataReader:
         `read`, only from a discovery answer already read (KeyError if none): for messages."""
         with self._lock:
             kinds = self._resources.get(api_version)
+            read_at = self._read_at.get(api_version, 0.0)
         if kinds is None and not read:
             raise KeyError(api_version)
-        if kinds is None:
+        stale = kinds is not None and kind not in kinds and self._clock() - read_at >= REDISCOVER_SECONDS
+        if read and (kinds is None or stale):
             body = self._get(_group_path(api_version))
             kinds = {item["kind"]: (item["name"], bool(item.get("namespaced")))
                      for item in body.get("resources", ()) if "/" not in item.get("name", "/")}
             with self._lock:
                 if len(self._resources) >= _MAX_GROUP_VERSIONS:
                     self._resources.clear()
+                    self._read_at.clear()
                 self._resources[api_version] = kinds
+                self._read_at[api_version] = self._clock()
         if kind not in kinds:
             raise NotServed(f"{api_version} serves no kind {kind}")
         return kinds[kind]
@@ -117,21 +118,8 @@ class MetadataReader:
         return list((body.get("metadata") or {}).get("ownerReferences") or ())
 
     def _get(self, path: str, accept: str = "application/json") -> dict:
-        """The JSON answer, read within READ_SECONDS and MAX_ANSWER_BYTES whatever the server sends: these
-        reads run on the mapping refresher, which a trickled answer would otherwise hold for good (the
-        client's timeout bounds each read, not the answer), and a compressed one would be inflated whole."""
-        deadline = time.monotonic() + self._read_seconds
-        # identity: a compressed answer would be inflated out of the cap's sight.
-        with self._http.stream("GET", path, headers={"Accept": accept, "Accept-Encoding": "identity"}) as response:
-            response.raise_for_status()  # httpx's error carries the response: describe_failure reads its status
-            body = bytearray()
-            for chunk in response.iter_raw():
-                body += chunk
-                if len(body) > MAX_ANSWER_BYTES:
-                    raise AnswerRefused(f"{path}: the answer is larger than {MAX_ANSWER_BYTES} bytes")
-                if time.monotonic() > deadline:
-                    raise AnswerRefused(f"{path}: the answer took longer than {self._read_seconds:g} s")
-        return json.loads(body)
+        """The JSON answer, bounded in size and time (stream.read_answer): these reads run on the refresher."""
+        return json.loads(read_answer(self._http, path, accept, self._read_seconds))
 
 
 def _group_path(api_version: str) -> str:
