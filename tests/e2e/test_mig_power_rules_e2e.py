@@ -4,20 +4,13 @@ namespace, memory per instance."""
 
 from __future__ import annotations
 
-import shutil
-import tempfile
-import urllib.parse
-from pathlib import Path
 
 import pytest
 
-from exporter.demo.fake_dcgm import FakeDcgmExporter
-from exporter.demo.fake_kubelet import FakeKubelet
 from exporter.sources.kubelet import AllocatedDevice
-from support.deploy_tools import RULES, require_executable
-from support.exporter_process import start_exporter
 from support.fixtures import fixture_bytes
-from support.prometheus_server import PrometheusServer, eventually
+from support.prometheus_server import eventually
+from support.rules_stack import rules_stack
 
 # GPU 0 of the scrape is in MIG mode with instances 3, 5 and 6; its DCGM_FI_DEV_POWER_USAGE reads
 # 78.174 on instances 3 and 5 and 78.446 on instance 6 (the board's, sampled at slightly different
@@ -34,31 +27,8 @@ DEVICES = [  # ml/a holds two instances of the GPU, ml/b the third
 
 @pytest.fixture(scope="module")
 def stack():
-    binary = require_executable("prometheus", "apt-get install -y prometheus (.ci/system-packages.sh does)")
-    folder = Path(tempfile.mkdtemp(prefix="pgx-mig-", dir="/tmp"))  # short: unix socket paths are limited
-    kubelet = FakeKubelet(str(folder / "kubelet.sock"))
-    kubelet.set_devices(DEVICES)
-    dcgm = FakeDcgmExporter(fixture_bytes(SCRAPE))
-    started = []
-    try:
-        for part in (kubelet, dcgm):
-            part.start()
-            started.append(part)
-        exporter = start_exporter(["--kubelet.socket", str(folder / "kubelet.sock"), "--dcgm.url", dcgm.url,
-                                   "--kubelet.refresh-interval", "1s"])
-        started.append(exporter)
-        prometheus = PrometheusServer(binary, folder, {
-            "global": {"scrape_interval": "1s", "evaluation_interval": "1s"},
-            "rule_files": [str(RULES)],
-            "scrape_configs": [{"job_name": "pod-gpu-metrics", "metrics_path": "/gpu/metrics", "honor_labels": True,
-                                "static_configs": [{"targets": [urllib.parse.urlsplit(exporter.url()).netloc]}]}],
-        })
-        started.append(prometheus)
+    with rules_stack(DEVICES, fixture_bytes(SCRAPE), "pgx-mig-") as prometheus:
         yield prometheus
-    finally:
-        for part in reversed(started):
-            part.stop()
-        shutil.rmtree(folder, ignore_errors=True)
 
 
 @pytest.mark.parametrize("promql, expected", [

@@ -4,22 +4,15 @@ from __future__ import annotations
 
 import json
 import re
-import shutil
-import tempfile
-import urllib.parse
-import urllib.request
-from pathlib import Path
 
 import pytest
 import yaml
 
-from exporter.demo.fake_dcgm import FakeDcgmExporter
-from exporter.demo.fake_kubelet import FakeKubelet
 from exporter.sources.kubelet import AllocatedDevice
-from support.deploy_tools import DASHBOARD, RULES, require_executable
-from support.exporter_process import start_exporter
+from support.deploy_tools import DASHBOARD, RULES
 from support.fixtures import fixture_bytes
-from support.prometheus_server import PrometheusServer, eventually, get_json
+from support.prometheus_server import eventually, get_json
+from support.rules_stack import rules_stack
 
 DEADLINE_SECONDS = 40.0
 PROCESS_MODE_SERIES = re.compile(r"pod_gpu_(container_(energy|idle)|unattributed)_")
@@ -35,43 +28,13 @@ def _upstream_body() -> bytes:
     return body
 
 
-
-
-
-
-
-
-
-
 @pytest.fixture(scope="module")
 def stack():
-    binary = require_executable("prometheus", "apt-get install -y prometheus (.ci/system-packages.sh does)")
-    folder = Path(tempfile.mkdtemp(prefix="pgx-prom-", dir="/tmp"))  # short: unix socket paths are limited
     body = _upstream_body()
     uuid = re.search(rb'UUID="(GPU-[^"]+)"', body).group(1).decode()
-    kubelet = FakeKubelet(str(folder / "kubelet.sock"))
-    kubelet.set_devices([AllocatedDevice(NAMESPACE, POD, CONTAINER, "nvidia.com/gpu", uuid)])
-    dcgm = FakeDcgmExporter(body)
-    started = []
-    try:
-        for part in (kubelet, dcgm):
-            part.start()
-            started.append(part)
-        exporter = start_exporter(["--kubelet.socket", str(folder / "kubelet.sock"), "--dcgm.url", dcgm.url,
-                                   "--kubelet.refresh-interval", "1s"])
-        started.append(exporter)
-        prometheus = PrometheusServer(binary, folder, {
-            "global": {"scrape_interval": "1s", "evaluation_interval": "1s"},
-            "rule_files": [str(RULES)],
-            "scrape_configs": [{"job_name": "pod-gpu-metrics", "metrics_path": "/gpu/metrics", "honor_labels": True,
-                                "static_configs": [{"targets": [urllib.parse.urlsplit(exporter.url()).netloc]}]}],
-        })
-        started.append(prometheus)
+    devices = [AllocatedDevice(NAMESPACE, POD, CONTAINER, "nvidia.com/gpu", uuid)]
+    with rules_stack(devices, body, "pgx-prom-") as prometheus:
         yield prometheus, uuid
-    finally:
-        for part in reversed(started):
-            part.stop()
-        shutil.rmtree(folder, ignore_errors=True)
 
 
 def test_query_by_pod_returns_the_upstream_value(stack):
