@@ -43,6 +43,13 @@ def simulated_allocations() -> List[AllocatedDevice]:
     ]
 
 
+def simulated_offered() -> List[Tuple[str, str]]:
+    """What the device plugins offer, held or free (GetAllocatableResources): GPU 2 as 4 time-slicing
+    replicas, the others whole."""
+    whole = [("nvidia.com/gpu", gpu_uuid(index)) for index in range(GPU_COUNT) if index != 2]
+    return whole + [("nvidia.com/gpu.shared", f"{gpu_uuid(2)}::{replica}") for replica in range(4)]
+
+
 # How busy each simulated GPU is, on average (0..1); GPU 3 is idle.
 _LOAD = {0: 0.85, 1: 0.8, 2: 0.45, 3: 0.0}
 
@@ -112,6 +119,7 @@ def run_demo(config: Config, serve: Callable[..., int]) -> int:
     socket_path = str(workdir / "kubelet.sock")
     kubelet = FakeKubelet(socket_path)
     kubelet.set_devices(simulated_allocations())
+    kubelet.set_allocatable(simulated_offered())
     dcgm = FakeDcgmExporter(SimulatedDcgm(TEMPLATE.read_text()).render)
     try:
         kubelet.start()

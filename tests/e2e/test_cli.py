@@ -102,10 +102,15 @@ def test_demo_serves_attributed_samples_and_moves():
         assert len(idle) == 1 and "pod=" not in idle[0]
         shared = [l for l in first.splitlines() if l.startswith("DCGM_FI_DEV_GPU_TEMP{") and 'gpu="2"' in l]
         assert len(shared) == 2  # two pods, one with two replicas: still exactly two series
+        # GPU 2 is offered as 4 replicas: llm-server-a holds 2 of them, llm-server-b 1.
+        allocated = {re.search(r'pod="([^"]+)"', l).group(1): float(l.rsplit(" ", 1)[1])
+                     for l in first.splitlines() if l.startswith("pod_gpu_container_allocated_gpus{")}
+        assert allocated == {"trainer-0": 2.0, "llm-server-a": 0.5, "llm-server-b": 0.25}
 
         def energy(text):
             return [l.rsplit(" ", 1)[1] for l in text.splitlines() if l.startswith("DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION{")]
 
         wait_until(lambda: energy(requests.get(demo.url(), timeout=10).text) != energy(first), timeout_seconds=20)
+        assert "GetAllocatableResources" not in demo.stderr_text()  # the simulated kubelet answers it
     finally:
         assert demo.stop() == 0
