@@ -13,28 +13,10 @@ from exporter.core.offered import MAX_AGE_SECONDS, OfferedReplicas
 from exporter.exposition.allocation import render_allocation_info
 from exporter.sources.kubelet import AllocatedDevice, PodResourcesClient
 from support.clocks import ManualClock
+from support.mapping_contexts import StaticContext
 
 UUID = "GPU-be839661-c0f5-7452-284b-b875666df60c"
 UUID_B = "GPU-0a1b2c3d-0000-4000-8000-00000000000b"
-
-
-class Slices:
-    """A MappingContext whose ResourceSlices describe DRA devices by name."""
-
-    def __init__(self, resolutions):
-        self.resolutions = resolutions
-
-    def resolve_dra(self, device):
-        return self.resolutions.get(device.device_id, DraResolution(False, None, False))
-
-    def extra_labels_for(self, pods):
-        return {}
-
-    def retain_claims(self, devices):
-        pass
-
-    def ended_pods(self, pods):
-        return set()
 
 
 def _values(text: str, name: str) -> dict:
@@ -94,14 +76,14 @@ def test_mig_without_a_profile_in_its_resource_name_is_unknown():
 
 def test_dra_devices_count_like_their_device_plugin_twins_and_shared_claims_split():
     key, mig_key = GpuKey("UUID", UUID, ""), GpuKey("UUID", UUID_B, "9")
-    slices = Slices({"gpu-0": DraResolution(False, key, True),
+    slices = StaticContext({"gpu-0": DraResolution(False, key, True),
                      "gpu-1-mig-9": DraResolution(False, mig_key, True, "3g.40gb")})
     devices = [AllocatedDevice("d", "whole", "c", "gpu.nvidia.com", "gpu-0", dra=True, claim="d/whole-gpu"),
                AllocatedDevice("d", "mig", "c", "gpu.nvidia.com", "gpu-1-mig-9", dra=True, claim="d/mig"),
                # two pods on one shared claim's device
                AllocatedDevice("d", "s1", "c", "gpu.nvidia.com", "gpu-7", dra=True, claim="d/shared"),
                AllocatedDevice("d", "s2", "c", "gpu.nvidia.com", "gpu-7", dra=True, claim="d/shared")]
-    assert _gpus(devices, Slices({})) == {("d", "whole"): 1.0, ("d", "mig"): 1.0, ("d", "s1"): 0.5,
+    assert _gpus(devices, StaticContext({})) == {("d", "whole"): 1.0, ("d", "mig"): 1.0, ("d", "s1"): 0.5,
                                           ("d", "s2"): 0.5}  # no slice: gpu-1-mig-9 reads as a GPU by name
     assert _gpus(devices, slices) == {("d", "whole"): 1.0, ("d", "mig"): 0.5, ("d", "s1"): 0.5, ("d", "s2"): 0.5}
 

@@ -9,9 +9,9 @@ import time
 from exporter.base.errors import KubeletError
 from exporter.base.logs import setup_logging
 from exporter.core.attribution import Attribution
-from exporter.core.mapping import DraResolution
 from exporter.sources.kubelet import AllocatedDevice
 from support.clocks import ManualClock
+from support.mapping_contexts import StaticContext
 
 GPU = "GPU-c2f76b33-7953-256e-8f33-1343419b1a1c"
 
@@ -130,20 +130,11 @@ def test_a_healthy_kubelet_never_ages_out_even_with_a_refresh_interval_above_max
     assert snapshot.kubelet_up and snapshot.mapping.owners and snapshot.age_seconds == 119
 
 
-class Cluster:
-    """A MappingContext, as the Kubernetes source is one: here only the pods' extra labels."""
-
-    def resolve_dra(self, device):
-        return DraResolution(False, None, False)
+class Cluster(StaticContext):
+    """Here only the pods' extra labels: the same for every pod."""
 
     def extra_labels_for(self, pods):
         return {pod: ',team="x"' for pod in pods}
-
-    def retain_claims(self, devices):
-        pass
-
-    def ended_pods(self, pods):
-        return set()
 
 
 def test_each_refresh_builds_the_mapping_with_the_cluster_context():

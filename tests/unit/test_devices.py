@@ -11,6 +11,7 @@ from exporter.core.identity import GpuIdentity, GpuKey, Owner
 from exporter.core.mapping import EMPTY_MAPPING, DraResolution, build_mapping
 from support.devices import Device
 from support.fixtures import fixture_bytes
+from support.mapping_contexts import StaticContext
 
 UUID = "GPU-34319582-d595-d1c7-d1d2-179bcfa61660"
 MIG_UUID = "MIG-3a9c2f4e-1b2c-5d6e-8f90-123456789abc"
@@ -200,27 +201,20 @@ def test_every_form_meets_the_samples_of_its_gpu_and_no_other():
     assert key_for_device("gpu-0", dra=True) in gpu0
 
 
-class Cluster:
-    """A MappingContext, as the Kubernetes source is one: DRA answers by device name, labels by pod."""
+class Cluster(StaticContext):
+    """A StaticContext that records what the mapping asked of it."""
 
     def __init__(self, resolutions=None, labels=None):
-        self.resolutions = dict(resolutions or {})
-        self.labels = dict(labels or {})
+        super().__init__(resolutions, labels)
         self.asked_for_labels = None
         self.retained = None
 
-    def resolve_dra(self, device):
-        return self.resolutions.get(device.device_id, DraResolution(False, None, False))
-
     def extra_labels_for(self, pods):
         self.asked_for_labels = list(pods)
-        return {pod: self.labels[pod] for pod in self.asked_for_labels if pod in self.labels}
+        return super().extra_labels_for(self.asked_for_labels)
 
     def retain_claims(self, devices):
         self.retained = [device.device_id for device in devices]
-
-    def ended_pods(self, pods):
-        return set()
 
 
 def test_the_cluster_context_keys_dra_devices_leaves_monitors_out_and_adds_labels():
