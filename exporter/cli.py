@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import faulthandler
 import os
 import sys
 from typing import Optional, Sequence
@@ -19,6 +20,12 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         print(f"pod-gpu-metrics-exporter: error: {exc}", file=sys.stderr)
         return EXIT_USAGE
     setup_logging(config.log_level, config.log_format)
+    # Our code is Python, but grpcio, protobuf, msgspec and NVML are C: should one of them crash the
+    # process, this writes each thread's Python stack to stderr, so the pod's last log says where.
+    try:
+        faulthandler.enable()
+    except (OSError, ValueError, AttributeError):
+        pass  # stderr is no file (the exporter embedded in another program): it keeps its own handler
     if config.command == "mapping":
         return print_mapping(config)
     if config.command == "demo":

@@ -14,6 +14,29 @@ from support.exporter_process import start_exporter
 from support.fixtures import fixture_bytes
 
 
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_setup(item):
+    from support import exporter_process
+
+    item.exporters_before = len(exporter_process.STARTED)  # before its fixtures start any
+    yield
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item, call):
+    """A failing test's report ends with the exit status and log tail of each exporter it started."""
+    from support import exporter_process
+
+    report = (yield).get_result()
+    if not report.failed:
+        return
+    for number, process in enumerate(exporter_process.STARTED[getattr(item, "exporters_before", 0):], 1):
+        status = process.proc.poll()
+        tail = "".join(process.stderr_text().splitlines(keepends=True)[-40:])
+        report.sections.append((f"exporter {number} ({'running' if status is None else f'exited {status}'})",
+                                tail))
+
+
 @pytest.fixture
 def socket_dir():
     # Unix socket paths are limited to ~107 bytes; pytest's tmp_path can be longer than that.

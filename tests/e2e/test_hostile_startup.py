@@ -217,3 +217,13 @@ def test_sigterm_in_each_start_up_phase_exits_0_within_2s_with_a_log_line(kubele
     assert proc.returncode == 0, (proc.returncode, log)
     assert seconds < SHUTDOWN_SECONDS, (seconds, log)
     assert 'msg="shutting down" signal=SIGTERM' in log and "msg=stopped" in log, log
+
+
+def test_a_crash_in_a_c_library_leaves_every_threads_python_stack_in_the_log(kubelet, dcgm):
+    # SIGSEGV is what a fault in grpcio, protobuf, msgspec or NVML raises: the log must say where.
+    exporter = start_exporter(["--kubelet.socket", kubelet.socket_path, "--dcgm.url", dcgm.url,
+                               "--kubernetes.api", "off"])
+    assert exporter.stop(signal.SIGSEGV) == -signal.SIGSEGV
+    log = exporter.stderr_text()
+    assert "Fatal Python error: Segmentation fault" in log, log
+    assert re.search(r'File ".*exporter/web/server\.py", line \d+ in serve_until_stopped', log), log

@@ -14,6 +14,9 @@ from typing import List, Optional, Sequence
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 _LISTENING = re.compile(r"msg=listening .*?address=(\S+) scheme=(\w+)")
+# Every exporter this test process started, in order: a failing test's report shows the log of those
+# it started (tests/conftest.py), which is what tells a crash or an error log from a test's mistake.
+STARTED: List["ExporterProcess"] = []
 
 
 class ExporterProcess:
@@ -86,6 +89,7 @@ def start_exporter(args: Sequence[str], env: Optional[dict] = None, timeout_seco
         stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
     )
     handle = ExporterProcess(proc)
+    STARTED.append(handle)
     try:
         handle.wait_listening(timeout_seconds)
     except BaseException:

@@ -123,3 +123,40 @@ def test_the_token_file_is_read_again_when_it_changes_and_every_minute(tmp_path)
     assert _bearer(auth) == "Bearer two"
     clock.now += 60
     assert _bearer(auth) == "Bearer six"
+
+
+# Run in a fresh interpreter (msgspec has not met lightkube's models yet): the pods and ResourceSlices
+# watches meet their first objects on two threads at once, here four threads each.
+_FIRST_DECODES_AT_ONCE = """
+import sys, threading
+from lightkube.resources.core_v1 import Pod
+from lightkube.resources.resource_v1 import ResourceSlice
+from exporter.sources.kubernetes.stream import decode_event, decode_object
+pod, published = sys.argv[1].encode(), sys.argv[2].encode()
+start = threading.Barrier(8)
+def decode(number):
+    start.wait()
+    if number % 4 == 3:
+        decode_event(b'{"type":"ADDED","object":' + pod + b'}')
+    else:
+        decode_object(*((pod, Pod) if number % 2 else (published, ResourceSlice)))
+threads = [threading.Thread(target=decode, args=(number,)) for number in range(8)]
+for thread in threads:
+    thread.start()
+for thread in threads:
+    thread.join()
+"""
+
+
+def test_objects_decoded_on_several_threads_at_once_never_crash_the_process():
+    import subprocess
+    import sys
+
+    from support.exporter_process import REPO_ROOT, exporter_env
+
+    pod = json.dumps(make_pod("ml", "a", NODE, containers=("main",)))
+    published = json.dumps(resource_slice({"gpu-0": {"uuid": "GPU-0"}}))
+    for _ in range(10):  # without the lock each run crashed (SIGSEGV) nearly every time
+        result = subprocess.run([sys.executable, "-c", _FIRST_DECODES_AT_ONCE, pod, published], cwd=str(REPO_ROOT),
+                                env=exporter_env(), capture_output=True, text=True, timeout=60)
+        assert result.returncode == 0, (result.returncode, result.stderr[-2000:])

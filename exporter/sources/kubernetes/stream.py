@@ -9,6 +9,7 @@ only when called, so that the exporter with the API off never loads it.
 from __future__ import annotations
 
 import functools
+import threading
 from typing import Iterable, Iterator, List, Optional, Tuple
 
 # The API server refuses requests over 3 MiB and etcd objects over 1.5 MiB: a watch line (one event,
@@ -20,6 +21,13 @@ _REQUEST_TIMEOUT_SECONDS = 10.0  # connect, write, and every read of a list (lig
 # of kilobytes; a working API server sends it in milliseconds.
 MAX_ANSWER_BYTES = 4 * 1024 * 1024
 ANSWER_SECONDS = 10.0
+# msgspec (lightkube's decoder) works out how to decode into a type the first time it meets it,
+# reading the type's annotations through Python as it goes; two threads doing that at once for
+# lightkube's models crash the whole process with a segfault (msgspec 0.22: the pods and the
+# ResourceSlices watches decoding their first objects together, tests/unit/test_kubernetes_bounds.py
+# shows it). So every decode of ours holds this lock. Decoding never lets go of the GIL, so the
+# lock takes away no parallelism.
+_DECODE_LOCK = threading.Lock()
 
 
 class WatchLineTooLong(Exception):
@@ -88,7 +96,7 @@ def _api_error(response):
         if len(body) > _MAX_ERROR_BODY_BYTES:
             break
     try:
-        status = msgspec.json.decode(bytes(body), type=Status)
+        status = _decode(bytes(body), Status)
     except (msgspec.DecodeError, msgspec.ValidationError):
         status = None
     if status is None or not isinstance(status.code, int):
@@ -155,16 +163,19 @@ def decode_event(line: bytes) -> Tuple[str, bytes]:
     from lightkube.core import decoders
     from lightkube.core.exceptions import ApiError
 
-    event = decoders.decode_watch_event(line)
-    if event.type == "ERROR":
-        raise ApiError(status=decoders.decode_status(event.object))
+    with _DECODE_LOCK:
+        event = decoders.decode_watch_event(line)
+        status = decoders.decode_status(event.object) if event.type == "ERROR" else None
+    if status is not None:
+        raise ApiError(status=status)
     return event.type, bytes(event.object)
 
 
 def decode_object(raw: bytes, resource):
     from lightkube.core import decoders
 
-    return decoders.decode_object(raw, resource)
+    with _DECODE_LOCK:
+        return decoders.decode_object(raw, resource)
 
 
 def event_version(raw: bytes) -> Optional[str]:
@@ -172,7 +183,7 @@ def event_version(raw: bytes) -> Optional[str]:
     import msgspec
 
     try:
-        metadata = msgspec.json.decode(raw, type=_structs()[2]).metadata
+        metadata = _decode(raw, _structs()[2]).metadata
     except (msgspec.DecodeError, msgspec.ValidationError):
         return None
     return (metadata.resourceVersion or None) if metadata is not None else None
@@ -180,13 +191,11 @@ def event_version(raw: bytes) -> Optional[str]:
 
 def list_pages(client, resource, namespace, params: dict, page_size: int) -> Iterator[Tuple[str, List[bytes]]]:
     """(resourceVersion, the raw JSON of each item) of each page of a list, following `continue`."""
-    import msgspec
-
     params = {**params, "limit": str(page_size)}
     while True:
         response = _send(client, resource, namespace, params, False, _REQUEST_TIMEOUT_SECONDS)
         try:
-            page = msgspec.json.decode(response.read(), type=_structs()[1])
+            page = _decode(response.read(), _structs()[1])
         finally:
             response.close()
         metadata = page.metadata or _structs()[0]()
@@ -194,6 +203,14 @@ def list_pages(client, resource, namespace, params: dict, page_size: int) -> Ite
         if not metadata.continue_:
             return
         params["continue"] = metadata.continue_
+
+
+def _decode(data: bytes, struct_type):
+    """msgspec's JSON decode into `struct_type`, one thread at a time (see _DECODE_LOCK)."""
+    import msgspec
+
+    with _DECODE_LOCK:
+        return msgspec.json.decode(data, type=struct_type)
 
 
 @functools.lru_cache(maxsize=None)
