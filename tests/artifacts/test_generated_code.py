@@ -33,10 +33,11 @@ def _generator_version(python: str = GENERATOR_PYTHON) -> str:
 def test_generated_code_matches_a_fresh_generation(tmp_path):
     version = _generator_version()
     if version == "not installed":
-        # The newest-versions run (.ci/run) installs what users get from `pip install .`, which
-        # has no generator: the test extra's grpcio-tools pin would hold protobuf back to 5.x.
+        # The test extra leaves the generator out (its pin would hold protobuf back to 5.x); the
+        # floors run of .ci/run installs the codegen extra and so runs this test.
         pytest.skip(f"grpcio-tools is not installed for {GENERATOR_PYTHON}; install grpcio-tools=="
-                    f"{PINNED_GRPCIO_TOOLS} (the test extra does) to compare exporter/_gen with a fresh generation")
+                    f"{PINNED_GRPCIO_TOOLS} (pip install -e '.[codegen]') to compare exporter/_gen with a "
+                    "fresh generation")
     if version != PINNED_GRPCIO_TOOLS:
         pytest.fail(f"grpcio-tools {version} found for {GENERATOR_PYTHON}; exporter/_gen is generated with "
                     f"grpcio-tools=={PINNED_GRPCIO_TOOLS}: run `pip install grpcio-tools=={PINNED_GRPCIO_TOOLS}` "
