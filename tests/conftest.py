@@ -18,7 +18,7 @@ from support.fixtures import fixture_bytes
 def pytest_runtest_setup(item):
     from support import exporter_process
 
-    item.exporters_before = len(exporter_process.STARTED)  # before its fixtures start any
+    exporter_process.STARTED.clear()  # before its fixtures start any: only this test's are reported
     yield
 
 
@@ -30,7 +30,7 @@ def pytest_runtest_makereport(item, call):
     report = (yield).get_result()
     if not report.failed:
         return
-    for number, process in enumerate(exporter_process.STARTED[getattr(item, "exporters_before", 0):], 1):
+    for number, process in enumerate(exporter_process.STARTED, 1):
         status = process.proc.poll()
         tail = "".join(process.stderr_text().splitlines(keepends=True)[-40:])
         report.sections.append((f"exporter {number} ({'running' if status is None else f'exited {status}'})",

@@ -14,8 +14,8 @@ from typing import List, Optional, Sequence
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 _LISTENING = re.compile(r"msg=listening .*?address=(\S+) scheme=(\w+)")
-# Every exporter this test process started, in order: a failing test's report shows the log of those
-# it started (tests/conftest.py), which is what tells a crash or an error log from a test's mistake.
+# The exporters the running test started, in order (tests/conftest.py empties it before each test):
+# a failing test's report shows their logs, which tell a crash or an error log from a test's mistake.
 STARTED: List["ExporterProcess"] = []
 
 
