@@ -20,6 +20,7 @@ from exporter.config import Config
 from exporter.core.attribution import Attribution
 from exporter.core.mapping import build_mapping
 from exporter.core.offered import OfferedReplicas
+from exporter.exposition.label_limit import LabelLimit
 from exporter.exposition.text import render_label_pairs
 
 EXIT_OK, EXIT_FAILURE, EXIT_USAGE = 0, 1, 2
@@ -73,11 +74,13 @@ def serve(config: Config, on_ready: Optional[Callable[[str], None]] = None) -> i
         context=kubernetes,
         offered=OfferedReplicas(client.list_offered),
     )
-    shares = _process_shares(config, attribution, kubernetes)
+    # One limit for every series written about a pod, so its count covers them all.
+    label_limit = LabelLimit(config.labels_limit)
+    shares = _process_shares(config, attribution, kubernetes, label_limit)
     scraper = Scraper(source, attribution, config.labels_style,
                       kubernetes_up=(lambda: kubernetes.up) if kubernetes else None,
                       process_shares=shares.text if shares else None,
-                      labels_mode=config.labels_mode, labels_limit=config.labels_limit)
+                      labels_mode=config.labels_mode, label_limit=label_limit)
     app = App(scraper, attribution, config.telemetry_path, web_config)
     try:
         server = ExporterHTTPServer.listen(config.listen_host, config.listen_port, app,
@@ -153,7 +156,7 @@ def _prepare_kubernetes(config: Config):
     return prepare_kubernetes(config)
 
 
-def _process_shares(config: Config, attribution: Attribution, kubernetes):
+def _process_shares(config: Config, attribution: Attribution, kubernetes, label_limit: LabelLimit):
     """The per-process share refresher for --sharing.mode process, else None."""
     if config.sharing_mode != "process":
         return None
@@ -162,7 +165,7 @@ def _process_shares(config: Config, attribution: Attribution, kubernetes):
 
     return ProcessShares(open_nvml, lambda: attribution.current().mapping, pod_index_source(kubernetes),
                          config.sharing_proc_root, config.kubelet_refresh_interval_seconds, config.labels_style,
-                         idle_policy=config.energy_idle_policy)
+                         idle_policy=config.energy_idle_policy, label_limit=label_limit)
 
 
 def _mig_resolver():

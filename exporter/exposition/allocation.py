@@ -8,7 +8,7 @@ from exporter.core.allocated import allocated_gpus
 from exporter.core.identity import GpuIdentity, GpuKey, Owner
 from exporter.core.mapping import Mapping
 from exporter.exposition.label_limit import LabelLimit
-from exporter.exposition.labels import LABEL_STYLES, gpu_label_pairs, render_owner_labels
+from exporter.exposition.labels import gpu_label_pairs, render_owner_labels_within
 from exporter.exposition.text import family_header, render_label_pairs
 
 ALLOCATION_INFO = "pod_gpu_allocation_info"
@@ -61,12 +61,8 @@ def _render_allocated_gpus(mapping: Mapping, style: str, limit: Optional[LabelLi
 
 
 def _owner_labels(mapping: Mapping, owner: Owner, style: str, limit: Optional[LabelLimit], own_labels: int) -> str:
-    """The owner's labels and its pod's extras, cut to `limit` (--labels.limit) beside the row's
-    `own_labels` other labels, which always stay."""
-    extra = mapping.extra_labels.get((owner.namespace, owner.pod), ())
-    if limit is not None:
-        extra = limit.fit(extra, own_labels, len(LABEL_STYLES[style])) or ()
-    return render_owner_labels(owner, style, extra)
+    return render_owner_labels_within(owner, style, mapping.extra_labels.get((owner.namespace, owner.pod), ()),
+                                      limit, own_labels)
 
 
 def _identities_by_key(identities: Iterable[GpuIdentity]) -> Dict[GpuKey, GpuIdentity]:

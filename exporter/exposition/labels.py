@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
-from typing import Tuple
+from typing import Optional, Tuple
 
 from exporter.core.identity import GpuIdentity, Owner
+from exporter.exposition.label_limit import LabelLimit
 from exporter.exposition.text import LabelPairs, render_label_pairs
 
 LABEL_STYLES = {
@@ -41,6 +42,16 @@ def owner_label_pairs(owner: Owner, style: str, extra_labels: LabelPairs = ()) -
 def render_owner_labels(owner: Owner, style: str, extra_labels: LabelPairs = ()) -> str:
     """The `name="value",…` text appended for an owner (owner_label_pairs)."""
     return render_label_pairs(owner_label_pairs(owner, style, extra_labels))
+
+
+def render_owner_labels_within(owner: Owner, style: str, extra_labels: LabelPairs, limit: Optional[LabelLimit],
+                               own_labels: int) -> str:
+    """render_owner_labels for a series we write ourselves (an allocation row, a share), its pod's
+    extra labels cut to `limit` (--labels.limit) beside the series' `own_labels` other labels, which
+    always stay, as do the owner labels: with the limit at least 12 they always fit."""
+    if limit is not None:
+        extra_labels = limit.fit(tuple(extra_labels), own_labels, len(LABEL_STYLES[style])) or ()
+    return render_owner_labels(owner, style, extra_labels)
 
 
 def gpu_label_pairs(identity: GpuIdentity) -> Tuple[Tuple[str, str], ...]:

@@ -11,6 +11,7 @@ from exporter.base.errors import ConfigError
 from exporter.base.logs import DependencyReporter
 from exporter.core.mapping import Mapping
 from exporter.core.refresher import Refresher
+from exporter.exposition.label_limit import LabelLimit
 from exporter.exposition.text import family_header
 from exporter.shares.compute import PodIndex, compute_shares, pod_index
 from exporter.shares.energy import SPLIT
@@ -55,13 +56,14 @@ class ProcessShares:
     def __init__(self, open_nvml: Callable[[], tuple], current_mapping: Callable[[], Mapping],
                  pod_index: Callable[[], Optional[PodIndex]], proc_root: str, interval_seconds: float,
                  labels_style: str, clock: Callable[[], float] = time.monotonic, idle_policy: str = SPLIT,
-                 read_energy: bool = True):
+                 read_energy: bool = True, label_limit: Optional[LabelLimit] = None):
         self._open_nvml = open_nvml
         self._current_mapping = current_mapping
         self._pod_index = pod_index
         self._proc_root = proc_root
         self._interval = interval_seconds
         self._style = labels_style
+        self._label_limit = label_limit  # --labels.limit, shared with the scrapes' own series
         self._clock = clock
         self._read_energy = read_energy  # off only in benchmarks, to measure what energy costs
         self._ledger = ShareLedger(idle_policy)
@@ -144,7 +146,8 @@ class ProcessShares:
         counters = self._ledger.update(shares, pods, self._clock())
         if mapping is not self._labelled_mapping:  # holders or their extra labels may have changed
             self._label_cache, self._labelled_mapping = {}, mapping
-        return render_shares(shares, self._style, mapping.extra_labels, counters, self._label_cache)
+        return render_shares(shares, self._style, mapping.extra_labels, counters, self._label_cache,
+                             self._label_limit)
 
     def _process_owners(self, devices: List[DeviceProcesses]) -> Optional[Dict[int, Optional[ProcessOwner]]]:
         """PID → cgroup owner for every process NVML listed that can be seen; None when this is not the

@@ -6,7 +6,8 @@ from typing import Callable, Dict, Iterable, List, Optional, Tuple
 from typing import Mapping as MappingType
 
 from exporter.core.identity import GpuIdentity
-from exporter.exposition.labels import gpu_label_pairs, render_owner_labels
+from exporter.exposition.label_limit import LabelLimit
+from exporter.exposition.labels import gpu_label_pairs, render_owner_labels_within
 from exporter.exposition.text import LabelPairs, family_header, render_label_pairs
 from exporter.shares.compute import SM_UNITS, Shares
 from exporter.shares.energy import ENERGY_REASONS
@@ -40,21 +41,24 @@ ExtraLabels = MappingType[Tuple[str, str], LabelPairs]
 
 
 def render_shares(shares: Shares, style: str, extra_labels: Optional[ExtraLabels] = None,
-                  counters: Optional[Counters] = None, label_cache: Optional[Dict[tuple, str]] = None) -> str:
+                  counters: Optional[Counters] = None, label_cache: Optional[Dict[tuple, str]] = None,
+                  limit: Optional[LabelLimit] = None) -> str:
     """Every share family with samples, in a fixed order (empty when nothing was read).
 
     `extra_labels`: (namespace, pod) → the Kubernetes API's extra labels (Mapping.extra_labels),
-    written after the owner labels as on pod_gpu_allocation_info. `counters`: the ledger's energy and
-    idle counters after this refresh (none: gauges only). `label_cache`: the label texts of earlier
-    refreshes under the same mapping and style, kept by the caller (a refresh writes the same ones)."""
+    written after the owner labels as on pod_gpu_allocation_info, and cut to `limit` (--labels.limit)
+    as there. `counters`: the ledger's energy and idle counters after this refresh (none: gauges
+    only). `label_cache`: the label texts of earlier refreshes under the same mapping, style and
+    limit, kept by the caller (a refresh writes the same ones)."""
     extra_labels = extra_labels or {}
     cache = {} if label_cache is None else label_cache
     # Each holder's and device's label text is written once and used by every family.
     devices = {entry.device: _cached(cache, entry.device, lambda device=entry.device: render_label_pairs(
         gpu_label_pairs(device))) for entry in shares.devices}
     labels = {(share.device, share.owner): _cached(cache, (share.device, share.owner), lambda share=share: (
-        devices[share.device] + "," + render_owner_labels(
-            share.owner, style, extra_labels.get((share.owner.namespace, share.owner.pod), ()))))
+        devices[share.device] + "," + render_owner_labels_within(
+            share.owner, style, extra_labels.get((share.owner.namespace, share.owner.pod), ()), limit,
+            len(gpu_label_pairs(share.device)))))
         for share in shares.holders}
 
     def holder(device: GpuIdentity, owner) -> str:

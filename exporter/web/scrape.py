@@ -135,10 +135,11 @@ class Scraper:
     def __init__(self, source, attribution: Attribution, labels_style: str,
                  kubernetes_up: Optional[Callable[[], bool]] = None,
                  process_shares: Optional[Callable[[], bytes]] = None,
-                 labels_mode: str = "samples", labels_limit: Optional[int] = None):
+                 labels_mode: str = "samples", label_limit: Optional[LabelLimit] = None):
         self._source = source
         self._mode = labels_mode  # --labels.mode: owners on the samples, or only on the allocation rows
-        self.label_limit = LabelLimit(labels_limit)  # --labels.limit, and its count of labels left off
+        # --labels.limit, and its count of labels left off (shared with the process-share series)
+        self.label_limit = label_limit or LabelLimit(None)
         self._shared_fetch = _SharedFetch(source.fetch)
         self._kubernetes_up = kubernetes_up  # None: the API is off and its gauge absent
         # --sharing.mode process: the share series rendered by their refresher; None in device mode.

@@ -217,3 +217,29 @@ def test_a_proc_root_that_is_not_a_directory_stops_start_up_with_exit_2(tmp_path
     assert result.stderr.strip().splitlines() == [
         f"pod-gpu-metrics-exporter: error: --sharing.proc-root: {tmp_path / 'none'} is not a directory (mount the "
         "host's /proc there read-only, or run with hostPID: true and keep /proc)"]
+
+
+def test_share_series_keep_to_the_label_limit_like_every_other_series(gpu_node):
+    limit = 14
+    label_keys = [f"team.example.com/k{index:02d}" for index in range(40)]
+    gpu_node.add_pod("a", labels={key: f"value-{index}" for index, key in enumerate(label_keys)})
+    gpu_node.kubelet.set_devices([AllocatedDevice("ml", "a", "main", "nvidia.com/gpu", L4)])
+    gpu_node.nvml.gpu(0, L4).process(L4, 10, MIB).sample(L4, 10, 40).write()
+    gpu_node.run_in(10, "a")
+    exporter = gpu_node.start(extra=["--labels.extra", "pod_uid", "--labels.pod-labels",
+                                     "|".join(re.escape(key) for key in label_keys), "--labels.limit", str(limit)])
+
+    def with_shares():
+        text = scrape(exporter).text
+        return text if series(text, "pod_gpu_container_sm_utilization_ratio") else None
+
+    text = wait_until(with_shares)
+    names_of = {labels: re.findall(r'([A-Za-z_]\w*)="', labels)
+                for family in SHARE_FAMILIES + ("pod_gpu_allocation_info",) for labels in series(text, family)}
+    assert names_of and all(len(names) <= limit for names in names_of.values()), names_of
+    memory = next(iter(series(text, "pod_gpu_container_memory_used_bytes")))
+    kept = [name for name in names_of[memory] if name.startswith("label_")]
+    # The share series' own labels are few (UUID, gpu), so the pod labels fill it to the limit, in order.
+    assert len(names_of[memory]) == limit and "pod_uid" in names_of[memory]
+    assert kept == [f"label_team_example_com_k{index:02d}" for index in range(len(kept))] and kept, memory
+    assert_parses(text)

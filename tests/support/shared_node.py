@@ -48,9 +48,9 @@ class SharedNode:
         self._run_exporter = run_exporter
         self.pods: Dict[str, dict] = {}
 
-    def add_pod(self, name: str, containers=("main",), namespace: str = "ml") -> dict:
+    def add_pod(self, name: str, containers=("main",), namespace: str = "ml", labels=None) -> dict:
         """A running pod in the API; its containers get 64-hex runtime IDs, as containerd gives."""
-        pod = make_pod(namespace, name, NODE, containers=containers)
+        pod = make_pod(namespace, name, NODE, labels=labels, containers=containers)
         for status in pod["status"]["containerStatuses"]:
             status["containerID"] = "containerd://" + uuid.uuid4().hex + uuid.uuid4().hex
         self.api.put("v1", "pods", pod)
