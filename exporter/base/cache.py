@@ -22,6 +22,8 @@ class RetryingCache(Generic[K, V]):
     Answers and failures together are at most `max_entries`: the keys of failing lookups can be as
     many as the answered ones (a Job a minute from a CronJob the API will not describe), so both
     count. When full, the oldest entry goes first; an evicted key is only looked up again.
+    A lookup that raises stores nothing (the exception reaches the caller of `get`): the key is
+    looked up again at its next `get`, as for one never asked.
     `lookup` runs without the cache's lock held, so it may call `failed_before`; callers that must
     not look one key up twice at once hold their own lock around `get`.
     """
@@ -64,11 +66,6 @@ class RetryingCache(Generic[K, V]):
         with self._lock:
             entry = self._entries.get(key)
         return entry is not None and entry.answer is None
-
-    def forget(self, key: K) -> None:
-        """Drop what is remembered of `key`: its next `get` looks it up again."""
-        with self._lock:
-            self._entries.pop(key, None)
 
     def retain(self, keys: Iterable[K]) -> None:
         """Forget every key not in `keys`: answers that may change once their key is reused."""

@@ -37,7 +37,6 @@ class NvmlMigResolver:
         self._nvml = nvml
         self._runner = runner or BoundedRunner("nvml-mig-lookup", timeout_seconds, "an NVML MIG lookup")
         self._lock = threading.Lock()  # one lookup at a time: concurrent asks of one device cost one
-        self._timed_out = False  # the lookup under way got no answer in time (lock held)
         self._cache: RetryingCache[str, Tuple[str, str]] = RetryingCache(
             self._lookup_logged, retry_failed_after_seconds, _MAX_CACHED, clock)
 
@@ -48,22 +47,21 @@ class NvmlMigResolver:
 
     def __call__(self, mig_uuid: str) -> Optional[Tuple[str, str]]:
         with self._lock:
-            self._timed_out = False
-            answer = self._cache.get(mig_uuid)
-            if self._timed_out:
-                # Not NVML's answer: a slow or hung call (or one refused while another hangs). Asked
-                # again at the next refresh, refused at once while the call still hangs, so a driver
-                # that answers a moment late resolves the device then, not after the failure interval.
-                self._cache.forget(mig_uuid)
-            return answer
+            try:
+                return self._cache.get(mig_uuid)
+            except CallTimeout:
+                # Not NVML's answer: a slow or hung call (or one refused while another hangs). The cache
+                # keeps nothing for a lookup that raised, so it is asked again at the next refresh (and
+                # refused at once while the call still hangs): a driver that answers a moment late
+                # resolves the device then, not after the failure interval.
+                return None
 
     def _lookup_logged(self, mig_uuid: str) -> Optional[Tuple[str, str]]:
         try:
             result = self._runner.run(self._lookup, mig_uuid)
             problem = "" if result is not None else "NVML answered an unexpected MIG parent"
         except CallTimeout:
-            self._timed_out = True  # the runner logs it (warn once, then debug)
-            return None
+            raise  # the runner logged it (warn once, then debug); see __call__
         except Exception as exc:  # any NVML failure (NVMLError, a driver gone away): "unknown"
             result, problem = None, str(exc) or type(exc).__name__
         if result is None:
