@@ -4,7 +4,6 @@ namespace, memory per instance."""
 
 from __future__ import annotations
 
-
 import pytest
 
 from exporter.sources.kubelet import AllocatedDevice

@@ -72,8 +72,9 @@ class MetadataReader:
     """Reads one object's ownerReferences by apiVersion and kind, with a metadata-only GET.
 
     The resource's plural and scope come from discovery (`/api/v1`, `/apis/<group>/<version>`), read
-    once per group/version and again (at most every REDISCOVER_SECONDS) when a kind is missing: guessing plurals from kinds goes wrong (`NetworkPolicy` → `networkpolicies`)
-    and a cluster-scoped owner has no namespace in its path. Discovery needs no RBAC of ours (every
+    once per group/version and again (at most every REDISCOVER_SECONDS) when a kind is missing:
+    guessing plurals from kinds goes wrong (`NetworkPolicy` → `networkpolicies`) and a
+    cluster-scoped owner has no namespace in its path. Discovery needs no RBAC of ours (every
     authenticated user may read it); each kind needs `get` on its resource.
     """
 
