@@ -1,4 +1,4 @@
-"""One-line structured logs (logfmt or JSON), and a reporter that logs a failing dependency only when its state changes."""
+"""One-line structured logs (logfmt or JSON), and the one way to log a repeated event once (`LogOnce`, `DependencyReporter`)."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import logging
 import sys
 import threading
 import time
-from typing import Dict, Optional
+from typing import Dict, Hashable, Optional, Set
 
 LOGGER_NAME = "pod_gpu_exporter"
 _LEVELS = {"debug": logging.DEBUG, "info": logging.INFO, "warn": logging.WARNING, "error": logging.ERROR}
@@ -59,6 +59,42 @@ def setup_logging(level: str, fmt: str, stream=None) -> None:
     logger.handlers[:] = [handler]
     logger.setLevel(_LEVELS[level])
     logger.propagate = False
+
+
+class LogOnce:
+    """Logs each distinct event once, however often it happens; `forget` lets it be logged again.
+
+    The one mechanism for "log this once": a warning about a flag that cannot act, a lookup that keeps
+    failing, a condition met on every scrape. Keys are whatever names the event (a string, a tuple).
+    Safe to call from many threads; a key is logged by exactly one of them.
+    """
+
+    def __init__(self):
+        self._seen: Set[Hashable] = set()
+        self._lock = threading.Lock()
+
+    def log(self, key: Hashable, level: str, msg: str, **fields) -> bool:
+        """Log `msg` unless `key` was logged already (and not forgotten since); True when it logged."""
+        if not self.first(key):
+            return False
+        log(level, msg, **fields)
+        return True
+
+    def first(self, key: Hashable) -> bool:
+        """True the first time `key` is seen (and marks it seen): for callers that log more than one line."""
+        with self._lock:
+            if key in self._seen:
+                return False
+            self._seen.add(key)
+            return True
+
+    def forget(self, key: Hashable) -> bool:
+        """Let `key` be logged again; True when it had been logged."""
+        with self._lock:
+            if key not in self._seen:
+                return False
+            self._seen.discard(key)
+            return True
 
 
 class DependencyReporter:
