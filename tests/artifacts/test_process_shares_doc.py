@@ -14,8 +14,9 @@ import yaml
 
 from exporter.sources.kubelet import AllocatedDevice
 from support.deploy_tools import missing_tool, require_executable
-from support.prometheus_server import PrometheusServer, eventually
+from support.prometheus_server import DEADLINE_SECONDS, POLL_SECONDS, PrometheusServer
 from support.shared_node import A800_FIXTURE, A800_GPU0, L4, MIB, SHARE_FAMILIES, shares_served
+from support.waiting import wait_until
 
 DOC = Path(__file__).resolve().parents[2] / "docs" / "process-shares.md"
 README = DOC.parents[1] / "README.md"
@@ -84,7 +85,7 @@ def test_a_real_prometheus_answers_the_docs_namespace_queries(gpu_node, tmp_path
             result = prometheus.query(query)
             return {s["metric"]["namespace"]: float(s["value"][1]) for s in result} if len(result) == 2 else None
 
-        assert eventually(lambda: by_namespace(shared_only), "memory per namespace on shared GPUs") == {
+        assert wait_until(lambda: by_namespace(shared_only), DEADLINE_SECONDS, POLL_SECONDS, "memory per namespace on shared GPUs") == {
             "team-a": 1000 * MIB, "team-b": 3000 * MIB}  # the whole GPU held by team-a's solo pod is left out
         assert by_namespace(everything) == {"team-a": 6000 * MIB, "team-b": 3000 * MIB}
     finally:

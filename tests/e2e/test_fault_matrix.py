@@ -12,7 +12,6 @@ import os
 import re
 import socket
 import sys
-import time
 from dataclasses import dataclass, field
 from typing import Callable, List, Optional
 
@@ -88,12 +87,14 @@ def log_lines(exporter: ExporterProcess, level: str, dependency: str) -> List[st
 def ride_out(exporter: ExporterProcess, during: Callable[[str], None], scrapes: int = 3, refreshes: int = 3) -> None:
     """Scrape until at least `scrapes` scrapes and `refreshes` kubelet refreshes passed, checking every answer."""
     first_calls = list_calls(exporter)
-    deadline = time.monotonic() + 60
-    done = 0
-    while done < scrapes or list_calls(exporter) - first_calls < refreshes:
-        assert time.monotonic() < deadline, "the exporter stopped refreshing"
+    done = []
+
+    def scraped_through_enough_refreshes() -> bool:
         during(get_checked(exporter))
-        done += 1
+        done.append(1)
+        return len(done) >= scrapes and list_calls(exporter) - first_calls >= refreshes
+
+    wait_until(scraped_through_enough_refreshes, 60, 0, "kubelet refreshes while scraping: the exporter stopped refreshing")
 
 
 def healthy(exporter: ExporterProcess, pod: str) -> Optional[str]:

@@ -23,6 +23,7 @@ from exporter.web.server import MAX_CONNECTIONS, TLS_HANDSHAKE_TIMEOUT_SECONDS
 from support.exporter_process import start_exporter
 from support.fixtures import fixture_bytes
 from support.scrape_checks import L4_UUID
+from support.socket_states import all_accepted, all_read
 from support.tlspki import OPENSSL, SKIP_REASON, _new_leaf, make_pki
 from support.waiting import wait_until
 
@@ -39,6 +40,10 @@ def exporter(kubelet, dcgm, run_exporter):
 def connect(exporter) -> socket.socket:
     host, port = exporter.address.rsplit(":", 1)
     return socket.create_connection((host, int(port)), timeout=30)
+
+
+def port_of(exporter) -> int:
+    return int(exporter.address.rsplit(":", 1)[1])
 
 
 def counter(exporter, name: str) -> float:
@@ -60,7 +65,7 @@ def closed_by_peer(conn: socket.socket, timeout_seconds: float = 10) -> bool:
 def test_idle_connections_never_lock_out_scrapes_or_healthz(exporter):
     idle = [connect(exporter) for _ in range(MAX_CONNECTIONS)]
     try:
-        time.sleep(0.5)  # every one accepted and holding a slot
+        wait_until(lambda: all_accepted(port_of(exporter)), describe="every idle connection accepted: each holds a slot")
         started = time.monotonic()
         assert requests.get(exporter.url("/healthz"), timeout=10).status_code == 200
         assert 'pod="p"' in requests.get(exporter.url(), timeout=10).text
@@ -89,10 +94,10 @@ def test_when_every_slot_is_answering_new_connections_are_refused_warned_and_cou
     try:
         for conn in busy:
             conn.sendall(b"GET /gpu/metrics HTTP/1.1\r\nHost: x\r\n\r\n")
-        # Once every connection's thread has read its request (a few ms), no slot is idle any more.
-        # Not polled: a probe that came too early would take the place of a connection still idle.
+        # Once every connection's thread has read its request (a few ms), no slot is idle any more. Not
+        # polled with probes, which would take the place of a connection still idle: the kernel says.
         wait_until(lambda: dcgm.requests >= 1)
-        time.sleep(2)
+        wait_until(lambda: all_read(port_of(exporter), busy), describe="every request read by the exporter")
         assert [refused_at_once(exporter) for _ in range(4)] == [True] * 4
         for conn in busy:  # the scrapes themselves still end with an answer (dcgm_up 0)
             conn.settimeout(20)
@@ -171,7 +176,8 @@ def test_stalled_tls_handshakes_never_lock_out_and_are_cut_at_their_deadline(sec
     try:
         for conn in stalled[:8]:
             conn.sendall(b"\x16\x03\x01\x02\x00\x01")  # a ClientHello that never finishes
-        time.sleep(0.5)
+        wait_until(lambda: all_read(port_of(exporter), stalled[:8]),
+                   describe="every connection accepted, the stalled handshakes' bytes read")
         assert get(exporter, folder, path="/healthz").status_code == 200
         assert closed_by_peer(stalled[0], TLS_HANDSHAKE_TIMEOUT_SECONDS - 2), "the longest-idle handshake made room"
         started = time.monotonic()

@@ -8,8 +8,9 @@ import pytest
 
 from exporter.sources.kubelet import AllocatedDevice
 from support.fixtures import fixture_bytes
-from support.prometheus_server import eventually
+from support.prometheus_server import DEADLINE_SECONDS, POLL_SECONDS
 from support.rules_stack import rules_stack
+from support.waiting import wait_until
 
 # GPU 0 of the scrape is in MIG mode with instances 3, 5 and 6; its DCGM_FI_DEV_POWER_USAGE reads
 # 78.174 on instances 3 and 5 and 78.446 on instance 6 (the board's, sampled at slightly different
@@ -49,7 +50,7 @@ def test_mig_board_power_counts_once_per_gpu(stack, promql, expected):
         return len(last) == 1 and float(last[0]["value"][1]) == pytest.approx(expected)
 
     try:
-        eventually(settled, promql)
+        wait_until(settled, DEADLINE_SECONDS, POLL_SECONDS, promql)
     except AssertionError:
         pass
     assert [float(series["value"][1]) for series in last] == [pytest.approx(expected)], promql

@@ -25,7 +25,7 @@ from support.fixtures import fixture_bytes
 from support.kube_e2e import add_pod
 from support.kube_e2e import scrape as scrape_text
 from support.kube_scenario import H100, NODE, POOL, UUID0, UUID1, UUID3, claim, resource_slice
-from support.prometheus_server import PrometheusServer, eventually
+from support.prometheus_server import DEADLINE_SECONDS, POLL_SECONDS, PrometheusServer
 from support.waiting import wait_until
 
 # OpenCost's query templates, verbatim (github.com/opencost/opencost, as read for this test):
@@ -171,7 +171,7 @@ def stack(request):
 
 def opencost_query(prometheus, promql: str, settled):
     """The query's rows once every pod's samples (those settled() waits for) have arrived."""
-    return eventually(lambda: (lambda rows: rows if settled(rows) else None)(prometheus.query(promql)), promql)
+    return wait_until(lambda: (lambda rows: rows if settled(rows) else None)(prometheus.query(promql)), DEADLINE_SECONDS, POLL_SECONDS, promql)
 
 
 def owner_of(row) -> tuple:

@@ -9,8 +9,9 @@ import threading
 
 from exporter.sources.kubelet import AllocatedDevice
 from support.deploy_tools import DASHBOARD, RULES, require_executable
-from support.prometheus_server import PrometheusServer, eventually
+from support.prometheus_server import DEADLINE_SECONDS, POLL_SECONDS, PrometheusServer
 from support.shared_node import L4, MIB, shares_served
+from support.waiting import wait_until
 
 PROCESS_MODE_SERIES = re.compile(r"pod_gpu_(container_(energy|idle)|unattributed)_")
 
@@ -50,14 +51,16 @@ def test_dashboard_panels_and_rules_of_process_mode_answer_from_real_scrapes(gpu
         for panel in panels:
             for target in panel["targets"]:
                 promql = target["expr"].replace("$namespace", "ml").replace("$pod", "busy|parked")
-                assert eventually(lambda query=promql: prometheus.query(query), panel["title"])
+                assert wait_until(lambda query=promql: prometheus.query(query), DEADLINE_SECONDS, POLL_SECONDS,
+                                  panel["title"])
         # Shared or not, the holders' energy adds up to the board's at most (the burner may lag on a
         # loaded machine), never to once per holder (720 W here).
-        watts = eventually(lambda: prometheus.query(
+        watts = wait_until(lambda: prometheus.query(
             'sum(rate(pod_gpu_container_energy_joules_total[5s])) + sum(rate(pod_gpu_unattributed_energy_joules_total[5s]))'),
-            "energy rate")
+            DEADLINE_SECONDS, POLL_SECONDS, "energy rate")
         assert 0 < float(watts[0]["value"][1]) < 470, watts
-        memory = eventually(lambda: prometheus.query("node:pod_gpu_unattributed_memory_used_bytes:sum"), "memory")
+        memory = wait_until(lambda: prometheus.query("node:pod_gpu_unattributed_memory_used_bytes:sum"),
+                            DEADLINE_SECONDS, POLL_SECONDS, "memory")
         assert float(memory[0]["value"][1]) == 200 * MIB  # the stray pod's process
     finally:
         stop.set()

@@ -11,10 +11,10 @@ import yaml
 from exporter.sources.kubelet import AllocatedDevice
 from support.deploy_tools import DASHBOARD, RULES
 from support.fixtures import fixture_bytes
-from support.prometheus_server import eventually, get_json
+from support.prometheus_server import DEADLINE_SECONDS, POLL_SECONDS, get_json
 from support.rules_stack import rules_stack
+from support.waiting import wait_until
 
-DEADLINE_SECONDS = 40.0
 PROCESS_MODE_SERIES = re.compile(r"pod_gpu_(container_(energy|idle)|unattributed)_")
 NAMESPACE, POD, CONTAINER = "ml-team", "trainer-0", "cuda"
 GPU_UTIL = "87"  # the L4 scrape reads 0; a distinctive value proves which sample came through
@@ -39,7 +39,7 @@ def stack():
 
 def test_query_by_pod_returns_the_upstream_value(stack):
     prometheus, uuid = stack
-    (series,) = eventually(lambda: prometheus.query(f'DCGM_FI_DEV_GPU_UTIL{{pod="{POD}"}}'), "GPU_UTIL by pod")
+    (series,) = wait_until(lambda: prometheus.query(f'DCGM_FI_DEV_GPU_UTIL{{pod="{POD}"}}'), DEADLINE_SECONDS, POLL_SECONDS, "GPU_UTIL by pod")
     assert series["value"][1] == GPU_UTIL
     labels = series["metric"]
     assert (labels["namespace"], labels["container"], labels["UUID"]) == (NAMESPACE, CONTAINER, uuid)
@@ -53,7 +53,7 @@ def test_query_by_pod_returns_the_upstream_value(stack):
 ])
 def test_recording_rules_evaluate_on_real_scrapes(stack, promql, expected):
     prometheus, _ = stack
-    (series,) = eventually(lambda: prometheus.query(promql), promql)
+    (series,) = wait_until(lambda: prometheus.query(promql), DEADLINE_SECONDS, POLL_SECONDS, promql)
     assert float(series["value"][1]) == pytest.approx(expected)
 
 
@@ -66,7 +66,7 @@ def test_every_rule_evaluates_without_error(stack):
         done = rules and all(r["health"] != "unknown" for r in rules)
         return rules if done else None
 
-    rules = eventually(evaluated_rules, "every rule evaluated once")
+    rules = wait_until(evaluated_rules, DEADLINE_SECONDS, POLL_SECONDS, "every rule evaluated once")
     assert len(rules) == len([r for g in yaml.safe_load(RULES.read_text())["groups"] for r in g["rules"]])
     assert [(r["name"], r.get("lastError", "")) for r in rules if r["health"] != "ok"] == []
 
@@ -80,4 +80,4 @@ def test_dashboard_queries_return_data_for_the_pod(stack):
     assert targets
     for target in targets:
         promql = target["expr"].replace("$namespace", NAMESPACE).replace("$pod", POD)
-        assert eventually(lambda query=promql: prometheus.query(query), promql)
+        assert wait_until(lambda query=promql: prometheus.query(query), DEADLINE_SECONDS, POLL_SECONDS, promql)

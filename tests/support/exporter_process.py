@@ -8,9 +8,10 @@ import signal
 import subprocess
 import sys
 import threading
-import time
 from pathlib import Path
 from typing import List, Optional, Sequence
+
+from support.waiting import wait_until
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 _LISTENING = re.compile(r"msg=listening .*?address=(\S+) scheme=(\w+)")
@@ -39,16 +40,18 @@ class ExporterProcess:
             return "".join(self._lines)
 
     def wait_listening(self, timeout_seconds: float) -> None:
-        deadline = time.monotonic() + timeout_seconds
-        while time.monotonic() < deadline:
-            match = _LISTENING.search(self.stderr_text())
-            if match:
-                self.address, self.scheme = match.group(1), match.group(2)
-                return
-            if self.proc.poll() is not None:
-                raise RuntimeError(f"exporter exited with {self.proc.returncode}:\n{self.stderr_text()}")
-            time.sleep(0.02)
-        raise RuntimeError(f"exporter did not start listening in {timeout_seconds}s:\n{self.stderr_text()}")
+        try:
+            match = wait_until(self._listening, timeout_seconds, 0.02, "the exporter's listening log line")
+        except AssertionError:
+            raise RuntimeError(f"exporter did not start listening in {timeout_seconds}s:\n{self.stderr_text()}") from None
+        self.address, self.scheme = match.group(1), match.group(2)
+
+    def _listening(self):
+        """The listening line's match, or None while starting; raises once the process has exited."""
+        match = _LISTENING.search(self.stderr_text())
+        if match is None and self.proc.poll() is not None:
+            raise RuntimeError(f"exporter exited with {self.proc.returncode}:\n{self.stderr_text()}")
+        return match
 
     def url(self, path: str = "/gpu/metrics") -> str:
         return f"{self.scheme}://{self.address}{path}"

@@ -65,6 +65,7 @@ class FakeKubeApi:
         self.metadata_gets = 0  # gets answered as PartialObjectMetadata (metadata only)
         self.bookmarks = "requested"  # or "always": BOOKMARK events even when a watch did not ask for them
         self.bookmarks_sent = 0
+        self.bookmarks_sent_to: Dict[str, int] = {}  # plural → BOOKMARK events sent on its watches
         self.gone_as_http = False  # answer a watch from a compacted version with HTTP 410, not an ERROR event
         self.requests: List[Tuple[str, str]] = []  # (verb, plural) of every request
         self.request_times: List[float] = []  # time.monotonic() of every request
@@ -247,6 +248,7 @@ class FakeKubeApi:
             if bookmarks and time.monotonic() - last_bookmark > _BOOKMARK_INTERVAL_SECONDS:
                 last_bookmark, sent = time.monotonic(), max(sent, current)
                 self.bookmarks_sent += 1
+                self.bookmarks_sent_to[plural] = self.bookmarks_sent_to.get(plural, 0) + 1
                 yield {"type": "BOOKMARK", "object": {"kind": self.kinds.get((api, plural), ("Object",))[0], "apiVersion": api,
                                                       "metadata": {"resourceVersion": str(sent)}}}
 

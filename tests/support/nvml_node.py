@@ -71,6 +71,13 @@ class FakeNode:
         self.lines.append(f"hang {function} {milliseconds}")
         return self
 
+    def hanging(self) -> List[str]:
+        """The entry points whose injected hang has begun, in order (the fake notes each as it starts)."""
+        try:
+            return self.path.with_name(self.path.name + ".hanging").read_text().split()
+        except FileNotFoundError:
+            return []
+
     def write(self) -> "FakeNode":
         # Written to a temporary file and renamed: the exporter may read it at any moment.
         temporary = self.path.with_suffix(".tmp")

@@ -1,18 +1,22 @@
-"""A real Prometheus server process on a free loopback port, and polling its query API."""
+"""A real Prometheus server process on a free loopback port, and its query API."""
 
 from __future__ import annotations
 
 import json
 import socket
 import subprocess
-import time
 import urllib.parse
 import urllib.request
 from pathlib import Path
 
 import yaml
 
+from support.waiting import wait_until
+
+# How long a query may take to show what a test waits for (scrapes and rule evaluations to
+# come round), and how often to ask: wait_until(query, DEADLINE_SECONDS, POLL_SECONDS, what).
 DEADLINE_SECONDS = 40.0
+POLL_SECONDS = 0.5
 
 
 def free_port() -> int:
@@ -42,16 +46,24 @@ class PrometheusServer:
         raise RuntimeError(f"prometheus did not become ready: {self.proc.stderr.read()}")
 
     def _wait_ready(self) -> bool:
-        deadline = time.monotonic() + DEADLINE_SECONDS
-        while time.monotonic() < deadline and self.proc.poll() is None:
-            try:
-                with urllib.request.urlopen(self.url + "/-/ready", timeout=2) as response:
-                    if response.status == 200:
-                        return True
-            except OSError:
-                time.sleep(0.2)
+        try:
+            state = wait_until(self._readiness, DEADLINE_SECONDS, 0.2, "prometheus to answer /-/ready or exit")
+        except AssertionError:
+            state = "late"
+        if state == "ready":
+            return True
         self.stop()
         return False
+
+    def _readiness(self) -> str:
+        """"ready", "exited" (the port was taken after all), or "" while it starts."""
+        if self.proc.poll() is not None:
+            return "exited"
+        try:
+            with urllib.request.urlopen(self.url + "/-/ready", timeout=2) as response:
+                return "ready" if response.status == 200 else ""
+        except OSError:
+            return ""
 
     def query(self, promql: str) -> list:
         answer = get_json(self.url + "/api/v1/query?" + urllib.parse.urlencode({"query": promql}))
@@ -66,16 +78,3 @@ class PrometheusServer:
             except subprocess.TimeoutExpired:
                 self.proc.kill()
                 self.proc.wait()
-
-
-def eventually(produce, what: str):
-    """Poll produce() until it returns something truthy, or fail after the deadline."""
-    deadline = time.monotonic() + DEADLINE_SECONDS
-    while True:
-        value = produce()
-        if value or time.monotonic() > deadline:
-            break
-        time.sleep(0.5)
-    assert value, f"{what}: nothing within {DEADLINE_SECONDS}s"
-    return value
-

@@ -12,6 +12,7 @@ from exporter.core.attribution import Attribution
 from exporter.sources.kubelet import AllocatedDevice
 from support.clocks import ManualClock
 from support.mapping_contexts import StaticContext
+from support.waiting import holds_throughout, wait_until
 
 GPU = "GPU-c2f76b33-7953-256e-8f33-1343419b1a1c"
 
@@ -110,15 +111,11 @@ def test_background_thread_refreshes_and_stops():
     attribution = Attribution(kubelet.list_devices, refresh_interval_seconds=0.05, max_age_seconds=60)
     attribution.start()
     try:
-        deadline = time.monotonic() + 10
-        while kubelet.calls < 3 and time.monotonic() < deadline:
-            time.sleep(0.01)
+        wait_until(lambda: kubelet.calls >= 3, 10, 0.01)
     finally:
         attribution.stop()
-    assert kubelet.calls >= 3
     calls = kubelet.calls
-    time.sleep(0.2)
-    assert kubelet.calls == calls  # stopped for good
+    holds_throughout(lambda: kubelet.calls == calls, 0.2, describe="no refresh after stop()")  # stopped for good
 
 
 def test_a_healthy_kubelet_never_ages_out_even_with_a_refresh_interval_above_max_age():

@@ -9,7 +9,6 @@ import subprocess
 import sys
 import tempfile
 import threading
-import time
 from pathlib import Path
 
 import pytest
@@ -17,6 +16,7 @@ import pytest
 from exporter.base.errors import KubeletError
 from exporter.demo.fake_kubelet import FakeKubelet
 from exporter.sources.kubelet import MAX_RECEIVE_BYTES, AllocatedDevice, PodResourcesClient
+from support.waiting import wait_until
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 GPU = "nvidia.com/gpu"
@@ -186,7 +186,7 @@ def test_stop_does_not_wait_for_a_hanging_call(kubelet, socket_path):
 
     caller = threading.Thread(target=call)
     caller.start()
-    _wait_for(lambda: kubelet.list_calls == 1)
+    wait_until(lambda: kubelet.list_calls == 1, 30, 0.02)
     kubelet.stop()
     caller.join(timeout=30)
     assert not caller.is_alive(), "stop() must release a hanging call"
@@ -245,13 +245,6 @@ def test_unprivileged_user_gets_permission_reason():
         for name in os.listdir(folder):
             os.unlink(os.path.join(folder, name))
         os.rmdir(folder)
-
-
-def _wait_for(condition, deadline_seconds: float = 30.0) -> None:
-    deadline = time.monotonic() + deadline_seconds
-    while not condition():
-        assert time.monotonic() < deadline, "condition not met before the deadline"
-        time.sleep(0.02)
 
 
 def test_an_unchanged_answer_is_read_once(kubelet, client):

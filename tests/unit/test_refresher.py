@@ -6,7 +6,7 @@ import threading
 import time
 
 from exporter.core.refresher import Refresher
-from support.waiting import wait_until
+from support.waiting import holds_throughout, wait_until
 
 
 class Work:
@@ -36,8 +36,7 @@ def test_refreshes_now_then_every_interval_on_its_named_thread():
     finally:
         refresher.stop()
     calls = work.calls
-    time.sleep(0.1)
-    assert work.calls == calls  # stopped for good
+    holds_throughout(lambda: work.calls == calls, 0.1, describe="no call after stop()")  # stopped for good
     assert set(work.thread_names) == {"test-refresher"}
 
 

@@ -20,7 +20,9 @@
  *                                                      <age ms> before the call (default 0)
  *   fail <function name> <nvml return code> [<uuid>]   that entry point answers that error (for
  *                                                      that device only, when a UUID is given)
- *   hang <function name> <ms>                          that entry point takes this long to answer
+ *   hang <function name> <ms>                          that entry point takes this long to answer;
+ *                                                      as each such call begins, its name is added
+ *                                                      as a line to the node file's name + ".hanging"
  * A missing FAKE_NVML_NODE file makes nvmlInit answer NVML_ERROR_DRIVER_NOT_LOADED, as on a node
  * without the driver. Built at test time: cc -shared -fPIC -o libnvidia-ml.so.1 fake_nvml.c
  */
@@ -187,10 +189,22 @@ static int injected_for(const char *function, const struct device *d) {
     }
     return NVML_SUCCESS;
 }
+/* Tells the test that a hang has begun, so that it waits on that rather than on the clock. */
+static void note_hanging(const char *function) {
+    const char *node = getenv("FAKE_NVML_NODE");
+    char path[4096];
+    if (!node || snprintf(path, sizeof path, "%s.hanging", node) >= (int)sizeof path) return;
+    FILE *file = fopen(path, "a");
+    if (!file) return;
+    fprintf(file, "%s\n", function);
+    fclose(file);
+}
+
 /* Every entry point's first step: the delay injected for it, then the error injected for it. */
 static int injected(const char *function) {
     for (int i = 0; i < hang_count; i++) {
         if (strcmp(hangs[i].function, function) != 0) continue;
+        note_hanging(function);
         struct timespec pause = {hangs[i].ms / 1000, (hangs[i].ms % 1000) * 1000000L};
         nanosleep(&pause, NULL);
     }
