@@ -155,8 +155,8 @@ class Workloads:
         self._parents: RetryingCache[Key, OwnerRef] = RetryingCache(self._lookup, RETRY_SECONDS, MAX_OBJECTS, clock)
         self._unreadable: Dict[Key, bool] = {}  # keys whose last read was refused (403/404); oldest first
         self._lock = threading.Lock()
-        # Once per (resource, reason): a CronJob's every Job refused must not log a line each. Keys come from
-        # the objects' ownerReferences, so they are bounded too.
+        # Once per (resource, reason): a CronJob's every Job refused must not log a line each. The kinds in keys
+        # come from ownerReferences, which anyone may write: at most _MAX_GROUP_VERSIONS keys are logged.
         self._logged = LogOnce(most=_MAX_GROUP_VERSIONS)
         self._clock = clock
         self._read_until: Optional[float] = None  # see begin_refresh
