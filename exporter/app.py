@@ -81,7 +81,8 @@ def serve(config: Config, on_ready: Optional[Callable[[str], None]] = None) -> i
                       kubernetes_up=(lambda: kubernetes.up) if kubernetes else None,
                       process_shares=shares.text if shares else None,
                       labels_mode=config.labels_mode, label_limit=label_limit)
-    app = App(scraper, attribution, config.telemetry_path, web_config)
+    app = App(scraper, attribution, config.telemetry_path, web_config,
+              kubernetes_status=kubernetes.status if kubernetes else None)
     try:
         server = ExporterHTTPServer.listen(config.listen_host, config.listen_port, app,
                                            web_config.current().ssl_context() if web_config else None)
@@ -96,7 +97,7 @@ def serve(config: Config, on_ready: Optional[Callable[[str], None]] = None) -> i
     # wait for it, at most as long as it can take.
     before_first, api_wait = None, 0.0
     if kubernetes is not None:
-        from exporter.sources.kubernetes.context import start_and_wait
+        from exporter.sources.kubernetes.startup import start_and_wait
 
         api_wait = min(config.kubelet_timeout_seconds, API_FIRST_LIST_WAIT_SECONDS)
         before_first = functools.partial(start_and_wait, kubernetes, resolve_mig, api_wait)
@@ -149,11 +150,20 @@ def _load_web_config(path: Optional[str]):
 
 def _prepare_kubernetes(config: Config):
     """The Kubernetes API context (not started), or None when --kubernetes.api is off or finds no config."""
-    # The context module loads lightkube only when a client is made: with the API off, importing it
-    # costs nothing, and its one check also warns about --labels.* that cannot act.
-    from exporter.sources.kubernetes.context import prepare_kubernetes
+    # The source loads lightkube only when a client is made: with the API off, importing it costs
+    # nothing, and its one check also warns about --labels.* that cannot act.
+    from exporter.sources.kubernetes.labels import label_spec
+    from exporter.sources.kubernetes.options import KubernetesOptions
+    from exporter.sources.kubernetes.startup import prepare_kubernetes
 
-    return prepare_kubernetes(config)
+    return prepare_kubernetes(KubernetesOptions(
+        api=config.kubernetes_api,
+        kubeconfig=config.kubernetes_kubeconfig,
+        node_name=config.kubernetes_node_name,
+        labels=label_spec(config.labels_extra, config.labels_pod_labels, config.labels_pod_annotations),
+        grace_seconds=config.mapping_max_age_seconds,
+        watch_silence_seconds=config.kubernetes_watch_silence_seconds,
+    ))
 
 
 def _process_shares(config: Config, attribution: Attribution, kubernetes, label_limit: LabelLimit):
@@ -209,7 +219,7 @@ def print_mapping(config: Config) -> int:
         client.close()
     resolve_mig = _mig_resolver()
     if kubernetes is not None:
-        from exporter.sources.kubernetes.context import start_and_wait
+        from exporter.sources.kubernetes.startup import start_and_wait
 
         start_and_wait(kubernetes, resolve_mig, config.kubelet_timeout_seconds, slices=True)
     # The same core function as the refresher's, so `mapping` shows what `serve` attributes.

@@ -7,7 +7,7 @@ import logging
 import sys
 import threading
 import time
-from typing import Dict, Hashable, Optional, Set
+from typing import Dict, Hashable, Iterable, Optional, Set
 
 LOGGER_NAME = "pod_gpu_exporter"
 _LEVELS = {"debug": logging.DEBUG, "info": logging.INFO, "warn": logging.WARNING, "error": logging.ERROR}
@@ -69,9 +69,12 @@ class LogOnce:
     Safe to call from many threads; a key is logged by exactly one of them.
     """
 
-    def __init__(self):
+    def __init__(self, most: Optional[int] = None):
         self._seen: Set[Hashable] = set()
         self._lock = threading.Lock()
+        # Keys made from outside data (an owner's kind) could otherwise grow without bound: past `most`
+        # distinct keys nothing new is logged.
+        self._most = most
 
     def log(self, key: Hashable, level: str, msg: str, **fields) -> bool:
         """Log `msg` unless `key` was logged already (and not forgotten since); True when it logged."""
@@ -83,7 +86,7 @@ class LogOnce:
     def first(self, key: Hashable) -> bool:
         """True the first time `key` is seen (and marks it seen): for callers that log more than one line."""
         with self._lock:
-            if key in self._seen:
+            if key in self._seen or (self._most is not None and len(self._seen) >= self._most):
                 return False
             self._seen.add(key)
             return True
@@ -95,6 +98,12 @@ class LogOnce:
                 return False
             self._seen.discard(key)
             return True
+
+    def retain(self, keys: Iterable[Hashable]) -> None:
+        """Forget every key not among `keys` (those of things that still exist), so that keys that come
+        and go stay bounded, and one that comes back is logged again."""
+        with self._lock:
+            self._seen &= set(keys)
 
 
 class DependencyReporter:

@@ -61,11 +61,6 @@ class Attribution:
         self.list_failures = 0
         self._built_from: Optional[list] = None  # the device list the installed mapping was built from
 
-    @property
-    def context(self) -> Optional[MappingContext]:
-        """The Kubernetes API context when it is in use (its watches' counters are served on /metrics)."""
-        return self._context
-
     def refresh(self) -> bool:
         """List once and install the new mapping; on failure keep the last good one. Returns success."""
         self.list_calls += 1

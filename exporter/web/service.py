@@ -12,13 +12,14 @@ from exporter.web.self_metrics import SelfCollector, build_self_registry
 class App:
     """What the routes serve; kept apart from the HTTP plumbing so handlers stay small."""
 
-    def __init__(self, scraper, attribution, telemetry_path: str, web_config=None):
+    def __init__(self, scraper, attribution, telemetry_path: str, web_config=None, kubernetes_status=None):
         self.scraper = scraper
         self.attribution = attribution
         self.telemetry_path = telemetry_path
         # A WebConfig, or a ReloadingWebConfig that keeps one current (its `current()`), or None.
         self._web_config = web_config
-        self._self_collector = SelfCollector(scraper, attribution)
+        # kubernetes_status: the Kubernetes source's status() (its watches' counters), None with the API off.
+        self._self_collector = SelfCollector(scraper, attribution, kubernetes_status)
         self.registry = build_self_registry(self._self_collector)
 
     @property

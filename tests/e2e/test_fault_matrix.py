@@ -124,7 +124,7 @@ try:
 except ImportError:
     pass
 import pynvml  # nvidia-ml-py, a dependency: the MIG resolver imports it lazily
-import exporter.sources.kubernetes.context  # lightkube: --kubernetes.api auto imports it lazily
+import exporter.sources.kubernetes.startup  # lightkube: --kubernetes.api auto imports it lazily
 uid = int(sys.argv.pop(1))
 os.setgroups([]); os.setgid(uid); os.setuid(uid)
 sys.exit(exporter.cli.main(sys.argv[1:]))

@@ -10,7 +10,8 @@ import pytest
 from exporter.core.identity import GpuKey
 from exporter.core.mapping import build_mapping
 from exporter.sources.kubelet import AllocatedDevice
-from exporter.sources.kubernetes.context import KubernetesContext, make_client
+from exporter.sources.kubernetes.client import make_client
+from exporter.sources.kubernetes.context import KubernetesContext
 from exporter.sources.kubernetes.labels import LabelSpec
 from support.fake_kube_api import FakeKubeApi, make_pod, write_kubeconfig
 from support.kube_scenario import NODE, POOL, UUID0, claim, resource_slice

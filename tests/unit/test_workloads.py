@@ -8,7 +8,8 @@ import time
 
 import pytest
 
-from exporter.sources.kubernetes.context import KubernetesContext, make_client
+from exporter.sources.kubernetes.client import make_client
+from exporter.sources.kubernetes.context import KubernetesContext
 from exporter.sources.kubernetes.labels import LabelSpec
 from exporter.sources.kubernetes.stream import MAX_ANSWER_BYTES, AnswerRefused
 from exporter.sources.kubernetes.workloads import (MAX_DEPTH, MetadataReader,

@@ -75,19 +75,25 @@ class DraDevices:
             self._fetch_claim, _CLAIM_RETRY_SECONDS, _MAX_CLAIMS, clock)
         self._reporter = DependencyReporter("kubernetes-api")
 
-    # Fed by the ResourceSlice ListWatch.
-    def reset(self, slices: list) -> None:
+    # The ResourceSlice ListWatch's store (watch.WatchedStore).
+    def replace(self, slices: list, complete: bool = True) -> None:
+        # A slice skipped as malformed (not `complete`) describes no device we could read: nothing to keep of it.
         by_slice = {s.metadata.name: slice_devices(s) for s in slices}
         with self._lock:
             self._by_slice = by_slice
             self._devices = _merged(by_slice)
 
-    def apply(self, event_type: str, resource_slice) -> None:
+    def add(self, resource_slice) -> None:
+        devices = slice_devices(resource_slice)
         with self._lock:
-            if event_type == "DELETED":
-                self._by_slice.pop(resource_slice.metadata.name, None)
-            else:
-                self._by_slice[resource_slice.metadata.name] = slice_devices(resource_slice)
+            self._by_slice[resource_slice.metadata.name] = devices
+            self._devices = _merged(self._by_slice)
+
+    update = add  # a modified slice replaces the devices it published
+
+    def delete(self, resource_slice) -> None:
+        with self._lock:
+            self._by_slice.pop(resource_slice.metadata.name, None)
             self._devices = _merged(self._by_slice)
 
     def resolve(self, driver: str, pool: str, device: str, claim: str) -> DraResolution:

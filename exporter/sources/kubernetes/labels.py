@@ -48,6 +48,18 @@ def parse_extra(text: str) -> Tuple[bool, bool]:
     return "pod_uid" in chosen, "workload" in chosen
 
 
+def label_spec(extra: str, pod_labels: Optional[str], pod_annotations: Optional[str]) -> LabelSpec:
+    """The LabelSpec of --labels.extra, --labels.pod-labels and --labels.pod-annotations (checked before: a bad
+    value raises ValueError here too)."""
+    pod_uid, workload = parse_extra(extra)
+    return LabelSpec(
+        pod_uid=pod_uid,
+        workload=workload,
+        pod_labels=compile_key_pattern(pod_labels) if pod_labels else None,
+        pod_annotations=compile_key_pattern(pod_annotations) if pod_annotations else None,
+    )
+
+
 def compile_key_pattern(text: str) -> Pattern:
     """A label/annotation key regex, matched against the whole key (like kube-state-metrics' allow-lists)."""
     try:

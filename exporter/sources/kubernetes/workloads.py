@@ -12,7 +12,7 @@ import time
 from typing import Callable, Dict, Iterable, List, NamedTuple, Optional, Tuple
 
 from exporter.base.cache import RetryingCache
-from exporter.base.logs import log
+from exporter.base.logs import LogOnce
 from exporter.sources.kubernetes.stream import ANSWER_SECONDS, http_client, read_answer
 from exporter.sources.kubernetes.watch import describe_failure
 
@@ -155,7 +155,9 @@ class Workloads:
         self._parents: RetryingCache[Key, OwnerRef] = RetryingCache(self._lookup, RETRY_SECONDS, MAX_OBJECTS, clock)
         self._unreadable: Dict[Key, bool] = {}  # keys whose last read was refused (403/404); oldest first
         self._lock = threading.Lock()
-        self._logged: set = set()
+        # Once per (resource, reason): a CronJob's every Job refused must not log a line each. The kinds in keys
+        # come from ownerReferences, which anyone may write: at most _MAX_GROUP_VERSIONS keys are logged.
+        self._logged = LogOnce(most=_MAX_GROUP_VERSIONS)
         self._clock = clock
         self._read_until: Optional[float] = None  # see begin_refresh
 
@@ -234,8 +236,4 @@ class Workloads:
                        object=f"{namespace}/{name}")
 
     def _log_once(self, what: tuple, level: str, message: str, **fields) -> None:
-        with self._lock:
-            if what in self._logged or len(self._logged) >= _MAX_GROUP_VERSIONS:
-                return
-            self._logged.add(what)
-        log(level, message, dependency="kubernetes-api", **fields)
+        self._logged.log(what, level, message, dependency="kubernetes-api", **fields)

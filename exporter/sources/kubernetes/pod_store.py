@@ -1,0 +1,119 @@
+"""This node's pods as the pod watch last told them, and the names of those it saw deleted; the watch's store."""
+
+from __future__ import annotations
+
+import threading
+from typing import Dict, Iterable, Optional, Set, Tuple
+
+from exporter.base.logs import LogOnce
+from exporter.sources.kubernetes.labels import LabelSpec, PodInfo, allowed_items
+from exporter.sources.kubernetes.workloads import controller_of
+
+MAX_PODS = 20_000  # far above any node's pod limit (110 by default); bounds memory if a selector is wrong
+_MAX_GONE = 4096  # deleted pods remembered, in case the kubelet keeps reporting their devices
+_ENDED_PHASES = ("Succeeded", "Failed")  # terminal: the pod's containers have all stopped for good
+
+PodKey = Tuple[str, str]  # (namespace, name)
+
+
+def pod_info(pod, spec: LabelSpec) -> PodInfo:
+    """The few fields kept of a Pod model."""
+    meta = pod.metadata
+    status = pod.status
+    statuses = [] if status is None else (status.initContainerStatuses or []) + (status.containerStatuses or [])
+    return PodInfo(
+        uid=meta.uid or "",
+        labels=allowed_items(meta.labels, spec.pod_labels),
+        annotations=allowed_items(meta.annotations, spec.pod_annotations),
+        controller=controller_of(meta.ownerReferences),
+        containers=tuple((s.name, s.containerID) for s in statuses if s.containerID),
+        ended=status is not None and status.phase in _ENDED_PHASES,
+    )
+
+
+def _key(pod) -> PodKey:
+    return pod.metadata.namespace, pod.metadata.name
+
+
+class PodStore:
+    """(namespace, name) → PodInfo of this node's pods, kept by the pod ListWatch (watch.WatchedStore), read by
+    the mapping refresher and the per-process shares. Any thread may call any method.
+
+    A deleted pod's name is remembered (the newest _MAX_GONE) because the kubelet can go on reporting its
+    devices for a while: such a pod holds none.
+    """
+
+    def __init__(self, spec: LabelSpec, node_name: str):
+        self._spec = spec
+        self._node_name = node_name  # for the log line only
+        self._lock = threading.Lock()
+        self._pods: Dict[PodKey, PodInfo] = {}
+        self._gone: Dict[PodKey, bool] = {}  # oldest first
+        self._full_logged = LogOnce()
+
+    # Fed by the pod ListWatch.
+    def replace(self, pods: list, complete: bool) -> None:
+        """A full list replaces the cache in one step. A pod missing from a `complete` list was deleted while the
+        watch was away. A list that skipped an object cannot tell a deleted pod from one it could not read: a pod
+        then missing is dropped, not taken as ended (which would take its GPU from it)."""
+        fresh = {_key(pod): pod_info(pod, self._spec) for pod in pods[:MAX_PODS]}
+        if len(pods) > MAX_PODS:
+            self._log_full(len(pods))
+        listed = {_key(pod) for pod in pods}
+        with self._lock:
+            if complete:
+                for key in self._pods.keys() - listed:
+                    self._remember_gone(key)
+            for key in fresh.keys() & self._gone.keys():
+                del self._gone[key]
+            self._pods = fresh
+
+    def add(self, pod) -> None:
+        key, info = _key(pod), pod_info(pod, self._spec)
+        with self._lock:
+            self._gone.pop(key, None)  # a StatefulSet's pod comes back under its old name
+            if key in self._pods or len(self._pods) < MAX_PODS:
+                self._pods[key] = info
+                return
+        self._log_full(MAX_PODS + 1)
+
+    update = add  # a modified pod is kept as the watch last told it
+
+    def delete(self, pod) -> None:
+        key = _key(pod)
+        with self._lock:
+            self._pods.pop(key, None)
+            self._remember_gone(key)
+
+    # Read by the refresher and the per-process shares.
+    def get(self, key: PodKey) -> Optional[PodInfo]:
+        with self._lock:
+            return self._pods.get(key)
+
+    def __len__(self) -> int:
+        with self._lock:
+            return len(self._pods)
+
+    def copy(self) -> Dict[PodKey, PodInfo]:
+        with self._lock:
+            return dict(self._pods)
+
+    def ended_among(self, pods: Iterable[PodKey]) -> Set[PodKey]:
+        """Those of `pods` that were deleted, or whose phase is Succeeded or Failed."""
+        with self._lock:
+            return {pod for pod in pods if pod in self._gone or self._has_ended(pod)}
+
+    def _has_ended(self, key: PodKey) -> bool:
+        info = self._pods.get(key)
+        return info is not None and info.ended
+
+    def _remember_gone(self, key: PodKey) -> None:
+        """Remember a deleted pod's name, newest last (lock held)."""
+        self._gone.pop(key, None)
+        while len(self._gone) >= _MAX_GONE:
+            del self._gone[next(iter(self._gone))]
+        self._gone[key] = True
+
+    def _log_full(self, count: int) -> None:
+        self._full_logged.log("full", "warn", "more pods on this node than the cache holds; the rest get no extra labels",
+                              pods=count, max_pods=MAX_PODS, node=self._node_name)

@@ -1,0 +1,147 @@
+"""The Kubernetes source's state, in-process without a server: one watch's health, the pod store a watch keeps,
+and the log-once bounds they rely on."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from exporter.base.logs import LogOnce
+from exporter.sources.kubernetes.labels import LabelSpec
+from exporter.sources.kubernetes.pod_store import PodStore
+from exporter.sources.kubernetes.status import frozen_counts
+from exporter.sources.kubernetes.stream import decode_object
+from exporter.sources.kubernetes.watch_health import WATCH_CONFIRM_SECONDS, Stage, WatchHealth
+from support.clocks import ManualClock
+from support.fake_kube_api import make_pod
+from support.kube_scenario import NODE
+
+
+class Recovered:
+    """Counts the moves into UP (the watch reports the API answering again on each)."""
+
+    def __init__(self):
+        self.calls = 0
+
+    def __call__(self):
+        self.calls += 1
+
+
+def health():
+    clock, recovered = ManualClock(), Recovered()
+    return WatchHealth(recovered, clock), clock, recovered
+
+
+def test_a_watch_is_up_from_its_first_list_and_down_from_any_failure():
+    watch, _, recovered = health()
+    assert not watch.healthy and watch.state.stage is Stage.STARTING
+    watch.listed()
+    assert watch.healthy and recovered.calls == 1
+    watch.failed("list")
+    assert not watch.healthy and watch.state.failed_verb == "list"
+    watch.listed()  # after a failed list, the next list is enough
+    assert watch.healthy and watch.state.stage is Stage.UP
+
+
+def test_after_a_failed_watch_the_new_one_proves_itself_by_staying_open():
+    watch, clock, recovered = health()
+    watch.listed()
+    watch.failed("watch")
+    watch.listed()
+    assert not watch.healthy and watch.state.stage is Stage.PROVING  # listed, but is the watch allowed now?
+    watch.watch_opened()
+    clock.now += WATCH_CONFIRM_SECONDS / 2
+    watch.watch_opened()  # a watch reopened meanwhile: the clock runs from the first since the list
+    assert not watch.healthy
+    clock.now += WATCH_CONFIRM_SECONDS / 2
+    calls = recovered.calls
+    assert watch.healthy and watch.state.stage is Stage.UP  # the reader saw it proven, and moved it on
+    assert watch.healthy and recovered.calls == calls + 1  # reported once
+
+
+def test_after_a_dropped_watch_only_an_event_proves_the_next():
+    watch, clock, recovered = health()
+    watch.listed()
+    watch.failed("watch", dropped=True)  # it fell silent: staying open proves nothing
+    watch.listed()
+    watch.watch_opened()
+    clock.now += 100 * WATCH_CONFIRM_SECONDS
+    assert not watch.healthy
+    watch.line_arrived()
+    assert watch.healthy and not watch.state.needs_event
+
+
+def test_a_relist_while_proving_starts_the_proof_again():
+    watch, clock, _ = health()
+    watch.listed()
+    watch.failed("watch")
+    watch.listed()
+    watch.watch_opened()
+    watch.listed()  # the watch's version expired: listed again, still to be proven
+    clock.now += WATCH_CONFIRM_SECONDS
+    assert not watch.healthy and watch.state.opened_at is None
+    watch.watch_opened()
+    clock.now += WATCH_CONFIRM_SECONDS
+    assert watch.healthy
+
+
+def test_a_failed_list_after_a_failed_watch_needs_no_proof():
+    watch, _, _ = health()
+    watch.listed()
+    watch.failed("watch")
+    watch.failed("list")
+    watch.listed()
+    assert watch.healthy
+
+
+def pod(name, phase="Running"):
+    from lightkube.resources.core_v1 import Pod
+
+    return decode_object(json.dumps(make_pod("ml", name, NODE, phase=phase)).encode(), Pod)
+
+
+def test_the_store_follows_events_and_remembers_deleted_pods():
+    store = PodStore(LabelSpec(), NODE)
+    store.replace([pod("a"), pod("done", "Succeeded")], complete=True)
+    store.add(pod("b"))
+    store.delete(pod("a"))
+    assert store.get(("ml", "a")) is None and len(store) == 2
+    assert store.ended_among([("ml", "a"), ("ml", "b"), ("ml", "done")]) == {("ml", "a"), ("ml", "done")}
+    store.add(pod("a"))  # the same name again: a new pod
+    assert store.ended_among([("ml", "a")]) == set()
+
+
+def test_a_pod_missing_from_a_list_has_ended_only_when_the_list_is_complete():
+    store = PodStore(LabelSpec(), NODE)
+    store.replace([pod("a"), pod("b")], complete=True)
+    store.replace([pod("a")], complete=False)  # "b" may only have been unreadable
+    assert store.get(("ml", "b")) is None and store.ended_among([("ml", "b")]) == set()
+    store.replace([pod("a"), pod("b")], complete=True)
+    store.replace([pod("b")], complete=True)
+    assert store.ended_among([("ml", "a"), ("ml", "b")]) == {("ml", "a")}
+    assert set(store.copy()) == {("ml", "b")}
+
+
+def test_a_status_snapshot_does_not_follow_the_counts():
+    counts = {"malformed": 1}
+    snapshot = frozen_counts(counts)
+    counts["malformed"] += 1
+    assert snapshot["malformed"] == 1
+    with pytest.raises(TypeError):
+        snapshot["malformed"] = 3  # type: ignore[index]
+
+
+def test_log_once_forgets_what_it_is_not_told_to_retain(log_stream):
+    once = LogOnce()
+    for name in ("a", "b"):
+        once.log(name, "info", "seen", name=name)
+    once.retain(["b"])
+    assert once.log("a", "info", "seen", name="a") and not once.log("b", "info", "seen", name="b")
+    assert log_stream.getvalue().count("name=a") == 2
+
+
+def test_log_once_with_a_bound_logs_no_new_key_past_it():
+    once = LogOnce(most=2)
+    assert once.first("a") and once.first("b")
+    assert not once.first("c") and not once.first("a")
