@@ -159,4 +159,6 @@ HTTP_IDLE_CONNECTIONS_CLOSED = _self("pod_gpu_exporter_http_idle_connections_clo
 BUILD_INFO = _self("pod_gpu_exporter_build_info", "gauge", "A constant 1, labelled with the exporter's version and the "
                    "Python version running it.", ("version", "python_version"))
 
+# Every entry above, in the order defined: gathered rather than listed, so that none can be defined
+# and left out (the docs' test and the served-families test go by this tuple).
 CATALOGUE: Tuple[Family, ...] = tuple(value for value in list(globals().values()) if isinstance(value, Family))
