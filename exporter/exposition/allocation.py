@@ -7,15 +7,13 @@ from typing import Dict, Iterable, Optional
 from exporter.core.allocated import allocated_gpus
 from exporter.core.identity import GpuIdentity, GpuKey, Owner
 from exporter.core.mapping import Mapping
+from exporter.exposition import families
 from exporter.exposition.label_limit import LabelLimit
 from exporter.exposition.labels import gpu_label_pairs, render_owner_labels_within
-from exporter.exposition.text import family_header, render_label_pairs
+from exporter.exposition.text import render_label_pairs
 
-ALLOCATION_INFO = "pod_gpu_allocation_info"
-_HELP = "A GPU device the kubelet reports as allocated to a container (1 per device)."
-ALLOCATED_GPUS = "pod_gpu_container_allocated_gpus"
-_ALLOCATED_HELP = ("GPUs a container holds: 1 per whole GPU, 1/N per replica of a GPU shared N ways, "
-                   "a MIG instance's share of its GPU's memory slices.")
+ALLOCATION_INFO = families.ALLOCATION_INFO.name
+ALLOCATED_GPUS = families.ALLOCATED_GPUS.name
 # The labels kube-state-metrics' kube_pod_resourceclaim_info names a pod's claim with, for joins.
 CLAIM_NAMESPACE, CLAIM_NAME = "resourceclaim_namespace", "resourceclaim_name"
 
@@ -33,7 +31,7 @@ def render_allocation_info(mapping: Mapping, identities: Iterable[GpuIdentity], 
     if not mapping.allocations:
         return ""
     by_key = _identities_by_key(identities)
-    lines = [family_header(ALLOCATION_INFO, _HELP)]
+    lines = [families.ALLOCATION_INFO.header]
     for allocation in mapping.allocations:
         owner = allocation.owner
         pairs = [("resource", allocation.resource), ("device_id", allocation.device_id)]
@@ -52,7 +50,7 @@ def _render_allocated_gpus(mapping: Mapping, style: str, limit: Optional[LabelLi
     totals = allocated_gpus(mapping.allocations, mapping.offered)
     if not totals:
         return ""
-    lines = [family_header(ALLOCATED_GPUS, _ALLOCATED_HELP)]
+    lines = [families.ALLOCATED_GPUS.header]
     for owner in sorted(totals):
         labels = _owner_labels(mapping, Owner(*owner), style, limit, 0)
         # 12 significant digits: 1/3 + 1/3 + 1/3 reads back as 1, not 0.9999999999999999.

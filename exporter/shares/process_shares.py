@@ -11,8 +11,8 @@ from exporter.base.errors import ConfigError
 from exporter.base.logs import DependencyReporter
 from exporter.core.mapping import Mapping
 from exporter.core.refresher import Refresher
+from exporter.exposition.families import NVML_UP, PROCESS_SHARES_REFRESH_DURATION, render_status
 from exporter.exposition.label_limit import LabelLimit
-from exporter.exposition.text import family_header
 from exporter.shares.compute import PodIndex, compute_shares, pod_index
 from exporter.shares.energy import SPLIT
 from exporter.shares.ledger import ShareLedger
@@ -20,13 +20,6 @@ from exporter.shares.render import render_shares
 from exporter.sources.nvml.processes import DeviceProcesses, NvmlError, NvmlProcessReader
 from exporter.sources.procfs import ProcessOwner, read_process_owner
 
-NVML_UP = "pod_gpu_exporter_nvml_up"
-REFRESH_DURATION = "pod_gpu_exporter_process_shares_refresh_duration_seconds"
-_NVML_UP_HELP = family_header(NVML_UP, "1 when NVML answered the last per-process refresh (--sharing.mode process), "
-                              "else 0.")
-# What a refresh costs on this node (NVML calls go to the driver): measured, since no benchmark can.
-_REFRESH_DURATION_HELP = family_header(REFRESH_DURATION, "Time the last per-process refresh took: NVML, /proc and "
-                                       "the shares (--sharing.mode process).")
 # The per-process SM samples asked of NVML go back at least this far, so a short refresh interval
 # still finds the driver's latest sample.
 _MIN_SAMPLE_WINDOW_SECONDS = 1.0
@@ -91,10 +84,10 @@ class ProcessShares:
         rendered = self._rendered
         fresh = rendered is not None and self._clock() - rendered.at <= 2 * self._interval
         series, up = (rendered.text, rendered.nvml_up) if fresh else (b"", False)
-        status = _NVML_UP_HELP + f"{NVML_UP} {int(up)}\n"
+        status = [(NVML_UP, int(up))]
         if rendered is not None:
-            status += _REFRESH_DURATION_HELP + f"{REFRESH_DURATION} {rendered.duration_seconds:.6f}\n"
-        return series + status.encode()
+            status.append((PROCESS_SHARES_REFRESH_DURATION, f"{rendered.duration_seconds:.6f}"))
+        return series + render_status(status).encode()
 
     def start(self) -> None:
         """Refresh now and then every interval, all on the refresher's thread (NVML's calls on a worker

@@ -11,21 +11,11 @@ from exporter.base.errors import UpstreamError
 from exporter.base.logs import DependencyReporter
 from exporter.core.attribution import Attribution, Snapshot
 from exporter.core.mapping import Mapping
+from exporter.exposition import families
 from exporter.exposition.allocation import render_allocation_info
 from exporter.exposition.label_limit import LabelLimit
 from exporter.exposition.rewriter import Rewriter
 from exporter.exposition.series import RewriteResult
-from exporter.exposition.text import family_header
-
-_STATUS_HELP = {
-    "pod_gpu_exporter_dcgm_up": "1 when dcgm-exporter's metrics were fetched for this scrape, else 0 (and no GPU series).",
-    "pod_gpu_exporter_kubelet_up": "1 when the last kubelet PodResources List succeeded, else 0.",
-    "pod_gpu_exporter_mapping_age_seconds": "Seconds since the GPU to pod mapping in use was listed from the kubelet.",
-    "pod_gpu_exporter_malformed_lines": "Upstream lines dropped from this scrape because they break the text format.",
-    "pod_gpu_exporter_unresolved_devices": "Allocated GPU devices whose samples cannot be identified (e.g. MIG-<uuid> without NVML).",
-    "pod_gpu_exporter_scrape_duration_seconds": "Time this exporter took to answer this scrape, upstream fetch included.",
-    "pod_gpu_exporter_kubernetes_api_up": "1 while the watch of this node's pods on the Kubernetes API server is healthy, else 0.",
-}
 
 
 # Level 1: it shrinks the large benchmark node's 1.83 MB answer to 92 KB (level 6: 67 KB) in a third
@@ -239,19 +229,14 @@ class Scraper:
         return _Cached(body, mapping, result, allocation_info, _GzipPrefix((result.text, allocation_info)))
 
     def _status(self, dcgm_up: bool, snapshot: Snapshot, malformed: int, duration: float) -> str:
-        values = {
-            "pod_gpu_exporter_dcgm_up": int(dcgm_up),
-            "pod_gpu_exporter_kubelet_up": int(snapshot.kubelet_up),
-            "pod_gpu_exporter_mapping_age_seconds": None if snapshot.age_seconds is None else round(snapshot.age_seconds, 3),
-            "pod_gpu_exporter_malformed_lines": malformed,
-            "pod_gpu_exporter_unresolved_devices": len(snapshot.mapping.unresolved),
-            "pod_gpu_exporter_scrape_duration_seconds": round(duration, 6),
-        }
+        values = [
+            (families.DCGM_UP, int(dcgm_up)),
+            (families.KUBELET_UP, int(snapshot.kubelet_up)),
+            (families.MAPPING_AGE, None if snapshot.age_seconds is None else round(snapshot.age_seconds, 3)),
+            (families.MALFORMED_LINES, malformed),
+            (families.UNRESOLVED_DEVICES, len(snapshot.mapping.unresolved)),
+            (families.SCRAPE_DURATION, round(duration, 6)),
+        ]
         if self._kubernetes_up is not None:
-            values["pod_gpu_exporter_kubernetes_api_up"] = int(self._kubernetes_up())
-        lines = []
-        for name, value in values.items():
-            lines.append(family_header(name, _STATUS_HELP[name]))
-            if value is not None:
-                lines.append(f"{name} {value}\n")
-        return "".join(lines)
+            values.append((families.KUBERNETES_API_UP, int(self._kubernetes_up())))
+        return families.render_status(values)

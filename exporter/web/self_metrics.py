@@ -6,12 +6,14 @@ import platform
 from typing import Callable, Optional
 
 from prometheus_client import CollectorRegistry
-from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.platform_collector import PlatformCollector
 from prometheus_client.process_collector import ProcessCollector
 
 from exporter import __version__
 from exporter.base.bounded import timeouts_total
+from exporter.exposition import families
+from exporter.exposition.families import Family
 from exporter.sources.kubernetes.status import KubernetesStatus
 from exporter.web.connections import ConnectionTable
 
@@ -37,27 +39,27 @@ class SelfCollector:
         self.connections: Optional[ConnectionTable] = None  # the server's, once a server serves this app
 
     def collect(self):
-        yield _counter("pod_gpu_exporter_scrapes", "Scrapes of the telemetry path answered.", self._scraper.scrapes)
-        yield _counter("pod_gpu_exporter_rewrites", "Upstream bodies rewritten; the other scrapes reused the last rewrite.", self._scraper.rewrites)
-        yield _counter("pod_gpu_exporter_rewrite_seconds", "Time spent rewriting upstream bodies (divide by pod_gpu_exporter_rewrites_total for the mean).", self._scraper.rewrite_seconds)
-        yield _counter("pod_gpu_exporter_dcgm_fetch_failures", "Failed fetches of dcgm-exporter's metrics.", self._scraper.upstream_failures)
-        yield _counter("pod_gpu_exporter_malformed_lines", "Upstream lines dropped as malformed, over all scrapes.", self._scraper.malformed_lines)
-        yield _counter("pod_gpu_exporter_limited_labels", "Extra labels --labels.limit left off series, counted once for each distinct cut (a holder's extras beside as many other labels), not per scrape nor per mapping.", self._scraper.label_limit.dropped)
-        yield _counter("pod_gpu_exporter_kubelet_list_calls", "PodResources List calls made to the kubelet.", self._attribution.list_calls)
-        yield _counter("pod_gpu_exporter_kubelet_list_failures", "PodResources List calls that failed.", self._attribution.list_failures)
+        yield _family_object(families.SCRAPES, self._scraper.scrapes)
+        yield _family_object(families.REWRITES, self._scraper.rewrites)
+        yield _family_object(families.REWRITE_SECONDS, self._scraper.rewrite_seconds)
+        yield _family_object(families.DCGM_FETCH_FAILURES, self._scraper.upstream_failures)
+        yield _family_object(families.MALFORMED_LINES_TOTAL, self._scraper.malformed_lines)
+        yield _family_object(families.LIMITED_LABELS, self._scraper.label_limit.dropped)
+        yield _family_object(families.KUBELET_LIST_CALLS, self._attribution.list_calls)
+        yield _family_object(families.KUBELET_LIST_FAILURES, self._attribution.list_failures)
         if self._kubernetes_status is not None:
             yield from _kubernetes_counters(self._kubernetes_status())
-        yield _counter("pod_gpu_exporter_nvml_timeouts", "NVML calls (nvmlInit, MIG lookups, per-process reads) that did not return within their bound, or were refused while one still had not.", timeouts_total())
+        yield _family_object(families.NVML_TIMEOUTS, timeouts_total())
         if self.connections is not None:
-            yield _counter("pod_gpu_exporter_http_connections_refused", "New connections closed at once because every connection slot was answering a request.", self.connections.refused)
-            yield _counter("pod_gpu_exporter_http_idle_connections_closed", "Idle connections closed to make room for new ones when every slot was taken.", self.connections.evicted)
+            yield _family_object(families.HTTP_CONNECTIONS_REFUSED, self.connections.refused)
+            yield _family_object(families.HTTP_IDLE_CONNECTIONS_CLOSED, self.connections.evicted)
 
 
 def _kubernetes_counters(status: KubernetesStatus):
     """The API watches' own counters, by resource (`pods`, `resourceslices`), from the source's status snapshot."""
-    requests = CounterMetricFamily("pod_gpu_exporter_kubernetes_requests", "List and watch requests made to the Kubernetes API server (a list's pages count once).", labels=["resource"])
-    dropped = CounterMetricFamily("pod_gpu_exporter_kubernetes_watch_dropped", "Watch connections the exporter closed: nothing arrived within --kubernetes.watch-silence-timeout (silent), or a line went past the 4 MiB cap (too_large).", labels=["resource", "reason"])
-    skipped = CounterMetricFamily("pod_gpu_exporter_kubernetes_objects_skipped", "Objects from the Kubernetes API left out of the cache: not of the shape read (malformed), or bound to another node (other_node).", labels=["resource", "reason"])
+    requests = _family_object(families.KUBERNETES_REQUESTS)
+    dropped = _family_object(families.KUBERNETES_WATCH_DROPPED)
+    skipped = _family_object(families.KUBERNETES_OBJECTS_SKIPPED)
     for watch in status.watches:
         requests.add_metric([watch.resource], watch.requests)
         for reason in ("silent", "too_large"):
@@ -71,12 +73,16 @@ class BuildInfoCollector:
     """pod_gpu_exporter_build_info: which release runs on which Python, as node_exporter's *_build_info does."""
 
     def collect(self):
-        info = GaugeMetricFamily("pod_gpu_exporter_build_info",
-                                 "A constant 1, labelled with the exporter's version and the Python version running it.",
-                                 labels=["version", "python_version"])
+        info = _family_object(families.BUILD_INFO)
         info.add_metric([__version__, platform.python_version()], 1)
         yield info
 
 
-def _counter(name: str, documentation: str, value: float) -> CounterMetricFamily:
-    return CounterMetricFamily(name, documentation, value=value)
+def _family_object(family: Family, value: Optional[float] = None) -> Metric:
+    """prometheus_client's object for a catalogued family, which writes its header from the entry: one
+    unlabelled sample of `value`, or none yet and the family's labels for add_metric. A counter's name
+    is given with `_total`, which prometheus_client takes off and writes back on every line."""
+    kind = CounterMetricFamily if family.type == "counter" else GaugeMetricFamily
+    if value is not None:
+        return kind(family.name, family.help, value=value)
+    return kind(family.name, family.help, labels=list(family.labels))

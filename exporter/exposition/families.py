@@ -1,0 +1,164 @@
+"""The catalogue of every family the exporter writes itself, one value each, and the status gauges' writer."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from functools import cached_property
+from typing import FrozenSet, Iterable, Optional, Tuple
+
+from exporter.exposition.text import family_header
+
+# Where a family is served. The telemetry path is --web.telemetry-path, /gpu/metrics by default.
+TELEMETRY = "/gpu/metrics"
+SELF = "/metrics"  # the process's own registry, written by prometheus_client from these entries
+
+# What must be on for a family to be served at all; a family without any is served in every mode.
+PROCESS_MODE = "--sharing.mode process"
+KUBERNETES_API = "--kubernetes.api in use"
+
+# An owner's labels as --labels.style kubernetes names them (legacy: pod_name, pod_namespace,
+# container_name), followed on every series that carries them by the pod's extras from the
+# Kubernetes API (--labels.extra, --labels.pod-labels, --labels.pod-annotations).
+OWNER = ("namespace", "pod", "container")
+# /metrics also carries prometheus_client's own standard collectors, process_* and python_*:
+# their families are the library's, not the exporter's, and are not catalogued here.
+STANDARD_COLLECTOR_PREFIXES = ("process_", "python_")
+
+
+@dataclass(frozen=True)
+class Family:
+    """One family: the name its `# TYPE` line carries (a counter's with `_total`), and when it is served."""
+
+    name: str
+    type: str  # "gauge" or "counter"
+    help: str
+    endpoint: str  # TELEMETRY or SELF
+    labels: Tuple[str, ...] = ()  # on every sample, in the order written
+    optional_labels: Tuple[str, ...] = ()  # on samples where known (a MIG instance's GPU_I_ID, a DRA claim)
+    modes: FrozenSet[str] = frozenset()  # all of these on, or it is not served
+    needs_samples: bool = False  # its header is written only with a sample (an allocation, a share)
+
+    @cached_property
+    def header(self) -> str:
+        """Its `# HELP` and `# TYPE` lines, built once."""
+        return family_header(self.name, self.help, self.type)
+
+
+def _telemetry(name: str, help_text: str, **fields) -> Family:
+    return Family(name, fields.pop("type", "gauge"), help_text, TELEMETRY, **fields)
+
+
+def _self(name: str, type_: str, help_text: str, labels: Tuple[str, ...] = (), **fields) -> Family:
+    return Family(name, type_, help_text, SELF, labels, **fields)
+
+
+def render_status(values: Iterable[Tuple[Family, Optional[object]]]) -> str:
+    """Status gauges: each family's header and its one unlabelled sample, `None` for none yet."""
+    return "".join(family.header + ("" if value is None else f"{family.name} {value}\n")
+                   for family, value in values)
+
+
+_DEVICE = ("UUID", "gpu")  # a GPU's identity as dcgm-exporter names it; GPU_I_ID too on a MIG instance
+_SHARE = dict(optional_labels=("GPU_I_ID",), modes=frozenset({PROCESS_MODE}), needs_samples=True)
+
+# /gpu/metrics, with every scrape, in the order written.
+DCGM_UP = _telemetry("pod_gpu_exporter_dcgm_up", "1 when dcgm-exporter's metrics were fetched for this scrape, else 0 "
+                     "(and no GPU series).")
+KUBELET_UP = _telemetry("pod_gpu_exporter_kubelet_up", "1 when the last kubelet PodResources List succeeded, else 0.")
+MAPPING_AGE = _telemetry("pod_gpu_exporter_mapping_age_seconds", "Seconds since the GPU to pod mapping in use was "
+                         "listed from the kubelet.")
+MALFORMED_LINES = _telemetry("pod_gpu_exporter_malformed_lines", "Upstream lines dropped from this scrape because "
+                             "they break the text format.")
+UNRESOLVED_DEVICES = _telemetry("pod_gpu_exporter_unresolved_devices", "Allocated GPU devices whose samples cannot be "
+                                "identified (e.g. MIG-<uuid> without NVML).")
+SCRAPE_DURATION = _telemetry("pod_gpu_exporter_scrape_duration_seconds", "Time this exporter took to answer this "
+                             "scrape, upstream fetch included.")
+KUBERNETES_API_UP = _telemetry("pod_gpu_exporter_kubernetes_api_up", "1 while the watch of this node's pods on the "
+                               "Kubernetes API server is healthy, else 0.", modes=frozenset({KUBERNETES_API}))
+
+# /gpu/metrics, the allocations: written before the status gauges, while the kubelet lists any.
+ALLOCATION_INFO = _telemetry(
+    "pod_gpu_allocation_info", "A GPU device the kubelet reports as allocated to a container (1 per device).",
+    labels=OWNER + ("resource", "device_id"),
+    optional_labels=_DEVICE + ("GPU_I_ID", "resourceclaim_namespace", "resourceclaim_name"), needs_samples=True)
+ALLOCATED_GPUS = _telemetry(
+    "pod_gpu_container_allocated_gpus", "GPUs a container holds: 1 per whole GPU, 1/N per replica of a GPU shared N "
+    "ways, a MIG instance's share of its GPU's memory slices.", labels=OWNER, needs_samples=True)
+
+# /gpu/metrics in --sharing.mode process: each holder's share, the remainders by reason, after the status.
+CONTAINER_MEMORY = _telemetry(
+    "pod_gpu_container_memory_used_bytes", "Framebuffer memory used on this GPU or MIG instance by the container's "
+    "own processes (NVML per-process data).", labels=_DEVICE + OWNER, **_SHARE)
+CONTAINER_SM = _telemetry(
+    "pod_gpu_container_sm_utilization_ratio", "SM utilisation (0-1) of this GPU by the container's own processes over "
+    "the last sample window (NVML per-process data).", labels=_DEVICE + OWNER, **_SHARE)
+UNATTRIBUTED_MEMORY = _telemetry(
+    "pod_gpu_unattributed_memory_used_bytes", "Framebuffer memory used on this GPU or MIG instance by processes of "
+    "none of its holders: reason host (no pod, or unreadable) or not_holder (a pod that does not hold it).",
+    labels=_DEVICE + ("reason",), **_SHARE)
+UNATTRIBUTED_SM = _telemetry(
+    "pod_gpu_unattributed_sm_utilization_ratio", "SM utilisation (0-1) of this GPU by processes of none of its "
+    "holders, by reason; with the holders' it adds up to at most 1.", labels=_DEVICE + ("reason",), **_SHARE)
+UNATTRIBUTED_PROCESSES = _telemetry(
+    "pod_gpu_exporter_unattributed_processes", "Processes on this GPU or MIG instance that belong to none of its "
+    "holders (host processes, other pods, unseen PIDs).", labels=_DEVICE, **_SHARE)
+CONTAINER_ENERGY = _telemetry(
+    "pod_gpu_container_energy_joules_total", "Energy (J) of this GPU or MIG instance given to the container while it "
+    "held it: NVML's board energy split by instance size and SM activity (--energy.idle-policy).",
+    type="counter", labels=_DEVICE + OWNER, **_SHARE)
+UNATTRIBUTED_ENERGY = _telemetry(
+    "pod_gpu_unattributed_energy_joules_total", "Energy (J) of this GPU or MIG instance given to no holder: reason "
+    "no_holder (held by no pod) or idle (no holder active, --energy.idle-policy unattributed).",
+    type="counter", labels=_DEVICE + ("reason",), **_SHARE)
+CONTAINER_IDLE = _telemetry(
+    "pod_gpu_container_idle_seconds_total", "Seconds the container held this GPU or MIG instance with none of its "
+    "processes on it.", type="counter", labels=_DEVICE + OWNER, **_SHARE)
+NVML_UP = _telemetry("pod_gpu_exporter_nvml_up", "1 when NVML answered the last per-process refresh "
+                     "(--sharing.mode process), else 0.", modes=frozenset({PROCESS_MODE}))
+# What a refresh costs on this node (NVML calls go to the driver): measured, since no benchmark can.
+PROCESS_SHARES_REFRESH_DURATION = _telemetry(
+    "pod_gpu_exporter_process_shares_refresh_duration_seconds", "Time the last per-process refresh took: NVML, /proc "
+    "and the shares (--sharing.mode process).", modes=frozenset({PROCESS_MODE}), needs_samples=True)
+
+# /metrics, the process's own counters, in the order written.
+SCRAPES = _self("pod_gpu_exporter_scrapes_total", "counter", "Scrapes of the telemetry path answered.")
+REWRITES = _self("pod_gpu_exporter_rewrites_total", "counter", "Upstream bodies rewritten; the other scrapes reused "
+                 "the last rewrite.")
+REWRITE_SECONDS = _self("pod_gpu_exporter_rewrite_seconds_total", "counter", "Time spent rewriting upstream bodies "
+                        "(divide by pod_gpu_exporter_rewrites_total for the mean).")
+DCGM_FETCH_FAILURES = _self("pod_gpu_exporter_dcgm_fetch_failures_total", "counter", "Failed fetches of "
+                            "dcgm-exporter's metrics.")
+MALFORMED_LINES_TOTAL = _self("pod_gpu_exporter_malformed_lines_total", "counter", "Upstream lines dropped as "
+                              "malformed, over all scrapes.")
+LIMITED_LABELS = _self("pod_gpu_exporter_limited_labels_total", "counter", "Extra labels --labels.limit left off "
+                       "series, counted once for each distinct cut (a holder's extras beside as many other labels), "
+                       "not per scrape nor per mapping.")
+KUBELET_LIST_CALLS = _self("pod_gpu_exporter_kubelet_list_calls_total", "counter", "PodResources List calls made to "
+                           "the kubelet.")
+KUBELET_LIST_FAILURES = _self("pod_gpu_exporter_kubelet_list_failures_total", "counter", "PodResources List calls "
+                              "that failed.")
+KUBERNETES_REQUESTS = _self(
+    "pod_gpu_exporter_kubernetes_requests_total", "counter", "List and watch requests made to the Kubernetes API "
+    "server (a list's pages count once).", ("resource",), modes=frozenset({KUBERNETES_API}))
+KUBERNETES_WATCH_DROPPED = _self(
+    "pod_gpu_exporter_kubernetes_watch_dropped_total", "counter", "Watch connections the exporter closed: nothing "
+    "arrived within --kubernetes.watch-silence-timeout (silent), or a line went past the 4 MiB cap (too_large).",
+    ("resource", "reason"), modes=frozenset({KUBERNETES_API}))
+KUBERNETES_OBJECTS_SKIPPED = _self(
+    "pod_gpu_exporter_kubernetes_objects_skipped_total", "counter", "Objects from the Kubernetes API left out of the "
+    "cache: not of the shape read (malformed), or bound to another node (other_node).", ("resource", "reason"),
+    modes=frozenset({KUBERNETES_API}))
+NVML_TIMEOUTS = _self("pod_gpu_exporter_nvml_timeouts_total", "counter", "NVML calls (nvmlInit, MIG lookups, "
+                      "per-process reads) that did not return within their bound, or were refused while one still "
+                      "had not.")
+# These two count the listening server's connection slots: served whenever a server serves /metrics.
+HTTP_CONNECTIONS_REFUSED = _self("pod_gpu_exporter_http_connections_refused_total", "counter", "New connections "
+                                 "closed at once because every connection slot was answering a request.")
+HTTP_IDLE_CONNECTIONS_CLOSED = _self("pod_gpu_exporter_http_idle_connections_closed_total", "counter", "Idle "
+                                     "connections closed to make room for new ones when every slot was taken.")
+BUILD_INFO = _self("pod_gpu_exporter_build_info", "gauge", "A constant 1, labelled with the exporter's version and the "
+                   "Python version running it.", ("version", "python_version"))
+
+# Every entry above, in the order defined: gathered rather than listed, so that none can be defined
+# and left out (the docs' test and the served-families test go by this tuple).
+CATALOGUE: Tuple[Family, ...] = tuple(value for value in list(globals().values()) if isinstance(value, Family))

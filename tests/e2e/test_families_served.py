@@ -1,0 +1,80 @@
+"""The families the real exporter serves are the catalogue's, mode by mode: the same names, types, HELP
+text and labels, and none that the catalogue leaves out (dcgm-exporter's own families pass through)."""
+
+from __future__ import annotations
+
+import re
+from typing import Dict, FrozenSet, Set, Tuple
+
+from exporter.exposition.families import (CATALOGUE, KUBERNETES_API, OWNER, PROCESS_MODE, SELF,
+                                          STANDARD_COLLECTOR_PREFIXES, TELEMETRY)
+from exporter.sources.kubelet import AllocatedDevice
+from support.fixtures import fixture_bytes
+from support.scrape_checks import FAST_REFRESH, L4, L4_UUID, scrape
+from support.shared_node import L4 as NODE_L4
+from support.shared_node import L4_FIXTURE, MIB, shares_served
+from support.waiting import wait_until
+
+_TYPE = re.compile(r"^# TYPE (\S+) (\S+)$", re.MULTILINE)
+_HELP = re.compile(r"^# HELP (\S+) (.*)$", re.MULTILINE)
+_SAMPLE = re.compile(r"^([a-zA-Z_:][a-zA-Z0-9_:]*)(?:\{(.*)\})? \S+$", re.MULTILINE)
+_LABEL_NAME = re.compile(r'([a-zA-Z_][a-zA-Z0-9_]*)="(?:[^"\\]|\\.)*"')
+
+
+def families_in(text: str) -> Dict[str, Tuple[str, str]]:
+    """name → (type, HELP text) of every family a scrape declares."""
+    helps = dict(_HELP.findall(text))
+    return {name: (kind, helps.get(name, "")) for name, kind in _TYPE.findall(text)}
+
+
+def label_names(text: str) -> Dict[str, Set[FrozenSet[str]]]:
+    """name → the distinct sets of label names its samples carry."""
+    found: Dict[str, Set[FrozenSet[str]]] = {}
+    for name, labels in _SAMPLE.findall(text):
+        found.setdefault(name, set()).add(frozenset(_LABEL_NAME.findall(labels)))
+    return found
+
+
+def assert_served_as_catalogued(text: str, endpoint: str, modes: FrozenSet[str], upstream: str = "") -> None:
+    """What one endpoint serves, less upstream's families and prometheus_client's standard collectors,
+    is exactly the catalogue's families of that endpoint and those modes, each with its header and labels."""
+    upstream_names = set(families_in(upstream))
+    served = {name: declared for name, declared in families_in(text).items()
+              if name not in upstream_names and not name.startswith(STANDARD_COLLECTOR_PREFIXES)}
+    expected = {family.name: family for family in CATALOGUE if family.endpoint == endpoint and family.modes <= modes}
+    assert sorted(served) == sorted(expected)
+    samples = label_names(text)
+    for name, family in expected.items():
+        assert served[name] == (family.type, family.help), name
+        assert family.header in text, name
+        assert samples.get(name), f"{name} has no sample"
+        for names in samples[name]:
+            assert set(family.labels) <= names <= set(family.labels + family.optional_labels), (name, sorted(names))
+
+
+def test_process_mode_with_the_api_serves_every_family(gpu_node):
+    gpu_node.add_pod("a")
+    gpu_node.kubelet.set_devices([AllocatedDevice("ml", "a", "main", "nvidia.com/gpu", NODE_L4)])
+    gpu_node.nvml.gpu(0, NODE_L4).energy(NODE_L4, 5000).process(NODE_L4, 10, MIB).sample(NODE_L4, 10, 5).write()
+    gpu_node.run_in(10, "a")
+    exporter = gpu_node.start()
+    telemetry = shares_served(exporter)
+    modes = frozenset({PROCESS_MODE, KUBERNETES_API})
+    assert_served_as_catalogued(telemetry, TELEMETRY, modes, fixture_bytes(L4_FIXTURE).decode())
+    assert_served_as_catalogued(scrape(exporter, "/metrics").text, SELF, modes)
+
+
+def test_device_mode_without_the_api_serves_the_families_of_every_mode(kubelet, dcgm, run_exporter):
+    """--labels.mode join, so that between the two tests both label modes are seen."""
+    kubelet.set_devices([AllocatedDevice("ml", "trainer", "main", "nvidia.com/gpu", L4_UUID)])
+    exporter = run_exporter(["--dcgm.url", dcgm.url, "--kubelet.socket", kubelet.socket_path, "--kubernetes.api",
+                             "off", "--labels.mode", "join", *FAST_REFRESH])
+
+    def allocations_listed():
+        text = scrape(exporter).text
+        return text if "pod_gpu_allocation_info{" in text else None
+
+    telemetry = wait_until(allocations_listed)
+    assert_served_as_catalogued(telemetry, TELEMETRY, frozenset(), fixture_bytes(L4).decode())
+    assert_served_as_catalogued(scrape(exporter, "/metrics").text, SELF, frozenset())
+    assert set(OWNER) <= {name for names in label_names(telemetry)["pod_gpu_allocation_info"] for name in names}
