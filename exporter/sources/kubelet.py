@@ -84,7 +84,8 @@ class PodResourcesClient:
         self._v1alpha1: v1alpha1_grpc.PodResourcesListerStub | None = None
         # The last v1 answer as received and the devices read from it. A node's allocations change
         # rarely, and reading 224 pods into AllocatedDevice objects costs three times the List
-        # itself: an unchanged answer returns the same list object (callers may skip their own work).
+        # itself: an unchanged answer returns the same list of the same objects (so that a caller's
+        # comparison with the devices it had costs one identity check per device).
         self._last_answer: Optional[bytes] = None
         self._last_pods: Optional[list] = None  # its pods, each serialised, sorted
         self._last_devices: list[AllocatedDevice] = []
