@@ -40,6 +40,11 @@ if _CHILD_ROOT:
 from exporter.core.mapping import build_mapping  # noqa: E402
 from exporter.shares.compute import PodContainers  # noqa: E402
 from exporter.shares.process_shares import ProcessShares  # noqa: E402
+
+try:
+    from exporter.shares.process_shares import ProcessSharesOptions  # noqa: E402
+except ImportError:  # a --baseline revision from before ProcessShares took its settings as one value
+    ProcessSharesOptions = None
 from exporter.sources.kubelet import AllocatedDevice  # noqa: E402
 from support.nvml_node import NODE_ENV, FakeNode, build_fake_nvml, preload  # noqa: E402
 from support.proc_tree import ProcTree  # noqa: E402
@@ -145,8 +150,11 @@ def open_shares(node, library: Path, **options):
 
     nvml = CountingNvml(pynvml)
     nvml.nvmlInit()
-    shares = ProcessShares(lambda: (nvml, ""), lambda: mapping, lambda: pods, str(proc.root), 5.0, "kubernetes",
-                           **options)
+    collaborators = (lambda: (nvml, ""), lambda: mapping, lambda: pods)
+    if ProcessSharesOptions is None:
+        shares = ProcessShares(*collaborators, str(proc.root), 5.0, "kubernetes", **options)
+    else:
+        shares = ProcessShares(ProcessSharesOptions(str(proc.root), 5.0, "kubernetes"), *collaborators, **options)
     shares.refresh()  # warm: library loaded, function pointers cached, energy baseline read
     return shares, nvml
 

@@ -37,7 +37,8 @@ def serve(config: Config, on_ready: Optional[Callable[[str], None]] = None) -> i
     # Imported here so `--help` and `mapping` stay fast and independent of the HTTP stack.
     from exporter.sources.dcgm.file_source import FileSource
     from exporter.sources.dcgm.http_source import HttpSource
-    from exporter.sources.kubelet import PodResourcesClient
+    from exporter.sources.dcgm.options import DcgmFileOptions, DcgmHttpOptions
+    from exporter.sources.kubelet import KubeletOptions, PodResourcesClient
     from exporter.sources.nvml.library import OPEN_TIMEOUT_SECONDS
     from exporter.web.scrape import Scraper
     from exporter.web.server import ExporterHTTPServer
@@ -50,13 +51,10 @@ def serve(config: Config, on_ready: Optional[Callable[[str], None]] = None) -> i
     _stop_on_signals(stopping, listening)
     try:
         web_config = _load_web_config(config.web_config_file)
-        source = (FileSource(config.dcgm_file, config.dcgm_max_body_bytes, config.dcgm_timeout_seconds)
+        source = (FileSource(DcgmFileOptions(config.dcgm_file, config.dcgm_timeout_seconds, config.dcgm_max_body_bytes))
                   if config.dcgm_file else
-                  HttpSource(config.dcgm_url, config.dcgm_timeout_seconds, config.dcgm_max_body_bytes))
-        if config.sharing_mode == "process":
-            from exporter.shares.process_shares import check_proc_root
-
-            check_proc_root(config.sharing_proc_root)
+                  HttpSource(DcgmHttpOptions(config.dcgm_endpoint, config.dcgm_timeout_seconds,
+                                             config.dcgm_max_body_bytes)))
         kubernetes = _prepare_kubernetes(config)
     except ConfigError as exc:
         print(f"pod-gpu-metrics-exporter: error: {exc}", file=sys.stderr)
@@ -64,7 +62,7 @@ def serve(config: Config, on_ready: Optional[Callable[[str], None]] = None) -> i
     log("info", "starting pod-gpu-metrics-exporter", version=__version__, python=platform.python_version())
     tune_malloc()
     resolve_mig = _mig_resolver()
-    client = PodResourcesClient(config.kubelet_socket, config.kubelet_timeout_seconds)
+    client = PodResourcesClient(KubeletOptions(config.kubelet_socket, config.kubelet_timeout_seconds))
     attribution = Attribution(
         client.list_devices,
         config.kubelet_refresh_interval_seconds,
@@ -170,12 +168,13 @@ def _process_shares(config: Config, attribution: Attribution, kubernetes, label_
     """The per-process share refresher for --sharing.mode process, else None."""
     if config.sharing_mode != "process":
         return None
-    from exporter.shares.process_shares import ProcessShares, pod_index_source
+    from exporter.shares.process_shares import ProcessShares, ProcessSharesOptions, pod_index_source
     from exporter.sources.nvml.library import open_nvml
 
-    return ProcessShares(open_nvml, lambda: attribution.current().mapping, pod_index_source(kubernetes),
-                         config.sharing_proc_root, config.kubelet_refresh_interval_seconds, config.labels_style,
-                         idle_policy=config.energy_idle_policy, label_limit=label_limit)
+    options = ProcessSharesOptions(config.sharing_proc_root, config.kubelet_refresh_interval_seconds,
+                                   config.labels_style, config.energy_idle_policy)
+    return ProcessShares(options, open_nvml, lambda: attribution.current().mapping, pod_index_source(kubernetes),
+                         label_limit=label_limit)
 
 
 def _mig_resolver():
@@ -206,9 +205,9 @@ def _local_host(server) -> str:
 
 def print_mapping(config: Config) -> int:
     """`mapping`: one List, printed as a table or JSON."""
-    from exporter.sources.kubelet import PodResourcesClient
+    from exporter.sources.kubelet import KubeletOptions, PodResourcesClient
 
-    client = PodResourcesClient(config.kubelet_socket, config.kubelet_timeout_seconds)
+    client = PodResourcesClient(KubeletOptions(config.kubelet_socket, config.kubelet_timeout_seconds))
     try:
         kubernetes = _prepare_kubernetes(config)
         devices = client.list_devices()

@@ -3,25 +3,28 @@
 from __future__ import annotations
 
 import argparse
+import os
 import re
 from dataclasses import dataclass
 from typing import Mapping, Optional, Sequence, Tuple
+from urllib.parse import unquote, urlsplit
 
 from exporter.base.errors import ConfigError
+from exporter.base.flag_values import format_seconds, format_size, parse_duration, parse_listen_address, parse_size
+from exporter.base.logs import LOG_FORMATS, LOG_LEVELS
+from exporter.exposition.labels import LABEL_STYLE_NAMES
+from exporter.exposition.series import LABEL_MODES
+from exporter.shares.energy import IDLE_POLICIES
 from exporter.sources.dcgm import DEFAULT_MAX_BODY_BYTES, redact_url
 from exporter.sources.dcgm.file_source import SETTLE_SECONDS
+from exporter.sources.dcgm.options import DcgmEndpoint
 from exporter.sources.kubernetes.labels import compile_key_pattern, parse_extra
 from exporter.web.routes import BUILT_IN_PATHS
 
 ENV_PREFIX = "POD_GPU_EXPORTER_"
 COMMANDS = ("serve", "demo", "mapping")
-LABEL_STYLE_CHOICES = ("kubernetes", "legacy")
-LOG_LEVELS = ("debug", "info", "warn", "error")
-LOG_FORMATS = ("logfmt", "json")
 KUBERNETES_API_CHOICES = ("auto", "on", "off")
 SHARING_MODES = ("device", "process")
-ENERGY_IDLE_POLICIES = ("split", "unattributed")  # exporter.shares.energy.IDLE_POLICIES (a layer above)
-LABEL_MODE_CHOICES = ("samples", "join")
 # The fewest labels --labels.limit allows: pod_gpu_allocation_info's own (owner, resource, device_id,
 # UUID, gpu, GPU_I_ID, a DRA claim's name and namespace) must fit, as must a dcgm sample's ~9 and its owner's 3.
 MIN_LABELS_LIMIT = 12
@@ -64,6 +67,11 @@ class Config:
         host = f"[{self.listen_host}]" if ":" in self.listen_host else self.listen_host
         return f"{host}:{self.listen_port}"
 
+    @property
+    def dcgm_endpoint(self) -> DcgmEndpoint:
+        """--dcgm.url in its parts, for HttpSource (parse_config has checked it)."""
+        return parse_dcgm_url(self.dcgm_url)
+
 
 # (flag, Config field, kind, help). Defaults come from Config so there is one source of truth.
 _FLAGS: Tuple[Tuple[str, str, str, str], ...] = (
@@ -78,7 +86,7 @@ _FLAGS: Tuple[Tuple[str, str, str, str], ...] = (
     ("--kubelet.refresh-interval", "kubelet_refresh_interval_seconds", "duration", "How often the GPU->pod mapping is refreshed from the kubelet (scrapes never call it)."),
     ("--kubelet.timeout", "kubelet_timeout_seconds", "duration", "Timeout of each kubelet PodResources call."),
     ("--kubelet.mapping-max-age", "mapping_max_age_seconds", "duration", "How long the last good mapping is used while the kubelet cannot be reached; after that samples go unattributed."),
-    ("--labels.style", "labels_style", LABEL_STYLE_CHOICES, "Owner label names: kubernetes = namespace,pod,container; legacy = pod_name,pod_namespace,container_name (the 2019 exporter's)."),
+    ("--labels.style", "labels_style", LABEL_STYLE_NAMES, "Owner label names: kubernetes = namespace,pod,container; legacy = pod_name,pod_namespace,container_name (the 2019 exporter's)."),
     ("--kubernetes.api", "kubernetes_api", KUBERNETES_API_CHOICES, "Kubernetes API server for pod UIDs, workloads, pod labels and DRA ResourceSlices: auto = when running in a pod or --kubernetes.kubeconfig is set; on = required (start-up fails without a config); off = never."),
     ("--kubernetes.kubeconfig", "kubernetes_kubeconfig", "text", "Kubeconfig file for the API server when not running in a pod (in a pod: the service account)."),
     ("--kubernetes.node-name", "kubernetes_node_name", "name", "This node's name; its pods are watched with fieldSelector spec.nodeName=<it>."),
@@ -86,11 +94,11 @@ _FLAGS: Tuple[Tuple[str, str, str, str], ...] = (
     ("--labels.extra", "labels_extra", "extra", "Comma list of extra labels from the API: pod_uid (adds pod_uid), workload (adds workload_kind, workload)."),
     ("--labels.pod-labels", "labels_pod_labels", "regex", "Regex (full match) of pod label keys to add as label_<key>, sanitised like kube-state-metrics."),
     ("--labels.pod-annotations", "labels_pod_annotations", "regex", "Regex (full match) of pod annotation keys to add as annotation_<key>."),
-    ("--labels.mode", "labels_mode", LABEL_MODE_CHOICES, "samples = dcgm samples carry their holders' labels; join = dcgm samples keep only their upstream labels and pod_gpu_allocation_info names the holders, for group_left joins (fewer series on shared GPUs, no added labels on each sample)."),
+    ("--labels.mode", "labels_mode", LABEL_MODES, "samples = dcgm samples carry their holders' labels; join = dcgm samples keep only their upstream labels and pod_gpu_allocation_info names the holders, for group_left joins (fewer series on shared GPUs, no added labels on each sample)."),
     ("--labels.limit", "labels_limit", "count", f"Most labels one served sample may carry (e.g. a store's per-series limit); extra labels are dropped to fit, annotations first, then pod labels, workload, pod_uid (at least {MIN_LABELS_LIMIT})."),
     ("--sharing.mode", "sharing_mode", SHARING_MODES, "device = values are device-level; process = also serve each holding container's own memory and SM share of its GPU, from NVML's per-process data (needs NVML, hostPID and the Kubernetes API)."),
     ("--sharing.proc-root", "sharing_proc_root", "path", "Where the host's processes are seen, for --sharing.mode process: /proc with hostPID: true, or the host's /proc mounted elsewhere (e.g. /host/proc)."),
-    ("--energy.idle-policy", "energy_idle_policy", ENERGY_IDLE_POLICIES, "In --sharing.mode process, where a shared GPU's energy that no holder's SM activity accounts for goes: split = evenly between its holders; unattributed = to pod_gpu_unattributed_energy_joules_total{reason=\"idle\"}."),
+    ("--energy.idle-policy", "energy_idle_policy", IDLE_POLICIES, "In --sharing.mode process, where a shared GPU's energy that no holder's SM activity accounts for goes: split = evenly between its holders; unattributed = to pod_gpu_unattributed_energy_joules_total{reason=\"idle\"}."),
     ("--log.level", "log_level", LOG_LEVELS, "Only log messages at or above this level."),
     ("--log.format", "log_format", LOG_FORMATS, "Log line format."),
 )
@@ -99,59 +107,30 @@ _FLAGS: Tuple[Tuple[str, str, str, str], ...] = (
 _SHOWN_DEFAULTS = {"kubernetes_node_name": "env NODE_NAME, as the downward API sets it, else the host name"}
 
 
-_DURATION = re.compile(r"(\d+(?:\.\d+)?)(ms|s|m|h)")
-_SIZE = re.compile(r"(\d+)(B|KiB|MiB|GiB|KB|MB|GB)?")
-_SIZE_UNITS = {None: 1, "B": 1, "KiB": 2**10, "MiB": 2**20, "GiB": 2**30, "KB": 10**3, "MB": 10**6, "GB": 10**9}
-_DURATION_UNITS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0}
-
-
 def env_var_name(flag: str) -> str:
     """--kubelet.refresh-interval → POD_GPU_EXPORTER_KUBELET_REFRESH_INTERVAL."""
     return ENV_PREFIX + re.sub(r"[.-]", "_", flag.lstrip("-")).upper()
 
 
-def parse_duration(text: str) -> float:
-    """Go-style durations as Prometheus tools write them: 500ms, 5s, 1m, 1m30s, 2h."""
-    text = text.strip()
-    total, position = 0.0, 0
-    for match in _DURATION.finditer(text):
-        if match.start() != position:
-            break
-        total += float(match.group(1)) * _DURATION_UNITS[match.group(2)]
-        position = match.end()
-    if position != len(text) or not text:
-        raise ValueError(f"invalid duration {text!r} (examples: 500ms, 5s, 1m30s)")
-    return total
-
-
-def parse_size(text: str) -> int:
-    """Byte sizes as exporter-toolkit and Kubernetes users write them: 8MiB, 512KiB, 10MB, 1048576."""
-    match = _SIZE.fullmatch(text.strip())
-    if not match:
-        raise ValueError(f"invalid size {text!r} (examples: 8MiB, 512KiB, 10MB, 1048576)")
-    size = int(match.group(1)) * _SIZE_UNITS[match.group(2)]
-    if size <= 0:
-        raise ValueError(f"size must be positive, got {text!r}")
-    return size
-
-
-def _format_size(size: int) -> str:
-    for unit in ("GiB", "MiB", "KiB"):
-        if size % _SIZE_UNITS[unit] == 0:
-            return f"{size // _SIZE_UNITS[unit]}{unit}"
-    return str(size)
-
-
-def parse_listen_address(text: str) -> Tuple[str, int]:
-    """':9400', '0.0.0.0:9400', '[::1]:9400' → (host, port); an empty host means every interface."""
-    host, separator, port_text = text.rpartition(":")
-    if not separator or not port_text.isdigit() or int(port_text) > 65535:
-        raise ValueError(f"invalid listen address {text!r} (expected HOST:PORT, e.g. :9400 or 127.0.0.1:9400)")
-    if host.startswith("[") and host.endswith("]"):
-        host = host[1:-1]
-    elif ":" in host:
-        raise ValueError(f"invalid listen address {text!r} (write IPv6 hosts in brackets, e.g. [::]:9400)")
-    return host, int(port_text)
+def parse_dcgm_url(url: str) -> DcgmEndpoint:
+    """--dcgm.url in the parts a fetch needs: ValueError when it is no http(s) URL (parse_config names the flag
+    or variable), ConfigError when it names no host or a bad port."""
+    shown = redact_url(url)
+    if not re.match(r"https?://[^/\s]+", url):
+        raise ValueError(f"expected an http:// or https:// URL, got {shown!r}")
+    try:
+        parts = urlsplit(url)
+    except ValueError as exc:  # e.g. an IPv6 host without its closing bracket
+        raise ValueError(f"invalid URL {shown!r}: {exc}") from None
+    try:
+        port = parts.port
+    except ValueError as exc:
+        raise ConfigError(f"--dcgm.url {shown!r} has an invalid port: {exc}") from None
+    if not parts.hostname:
+        raise ConfigError(f"--dcgm.url {shown!r} names no host")
+    credentials = None if parts.username is None else (unquote(parts.username), unquote(parts.password or ""))
+    path = (parts.path or "/") + (f"?{parts.query}" if parts.query else "")
+    return DcgmEndpoint(parts.scheme, parts.hostname, port, path, shown, credentials)
 
 
 def _convert(kind, value: str, field: str):
@@ -168,8 +147,8 @@ def _convert(kind, value: str, field: str):
         return int(value)
     if kind == "path" and not value.startswith("/"):
         raise ValueError(f"path must start with '/', got {value!r}")
-    if kind == "url" and not re.match(r"https?://[^/\s]+", value):
-        raise ValueError(f"expected an http:// or https:// URL, got {redact_url(value)!r}")
+    if kind == "url":
+        parse_dcgm_url(value)
     if kind == "extra":
         parse_extra(value)
         return value
@@ -208,9 +187,9 @@ def build_parser() -> argparse.ArgumentParser:
     for flag, field, kind, text in _FLAGS:
         default = defaults.listen_address if field == "listen_address" else getattr(defaults, field)
         if kind == "duration":
-            default = _format_seconds(default)
+            default = format_seconds(default)
         elif kind == "size":
-            default = _format_size(default)
+            default = format_size(default)
         shown = _SHOWN_DEFAULTS.get(field, "none" if default in (None, "") else default)
         parser.add_argument(flag, dest=field, metavar=_metavar(kind), help=f"{text} [env {env_var_name(flag)}] (default: {shown})")
     parser.add_argument("-o", "--output", choices=("table", "json"), help="mapping: output format (default: table)")
@@ -254,6 +233,7 @@ def parse_config(argv: Sequence[str], environ: Mapping[str, str]) -> Config:
                           "read (--dcgm.file); allow at least that")
     if args.output is not None:
         values["output"] = args.output
+    _check_proc_root(args.command, values)
     if args.command == "demo":
         values = {**_DEMO_DEFAULTS, **values}
     return Config(**values)
@@ -297,17 +277,20 @@ def _refuse_unused_settings(command: str, sources: Mapping[str, str]) -> None:
             raise ConfigError(f"{sources[field]} is not used by `{command}` ({why}): drop it")
 
 
+def _check_proc_root(command: str, values: Mapping[str, object]) -> None:
+    """A --sharing.proc-root that is no folder is a configuration mistake for the commands that read it
+    (`mapping` never does, so a serving container's environment is not refused there)."""
+    proc_root = values.get("sharing_proc_root", Config.sharing_proc_root)
+    if values.get("sharing_mode") == "process" and command != "mapping" and not os.path.isdir(proc_root):
+        raise ConfigError(f"--sharing.proc-root: {proc_root} is not a directory (mount the host's /proc there "
+                          "read-only, or run with hostPID: true and keep /proc)")
+
+
 def _metavar(kind) -> str:
     if isinstance(kind, tuple):
         return "{" + ",".join(kind) + "}"
     return {"duration": "DURATION", "address": "HOST:PORT", "url": "URL", "path": "PATH", "size": "SIZE", "name": "NAME",
             "extra": "LIST", "regex": "REGEX", "count": "N"}.get(kind, "PATH")
-
-
-def _format_seconds(seconds: float) -> str:
-    if seconds >= 60 and seconds % 60 == 0:
-        return f"{int(seconds // 60)}m"
-    return f"{seconds:g}s"
 
 
 def _version() -> str:

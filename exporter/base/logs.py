@@ -11,6 +11,7 @@ from typing import Dict, Hashable, Iterable, Optional, Set
 
 LOGGER_NAME = "pod_gpu_exporter"
 _LEVELS = {"debug": logging.DEBUG, "info": logging.INFO, "warn": logging.WARNING, "error": logging.ERROR}
+LOG_LEVELS = tuple(_LEVELS)  # --log.level's choices
 _LEVEL_NAMES = {logging.DEBUG: "debug", logging.INFO: "info", logging.WARNING: "warn", logging.ERROR: "error"}
 
 
@@ -52,9 +53,13 @@ def _logfmt_value(value: object) -> str:
     return '"' + text.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n") + '"'
 
 
+_FORMATTERS = {"logfmt": LogfmtFormatter, "json": JsonFormatter}
+LOG_FORMATS = tuple(_FORMATTERS)  # --log.format's choices
+
+
 def setup_logging(level: str, fmt: str, stream=None) -> None:
     handler = logging.StreamHandler(stream or sys.stderr)
-    handler.setFormatter(JsonFormatter() if fmt == "json" else LogfmtFormatter())
+    handler.setFormatter(_FORMATTERS[fmt]())
     logger = get_logger()
     logger.handlers[:] = [handler]
     logger.setLevel(_LEVELS[level])

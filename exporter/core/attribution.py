@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import threading
 import time
-from typing import Callable, NamedTuple, Optional
+from typing import Callable, NamedTuple, Optional, Sequence
 
 from exporter.base.errors import KubeletError
 from exporter.base.logs import DependencyReporter, log
 from exporter.core.identity import MigResolver
-from exporter.core.mapping import EMPTY_MAPPING, Mapping, MappingContext, build_mapping
+from exporter.core.mapping import EMPTY_MAPPING, DeviceLike, Mapping, MappingContext, build_mapping
 from exporter.core.refresher import Refresher
 
 
@@ -32,7 +32,7 @@ class Attribution:
 
     def __init__(
         self,
-        list_devices: Callable[[], list],
+        list_devices: Callable[[], Sequence[DeviceLike]],
         refresh_interval_seconds: float,
         max_age_seconds: float,
         resolve_mig: MigResolver | None = None,
@@ -59,7 +59,7 @@ class Attribution:
         self._first_wait = 0.0  # how long a scrape waits for the first refresh (see start)
         self.list_calls = 0
         self.list_failures = 0
-        self._built_from: Optional[list] = None  # the device list the installed mapping was built from
+        self._built_from: Optional[tuple] = None  # the devices the installed mapping was built from
 
     def refresh(self) -> bool:
         """List once and install the new mapping; on failure keep the last good one. Returns success."""
@@ -67,6 +67,7 @@ class Attribution:
         try:
             devices = self._list_devices()
             offered = self._offered(devices) if self._offered is not None else None
+            devices = tuple(devices)  # a copy of our own: the lister may reuse its list
             if self._unchanged(devices, offered):
                 mapping = self._mapping
             else:
@@ -93,14 +94,15 @@ class Attribution:
             self._log_mapping(mapping)
         return True
 
-    def _unchanged(self, devices: list, offered: Optional[dict]) -> bool:
-        """Whether `devices` is the very list the installed mapping was built from (the kubelet client
-        returns the same object for an unchanged answer), so that building it again would give the same
-        mapping: not with the Kubernetes API, whose labels and DRA devices change on their own, not
-        while devices are unresolved (NVML may resolve them now), and not when the replicas offered
-        per shared GPU changed."""
-        return (devices is self._built_from and self._context is None and not self._mapping.unresolved
-                and self._up and (offered or {}) == self._mapping.offered)
+    def _unchanged(self, devices: tuple, offered: Optional[dict]) -> bool:
+        """Whether `devices` equal those the installed mapping was built from, so that building it again
+        would give the same mapping: not with the Kubernetes API, whose labels and DRA devices change on
+        their own, not while devices are unresolved (NVML may resolve them now), and not when the
+        replicas offered per shared GPU changed. Compared by value; it costs one identity check per
+        device when the lister hands back the very devices again (the kubelet client does, for an
+        unchanged answer)."""
+        return (self._context is None and not self._mapping.unresolved and self._up
+                and (offered or {}) == self._mapping.offered and devices == self._built_from)
 
     def current(self) -> Snapshot:
         with self._lock:

@@ -11,12 +11,16 @@ from exporter.core.identity import GpuIdentity, GpuKey, MigResolver, Owner
 
 
 class DeviceLike(Protocol):
+    """One device the kubelet assigned to one container (sources.kubelet.AllocatedDevice is one)."""
+
     namespace: str
     pod: str
     container: str
-    resource: str
-    device_id: str
+    resource: str  # device-plugin resource name; for DRA the driver
+    device_id: str  # device-plugin device ID; for DRA the device name
     dra: bool
+    claim: str  # DRA only: "<claim namespace>/<claim name>" ("" otherwise)
+    pool: str  # DRA only: the ResourceSlice pool of the device ("" otherwise)
 
 
 class DraResolution(NamedTuple):
@@ -124,7 +128,7 @@ def _group(devices: Iterable[DeviceLike], resolve_mig: MigResolver | None,
             continue
         allocations[(owner, device.resource, device.device_id)] = Allocation(
             owner, device.resource, device.device_id, key, device.dra,
-            getattr(device, "claim", "") if device.dra else "", profile,
+            device.claim if device.dra else "", profile,
         )
         if key is None:
             unresolved.add(device.device_id)

@@ -14,6 +14,7 @@ LABEL_STYLES = {
     "kubernetes": (("namespace", 0), ("pod", 1), ("container", 2)),
     "legacy": (("pod_name", 1), ("pod_namespace", 0), ("container_name", 2)),
 }
+LABEL_STYLE_NAMES = tuple(LABEL_STYLES)  # --labels.style's choices, the first its default
 
 # dcgm-exporter's own attribution, as its Kubernetes mapping writes it (the names in its
 # internal/pkg/transformation/const.go): the container it believes holds the GPU (-k, or

@@ -71,7 +71,7 @@ def is_reserved_name(name: str) -> bool:
     return name.startswith(SELF_METRIC_PREFIX) or name == ALLOCATION_INFO
 
 
-LABEL_MODES = ("samples", "join")
+LABEL_MODES = ("samples", "join")  # --labels.mode's choices, the first its default
 
 
 class SeriesBuilder:

@@ -12,7 +12,7 @@ IDLE = "idle"  # the part of a shared device's energy no holder's activity accou
 NO_HOLDER = "no_holder"  # a device held by no pod
 ENERGY_REASONS = (IDLE, NO_HOLDER)
 SPLIT, UNATTRIBUTED = "split", "unattributed"
-IDLE_POLICIES = (SPLIT, UNATTRIBUTED)
+IDLE_POLICIES = (SPLIT, UNATTRIBUTED)  # --energy.idle-policy's choices, the first its default
 
 
 class EnergySplit(NamedTuple):

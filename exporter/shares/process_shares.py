@@ -2,12 +2,11 @@
 
 from __future__ import annotations
 
-import os
 import time
+from dataclasses import dataclass
 from typing import Callable, Dict, List, NamedTuple, Optional
 
 from exporter.base.bounded import BoundedRunner, CallTimeout
-from exporter.base.errors import ConfigError
 from exporter.base.logs import DependencyReporter
 from exporter.core.mapping import Mapping
 from exporter.core.refresher import Refresher
@@ -29,6 +28,16 @@ _MIN_SAMPLE_WINDOW_SECONDS = 1.0
 NVML_TIMEOUT_SECONDS = 5.0
 
 
+@dataclass(frozen=True)
+class ProcessSharesOptions:
+    """ProcessShares' settings, checked by exporter.config."""
+
+    proc_root: str  # --sharing.proc-root: where the host's processes are seen (a folder)
+    interval_seconds: float  # --kubelet.refresh-interval: the shares follow the mapping's pace
+    labels_style: str  # --labels.style
+    idle_policy: str = SPLIT  # --energy.idle-policy
+
+
 class _Rendered(NamedTuple):
     text: bytes  # the share series of one refresh ("" when they could not be had)
     nvml_up: bool
@@ -46,20 +55,20 @@ class ProcessShares:
     Shares older than two intervals are withheld rather than served stale.
     """
 
-    def __init__(self, open_nvml: Callable[[], tuple], current_mapping: Callable[[], Mapping],
-                 pod_index: Callable[[], Optional[PodIndex]], proc_root: str, interval_seconds: float,
-                 labels_style: str, clock: Callable[[], float] = time.monotonic, idle_policy: str = SPLIT,
-                 read_energy: bool = True, label_limit: Optional[LabelLimit] = None):
+    def __init__(self, options: ProcessSharesOptions, open_nvml: Callable[[], tuple],
+                 current_mapping: Callable[[], Mapping], pod_index: Callable[[], Optional[PodIndex]],
+                 clock: Callable[[], float] = time.monotonic, read_energy: bool = True,
+                 label_limit: Optional[LabelLimit] = None):
         self._open_nvml = open_nvml
         self._current_mapping = current_mapping
         self._pod_index = pod_index
-        self._proc_root = proc_root
-        self._interval = interval_seconds
-        self._style = labels_style
+        self._proc_root = options.proc_root
+        self._interval = options.interval_seconds
+        self._style = options.labels_style
         self._label_limit = label_limit  # --labels.limit, shared with the scrapes' own series
         self._clock = clock
         self._read_energy = read_energy  # off only in benchmarks, to measure what energy costs
-        self._ledger = ShareLedger(idle_policy)
+        self._ledger = ShareLedger(options.idle_policy)
         self._label_cache: Dict[tuple, str] = {}  # label texts written under self._labelled_mapping
         self._labelled_mapping: Optional[Mapping] = None
         self._reader: Optional[NvmlProcessReader] = None
@@ -69,7 +78,7 @@ class ProcessShares:
         self._procs_reporter = DependencyReporter("host-processes")
         self._api_reporter = DependencyReporter("kubernetes-api")
         self._rendered: Optional[_Rendered] = None  # replaced whole, so a scrape reads it without a lock
-        self._refresher = Refresher("process-shares-refresher", self.refresh, interval_seconds,
+        self._refresher = Refresher("process-shares-refresher", self.refresh, self._interval,
                                     "per-process GPU shares")
 
     def refresh(self) -> None:
@@ -174,9 +183,3 @@ def pod_index_source(kubernetes) -> Callable[[], Optional[PodIndex]]:
 
     return current
 
-
-def check_proc_root(proc_root: str) -> None:
-    """Start-up check of --sharing.proc-root: a missing folder is a configuration mistake (exit 2)."""
-    if not os.path.isdir(proc_root):
-        raise ConfigError(f"--sharing.proc-root: {proc_root} is not a directory (mount the host's /proc there "
-                          "read-only, or run with hostPID: true and keep /proc)")

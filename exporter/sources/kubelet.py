@@ -52,6 +52,15 @@ class AllocatedDevice:
     pool: str = ""    # DRA only: the ResourceSlice pool the device belongs to
 
 
+@dataclass(frozen=True)
+class KubeletOptions:
+    """PodResourcesClient's settings, checked by exporter.config."""
+
+    socket_path: str = DEFAULT_SOCKET  # --kubelet.socket
+    timeout_seconds: float = 5.0  # --kubelet.timeout, of each call
+    max_receive_bytes: int = MAX_RECEIVE_BYTES
+
+
 class PodResourcesClient:
     """Lists allocated devices, v1 first, v1alpha1 for old kubelets.
 
@@ -62,11 +71,10 @@ class PodResourcesClient:
     deletes and re-creates it), since a restart may be an upgrade.
     """
 
-    def __init__(self, socket_path: str = DEFAULT_SOCKET, timeout_seconds: float = 5.0,
-                 max_receive_bytes: int = MAX_RECEIVE_BYTES):
-        self.socket_path = socket_path
-        self.timeout_seconds = timeout_seconds
-        self.max_receive_bytes = max_receive_bytes
+    def __init__(self, options: KubeletOptions = KubeletOptions()):
+        self.socket_path = options.socket_path
+        self.timeout_seconds = options.timeout_seconds
+        self.max_receive_bytes = options.max_receive_bytes
         self.api_version: str | None = None  # version of the last successful answer
         self._lock = threading.Lock()
         self._channel: grpc.Channel | None = None
@@ -76,7 +84,8 @@ class PodResourcesClient:
         self._v1alpha1: v1alpha1_grpc.PodResourcesListerStub | None = None
         # The last v1 answer as received and the devices read from it. A node's allocations change
         # rarely, and reading 224 pods into AllocatedDevice objects costs three times the List
-        # itself: an unchanged answer returns the same list object (callers may skip their own work).
+        # itself: an unchanged answer returns the same list of the same objects (so that a caller's
+        # comparison with the devices it had costs one identity check per device).
         self._last_answer: Optional[bytes] = None
         self._last_pods: Optional[list] = None  # its pods, each serialised, sorted
         self._last_devices: list[AllocatedDevice] = []

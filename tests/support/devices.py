@@ -1,4 +1,4 @@
-"""A kubelet device as build_mapping reads it, without the gRPC client's extra fields."""
+"""A kubelet device as build_mapping reads it (core.mapping.DeviceLike), without the gRPC client."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ from typing import NamedTuple
 
 
 class Device(NamedTuple):
-    """The fields build_mapping reads from sources.kubelet.AllocatedDevice."""
+    """The fields core.mapping.DeviceLike names, as sources.kubelet.AllocatedDevice has them."""
 
     namespace: str
     pod: str
@@ -14,4 +14,5 @@ class Device(NamedTuple):
     resource: str
     device_id: str
     dra: bool = False
-
+    claim: str = ""  # DRA only: "<claim namespace>/<claim name>"
+    pool: str = ""  # DRA only: the ResourceSlice pool

@@ -11,7 +11,7 @@ from exporter.core.identity import GpuKey
 from exporter.core.mapping import DraResolution, build_mapping
 from exporter.core.offered import MAX_AGE_SECONDS, OfferedReplicas
 from exporter.exposition.allocation import render_allocation_info
-from exporter.sources.kubelet import AllocatedDevice, PodResourcesClient
+from exporter.sources.kubelet import AllocatedDevice, KubeletOptions, PodResourcesClient
 from support.clocks import ManualClock
 from support.mapping_contexts import StaticContext
 
@@ -180,7 +180,7 @@ def test_an_answer_lacking_a_held_gpu_is_not_asked_again_on_every_refresh():
 
 
 def test_the_client_lists_what_the_kubelet_offers(kubelet):
-    client = PodResourcesClient(kubelet.socket_path, timeout_seconds=5)
+    client = PodResourcesClient(KubeletOptions(kubelet.socket_path, timeout_seconds=5))
     with pytest.raises(KubeletError):  # the fake refuses it until told what is offered, as gated kubelets do
         client.list_offered()
     kubelet.set_allocatable(_replicas(UUID, 2) + [("nvidia.com/mig-1g.10gb", f"MIG-{UUID_B}/11/0")])

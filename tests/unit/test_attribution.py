@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import io
 import threading
 import time
@@ -198,3 +199,8 @@ def test_an_unchanged_kubelet_answer_is_not_built_again():
     answers["devices"] = answers["devices"] + [AllocatedDevice("ns", "q", "c", "nvidia.com/gpu", GPU)]
     attribution.refresh()
     assert len(resolved) == 2 and len(attribution.current().mapping.allocations) == 2
+    # Compared by value, not by the list's identity: an equal answer in a list of its own is not built again.
+    second = attribution.current().mapping
+    answers["devices"] = [dataclasses.replace(device) for device in answers["devices"]]
+    attribution.refresh()
+    assert len(resolved) == 2 and attribution.current().mapping is second

@@ -50,6 +50,7 @@ def test_environment_sets_and_flag_wins():
         (["--web.telemetry-path", "/metrics"], {}, "--web.telemetry-path"),
         (["--web.telemetry-path", "/"], {}, "--web.telemetry-path"),
         (["--dcgm.url", "localhost:9401"], {}, "--dcgm.url"),
+        (["--dcgm.max-body-size", "0"], {}, "--dcgm.max-body-size"),
         ([], {"POD_GPU_EXPORTER_LABELS_STYLE": "k8s"}, "POD_GPU_EXPORTER_LABELS_STYLE"),
         ([], {"POD_GPU_EXPORTER_KUBELET_TIMEOUT": ""}, "POD_GPU_EXPORTER_KUBELET_TIMEOUT"),
     ],
@@ -119,13 +120,32 @@ def test_bad_kubernetes_settings_name_the_variable(env, message):
         parse_config([], env)
 
 
-def test_sharing_flags_and_their_environment_variables():
+def test_sharing_flags_and_their_environment_variables(tmp_path):
     assert (Config().sharing_mode, Config().sharing_proc_root) == ("device", "/proc")
-    config = parse_config(["--sharing.mode", "process", "--sharing.proc-root", "/host/proc"], {})
-    assert (config.sharing_mode, config.sharing_proc_root) == ("process", "/host/proc")
-    environ = {"POD_GPU_EXPORTER_SHARING_MODE": "process", "POD_GPU_EXPORTER_SHARING_PROC_ROOT": "/host/proc"}
-    assert parse_config([], environ).sharing_proc_root == "/host/proc"
+    host_proc = str(tmp_path)  # the host's /proc mounted elsewhere: a folder that exists
+    config = parse_config(["--sharing.mode", "process", "--sharing.proc-root", host_proc], {})
+    assert (config.sharing_mode, config.sharing_proc_root) == ("process", host_proc)
+    environ = {"POD_GPU_EXPORTER_SHARING_MODE": "process", "POD_GPU_EXPORTER_SHARING_PROC_ROOT": host_proc}
+    assert parse_config([], environ).sharing_proc_root == host_proc
     assert parse_config(["--sharing.mode", "device"], environ).sharing_mode == "device"  # the flag wins
+
+
+@pytest.mark.parametrize("command", ["serve", "demo"])
+def test_a_proc_root_that_is_no_folder_is_refused_where_it_is_read(command, tmp_path):
+    missing = str(tmp_path / "none")
+    says = (f"--sharing.proc-root: {missing} is not a directory (mount the host's /proc there read-only, "
+            "or run with hostPID: true and keep /proc)")
+    with pytest.raises(ConfigError, match=f"^{re.escape(says)}$"):
+        parse_config([command, "--sharing.mode", "process", "--sharing.proc-root", missing], {})
+    with pytest.raises(ConfigError, match=f"^{re.escape(says)}$"):
+        parse_config([command], {"POD_GPU_EXPORTER_SHARING_MODE": "process", "POD_GPU_EXPORTER_SHARING_PROC_ROOT": missing})
+
+
+def test_a_proc_root_is_not_checked_where_it_is_not_read(tmp_path):
+    missing = str(tmp_path / "none")
+    assert parse_config(["--sharing.proc-root", missing], {}).sharing_proc_root == missing  # device mode
+    environ = {"POD_GPU_EXPORTER_SHARING_MODE": "process", "POD_GPU_EXPORTER_SHARING_PROC_ROOT": missing}
+    assert parse_config(["mapping"], environ).command == "mapping"  # a serving container's environment
 
 
 def test_energy_idle_policy_flag_and_its_environment_variable():
@@ -139,10 +159,50 @@ def test_energy_idle_policy_flag_and_its_environment_variable():
 
 
 def test_the_configs_idle_policies_are_the_energy_splits():
-    from exporter.config import ENERGY_IDLE_POLICIES
     from exporter.shares.energy import IDLE_POLICIES
 
-    assert ENERGY_IDLE_POLICIES == IDLE_POLICIES and Config().energy_idle_policy == IDLE_POLICIES[0]
+    assert Config().energy_idle_policy == IDLE_POLICIES[0]
+    for policy in IDLE_POLICIES:
+        assert parse_config(["--energy.idle-policy", policy], {}).energy_idle_policy == policy
+
+
+def test_each_choice_list_is_the_one_its_layer_uses():
+    from exporter.base.logs import LOG_FORMATS, LOG_LEVELS
+    from exporter.exposition.labels import LABEL_STYLES
+    from exporter.exposition.series import LABEL_MODES
+    from exporter.shares.energy import IDLE_POLICIES
+
+    text = " ".join(build_parser().format_help().split())
+    for flag, choices in (("--labels.style", tuple(LABEL_STYLES)), ("--labels.mode", LABEL_MODES),
+                          ("--energy.idle-policy", IDLE_POLICIES), ("--log.level", LOG_LEVELS),
+                          ("--log.format", LOG_FORMATS)):
+        assert f"{flag} {{{','.join(choices)}}}" in text
+    defaults = Config()
+    assert (defaults.labels_style, defaults.labels_mode) == (tuple(LABEL_STYLES)[0], LABEL_MODES[0])
+
+
+@pytest.mark.parametrize("url", ["127.0.0.1:9401/metrics", "unix:///run/dcgm.sock", ""])
+def test_a_dcgm_url_without_http_scheme_is_a_config_error(url):
+    with pytest.raises(ConfigError, match="^--dcgm.url: expected an http:// or https:// URL"):
+        parse_config(["--dcgm.url", url], {})
+
+
+@pytest.mark.parametrize("url, says", [
+    ("http://:9401/metrics", "--dcgm.url 'http://:9401/metrics' names no host"),
+    ("http://u:secret@127.0.0.1:99999/metrics", "--dcgm.url 'http://u:***@127.0.0.1:99999/metrics' has an invalid port"),
+])
+def test_a_dcgm_url_without_a_host_or_with_a_bad_port_is_a_config_error(url, says):
+    with pytest.raises(ConfigError, match=f"^{re.escape(says)}"):
+        parse_config(["--dcgm.url", url], {})
+
+
+def test_the_dcgm_url_reaches_the_source_in_parts():
+    config = parse_config(["--dcgm.url", "https://scraper:p%40ss@dcgm.example:9401/metrics?x=1"], {})
+    endpoint = config.dcgm_endpoint
+    assert (endpoint.scheme, endpoint.host, endpoint.port, endpoint.path) == ("https", "dcgm.example", 9401, "/metrics?x=1")
+    assert endpoint.credentials == ("scraper", "p@ss")
+    assert endpoint.shown == "https://scraper:***@dcgm.example:9401/metrics?x=1" and "p@ss" not in repr(endpoint)
+    assert (Config().dcgm_endpoint.host, Config().dcgm_endpoint.port, Config().dcgm_endpoint.path) == ("127.0.0.1", 9401, "/metrics")
 
 
 @pytest.mark.parametrize("args, says", [

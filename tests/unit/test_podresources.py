@@ -15,7 +15,7 @@ import pytest
 
 from exporter.base.errors import KubeletError
 from exporter.demo.fake_kubelet import FakeKubelet
-from exporter.sources.kubelet import MAX_RECEIVE_BYTES, AllocatedDevice, PodResourcesClient
+from exporter.sources.kubelet import MAX_RECEIVE_BYTES, AllocatedDevice, KubeletOptions, PodResourcesClient
 from support.waiting import wait_until
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
@@ -57,7 +57,7 @@ def kubelet(socket_path):
 
 @pytest.fixture
 def client(socket_path):
-    with PodResourcesClient(socket_path, timeout_seconds=5.0) as pod_resources:
+    with PodResourcesClient(KubeletOptions(socket_path, timeout_seconds=5.0)) as pod_resources:
         yield pod_resources
 
 
@@ -133,7 +133,7 @@ def test_restart_between_two_calls_is_invisible(socket_path, kubelet, client):
 
 
 def test_hanging_kubelet_times_out_and_the_client_recovers(socket_path, kubelet):
-    with PodResourcesClient(socket_path, timeout_seconds=0.5) as impatient:
+    with PodResourcesClient(KubeletOptions(socket_path, timeout_seconds=0.5)) as impatient:
         kubelet.fault = "hang"
         error = _reason(impatient)
         assert error.reason == "timeout"
@@ -167,7 +167,7 @@ def test_response_over_grpc_default_4mib_is_received(kubelet, client):
 
 def test_response_over_our_limit_is_too_large_not_rate_limited(socket_path, kubelet):
     kubelet.pad_bytes = 2 * 2**20
-    with PodResourcesClient(socket_path, max_receive_bytes=2**20) as small:
+    with PodResourcesClient(KubeletOptions(socket_path, max_receive_bytes=2**20)) as small:
         error = _reason(small)
     assert error.reason == "too_large"
     assert "receive limit" in str(error)
@@ -178,7 +178,7 @@ def test_stop_does_not_wait_for_a_hanging_call(kubelet, socket_path):
     outcome: list[KubeletError] = []
 
     def call() -> None:
-        with PodResourcesClient(socket_path, timeout_seconds=120) as patient:
+        with PodResourcesClient(KubeletOptions(socket_path, timeout_seconds=120)) as patient:
             try:
                 patient.list_devices()
             except KubeletError as exc:
@@ -195,7 +195,7 @@ def test_stop_does_not_wait_for_a_hanging_call(kubelet, socket_path):
 
 def test_list_calls_counts_concurrent_clients(kubelet, socket_path):
     def call() -> None:
-        with PodResourcesClient(socket_path) as own:
+        with PodResourcesClient(KubeletOptions(socket_path)) as own:
             for _ in range(5):
                 own.list_devices()
 
@@ -210,9 +210,9 @@ def test_list_calls_counts_concurrent_clients(kubelet, socket_path):
 _UNPRIVILEGED_CHILD = """
 import json, os, sys
 import grpc, grpc._channel  # loaded while root: the interpreter's own files may be unreadable later
-from exporter.sources.kubelet import PodResourcesClient
+from exporter.sources.kubelet import KubeletOptions, PodResourcesClient
 from exporter.base.errors import KubeletError
-client = PodResourcesClient(sys.argv[1], timeout_seconds=5.0)
+client = PodResourcesClient(KubeletOptions(sys.argv[1], timeout_seconds=5.0))
 os.setgroups([]); os.setgid(65534); os.setuid(65534)
 try:
     client.list_devices()

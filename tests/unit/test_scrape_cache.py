@@ -9,6 +9,7 @@ import pytest
 
 from exporter.core.attribution import Attribution
 from exporter.sources.dcgm.file_source import FileSource
+from exporter.sources.dcgm.options import DcgmFileOptions
 from exporter.sources.kubelet import AllocatedDevice
 from exporter.web.scrape import ScrapeBody, Scraper
 from support.fixtures import fixture_bytes
@@ -34,7 +35,7 @@ def node(tmp_path):
     kubelet = Kubelet([AllocatedDevice("ml", "trainer-0", "pytorch", "nvidia.com/gpu", L4_UUID)])
     attribution = Attribution(kubelet.list_devices, refresh_interval_seconds=60, max_age_seconds=600)
     attribution.refresh()
-    return path, kubelet, attribution, Scraper(FileSource(str(path)), attribution, "kubernetes")
+    return path, kubelet, attribution, Scraper(FileSource(DcgmFileOptions(str(path))), attribution, "kubernetes")
 
 
 def test_unchanged_body_and_mapping_are_rewritten_once(node):

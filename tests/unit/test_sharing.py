@@ -9,7 +9,7 @@ import time
 
 from exporter.core.mapping import build_mapping
 from exporter.shares.compute import PodContainers
-from exporter.shares.process_shares import ProcessShares
+from exporter.shares.process_shares import ProcessShares, ProcessSharesOptions
 from exporter.sources.nvml.library import open_nvml
 from support.clocks import ManualClock
 from support.devices import Device
@@ -27,8 +27,8 @@ UNATTRIBUTED = f'pod_gpu_exporter_unattributed_processes{{UUID="{UUID}",gpu="0"}
 
 
 def make_shares(proc_root, pods=PODS, clock=None):
-    return ProcessShares(open_nvml, lambda: MAPPING, lambda: pods, str(proc_root), 5.0, "kubernetes",
-                         clock=clock or ManualClock())
+    return ProcessShares(ProcessSharesOptions(str(proc_root), 5.0, "kubernetes"), open_nvml, lambda: MAPPING,
+                         lambda: pods, clock=clock or ManualClock())
 
 
 def lines(shares):
@@ -111,7 +111,8 @@ def test_start_does_not_wait_for_a_hung_driver_and_refreshes_on_its_own_thread(t
         release.wait(10)
         return None, "driver gone"
 
-    shares = ProcessShares(hung_nvml, lambda: MAPPING, lambda: PODS, str(tmp_path), 0.01, "kubernetes")
+    shares = ProcessShares(ProcessSharesOptions(str(tmp_path), 0.01, "kubernetes"), hung_nvml, lambda: MAPPING,
+                           lambda: PODS)
     started = time.monotonic()
     shares.start()
     assert time.monotonic() - started < 1

@@ -10,10 +10,13 @@ from typing import Callable, List
 
 import pytest
 
-from exporter.base.errors import ConfigError, UpstreamError
+from exporter.base.errors import UpstreamError
+from exporter.config import parse_dcgm_url
 from exporter.demo.fake_dcgm import FakeDcgmExporter
+from exporter.sources.dcgm import DEFAULT_MAX_BODY_BYTES
 from exporter.sources.dcgm.file_source import FileSource
 from exporter.sources.dcgm.http_source import HttpSource
+from exporter.sources.dcgm.options import DcgmFileOptions, DcgmHttpOptions
 from support.fixtures import fixture_bytes, fixture_path  # tests/ is on sys.path (conftest.py)
 
 L4 = "dcgm/l4-aws-gpu-operator-default-counters.prom"
@@ -29,6 +32,11 @@ def l4_body() -> bytes:
 def fake(l4_body):
     with FakeDcgmExporter(l4_body) as server:
         yield server
+
+
+def http_source(url: str, timeout_seconds: float, max_bytes: int = DEFAULT_MAX_BODY_BYTES) -> HttpSource:
+    """An HttpSource as `serve` makes one: its --dcgm.url read by the config."""
+    return HttpSource(DcgmHttpOptions(parse_dcgm_url(url), timeout_seconds, max_bytes))
 
 
 def fetch_error(source) -> UpstreamError:
@@ -114,7 +122,7 @@ def gzip_response(gzipped: bytes) -> Callable[[socket.socket, threading.Event], 
 
 
 def test_http_body_is_byte_exact(fake, l4_body):
-    source = HttpSource(fake.url, timeout_seconds=5)
+    source = http_source(fake.url, timeout_seconds=5)
     assert source.fetch() == l4_body
     assert source.fetch() == l4_body  # again, over a connection of its own
     assert fake.requests == 2
@@ -124,14 +132,14 @@ def test_http_body_is_byte_exact(fake, l4_body):
 def test_http_chunked_answer_like_go_is_byte_exact_every_time(fake, l4_body):
     """The real dcgm-exporter (Go's net/http, one large write, no length) answers chunked."""
     fake.chunked = True
-    source = HttpSource(fake.url, timeout_seconds=5)
+    source = http_source(fake.url, timeout_seconds=5)
     assert [source.fetch(), source.fetch()] == [l4_body, l4_body]
     assert fake.requests == 2
 
 
 def test_http_render_delay_is_waited_for(fake, l4_body):
     fake.render_seconds = 0.2
-    source = HttpSource(fake.url, timeout_seconds=5)
+    source = http_source(fake.url, timeout_seconds=5)
     started = time.monotonic()
     assert source.fetch() == l4_body
     assert time.monotonic() - started >= 0.2
@@ -140,24 +148,24 @@ def test_http_render_delay_is_waited_for(fake, l4_body):
 def test_http_callable_body_is_called_per_request(fake):
     bodies = iter([b"a 1\n", b"a 2\n"])
     fake.body = lambda: next(bodies)
-    source = HttpSource(fake.url, timeout_seconds=5)
+    source = http_source(fake.url, timeout_seconds=5)
     assert [source.fetch(), source.fetch()] == [b"a 1\n", b"a 2\n"]
 
 
 def test_http_500_is_reason_status(fake):
     fake.status = 500
-    error = fetch_error(HttpSource(fake.url, timeout_seconds=5))
+    error = fetch_error(http_source(fake.url, timeout_seconds=5))
     assert error.reason == "status"
     assert "500" in str(error) and fake.url in str(error)
 
 
 def test_http_wrong_path_is_reason_status(fake):
-    error = fetch_error(HttpSource(fake.url.replace("/metrics", "/gpu/metrics"), timeout_seconds=5))
+    error = fetch_error(http_source(fake.url.replace("/metrics", "/gpu/metrics"), timeout_seconds=5))
     assert error.reason == "status" and "404" in str(error)
 
 
 def test_http_stopped_server_is_refused_then_back(fake, l4_body):
-    source = HttpSource(fake.url, timeout_seconds=5)
+    source = http_source(fake.url, timeout_seconds=5)
     assert source.fetch() == l4_body
     fake.stop()
     error = fetch_error(source)
@@ -169,7 +177,7 @@ def test_http_stopped_server_is_refused_then_back(fake, l4_body):
 
 def test_http_hang_times_out(fake):
     fake.fault = "hang"
-    error = fetch_error(HttpSource(fake.url, timeout_seconds=0.5))
+    error = fetch_error(http_source(fake.url, timeout_seconds=0.5))
     assert error.reason == "timeout"
     assert "0.5s" in str(error)
 
@@ -185,14 +193,14 @@ def test_http_slow_drip_is_cut_by_the_total_deadline(raw_server):
             conn.sendall(b"#")
 
     server = raw_server(drip)
-    error = fetch_error(HttpSource(server.url, timeout_seconds=0.5))
+    error = fetch_error(http_source(server.url, timeout_seconds=0.5))
     assert error.reason == "timeout"
 
 
 def test_http_body_over_cap_is_too_large(fake, l4_body):
-    error = fetch_error(HttpSource(fake.url, timeout_seconds=5, max_bytes=len(l4_body) - 1))
+    error = fetch_error(http_source(fake.url, timeout_seconds=5, max_bytes=len(l4_body) - 1))
     assert error.reason == "too_large"
-    assert HttpSource(fake.url, timeout_seconds=5, max_bytes=len(l4_body)).fetch() == l4_body
+    assert http_source(fake.url, timeout_seconds=5, max_bytes=len(l4_body)).fetch() == l4_body
 
 
 def test_http_headers_trickled_in_cannot_stretch_the_fetch_past_its_deadline(raw_server):
@@ -206,7 +214,7 @@ def test_http_headers_trickled_in_cannot_stretch_the_fetch_past_its_deadline(raw
 
     server = raw_server(respond)
     started = time.monotonic()
-    error = fetch_error(HttpSource(server.url, timeout_seconds=1))
+    error = fetch_error(http_source(server.url, timeout_seconds=1))
     assert error.reason == "timeout"
     assert time.monotonic() - started < 3.5  # not 40 header reads of up to 1 s each
 
@@ -220,32 +228,32 @@ def test_http_declared_length_over_cap_is_refused_without_reading(raw_server):
         stopped.wait(10)
 
     server = raw_server(respond)
-    error = fetch_error(HttpSource(server.url, timeout_seconds=5, max_bytes=1024 * 1024))
+    error = fetch_error(http_source(server.url, timeout_seconds=5, max_bytes=1024 * 1024))
     assert error.reason == "too_large"
 
 
 def test_http_undeclared_length_over_cap_is_too_large(raw_server):
     head = b"HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\nConnection: close\r\n\r\n"
     server = raw_server(canned(head, b"x 1\n" * 5000))
-    error = fetch_error(HttpSource(server.url, timeout_seconds=5, max_bytes=10000))
+    error = fetch_error(http_source(server.url, timeout_seconds=5, max_bytes=10000))
     assert error.reason == "too_large"
 
 
 def test_http_gzip_is_decoded(raw_server, l4_body):
     server = raw_server(gzip_response(gzip.compress(l4_body)))
-    assert HttpSource(server.url, timeout_seconds=5).fetch() == l4_body
+    assert http_source(server.url, timeout_seconds=5).fetch() == l4_body
 
 
 def test_http_concatenated_gzip_members_are_decoded(raw_server, l4_body):
     half = len(l4_body) // 2
     server = raw_server(gzip_response(gzip.compress(l4_body[:half]) + gzip.compress(l4_body[half:])))
-    assert HttpSource(server.url, timeout_seconds=5).fetch() == l4_body
+    assert http_source(server.url, timeout_seconds=5).fetch() == l4_body
 
 
 def test_http_gzip_cap_applies_to_decoded_bytes(raw_server):
     bomb = gzip.compress(b"\0" * (4 * 1024 * 1024))  # a few KiB on the wire
     server = raw_server(gzip_response(bomb))
-    error = fetch_error(HttpSource(server.url, timeout_seconds=5, max_bytes=64 * 1024))
+    error = fetch_error(http_source(server.url, timeout_seconds=5, max_bytes=64 * 1024))
     assert len(bomb) < 64 * 1024
     assert error.reason == "too_large"
 
@@ -253,13 +261,13 @@ def test_http_gzip_cap_applies_to_decoded_bytes(raw_server):
 def test_http_cut_gzip_stream_is_truncated(raw_server, l4_body):
     compressed = gzip.compress(l4_body)
     server = raw_server(gzip_response(compressed[: len(compressed) // 2]))
-    assert fetch_error(HttpSource(server.url, timeout_seconds=5)).reason == "truncated"
+    assert fetch_error(http_source(server.url, timeout_seconds=5)).reason == "truncated"
 
 
 def test_http_asks_for_the_text_format_and_gzip(raw_server):
     head = b"HTTP/1.1 200 OK\r\nContent-Length: 4\r\nConnection: close\r\n\r\n"
     server = raw_server(canned(head, b"a 1\n"))
-    assert HttpSource(server.url, timeout_seconds=5).fetch() == b"a 1\n"
+    assert http_source(server.url, timeout_seconds=5).fetch() == b"a 1\n"
     request = server.requests_seen[0].lower()
     assert b"\r\naccept: text/plain\r\n" in request
     assert b"\r\naccept-encoding: gzip\r\n" in request
@@ -267,19 +275,19 @@ def test_http_asks_for_the_text_format_and_gzip(raw_server):
 
 def test_http_fault_empty_is_reason_empty(fake):
     fake.fault = "empty"
-    assert fetch_error(HttpSource(fake.url, timeout_seconds=5)).reason == "empty"
+    assert fetch_error(http_source(fake.url, timeout_seconds=5)).reason == "empty"
 
 
 def test_http_fault_truncate_is_reason_truncated(fake):
     fake.fault = "truncate"
-    error = fetch_error(HttpSource(fake.url, timeout_seconds=5))
+    error = fetch_error(http_source(fake.url, timeout_seconds=5))
     assert error.reason == "truncated"
     assert fake.url in str(error)
 
 
 def test_http_fault_garbage_is_passed_on_for_the_parser_to_judge(fake, l4_body):
     fake.fault = "garbage"
-    source = HttpSource(fake.url, timeout_seconds=5)
+    source = http_source(fake.url, timeout_seconds=5)
     first, second = source.fetch(), source.fetch()
     assert len(first) == len(second) == 4096 and first != second and first != l4_body[:4096]
     fake.fault = None
@@ -287,7 +295,7 @@ def test_http_fault_garbage_is_passed_on_for_the_parser_to_judge(fake, l4_body):
 
 
 def test_http_recovers_after_each_fault(fake, l4_body):
-    source = HttpSource(fake.url, timeout_seconds=0.5)
+    source = http_source(fake.url, timeout_seconds=0.5)
     for fault in ("hang", "empty", "truncate"):
         fake.fault = fault
         fetch_error(source)
@@ -296,7 +304,7 @@ def test_http_recovers_after_each_fault(fake, l4_body):
 
 
 def test_http_twenty_concurrent_fetches_are_byte_exact(fake, l4_body):
-    source = HttpSource(fake.url, timeout_seconds=10)
+    source = http_source(fake.url, timeout_seconds=10)
     start = threading.Barrier(20)
     results: List[object] = [None] * 20
 
@@ -316,17 +324,6 @@ def test_http_twenty_concurrent_fetches_are_byte_exact(fake, l4_body):
     assert fake.requests == 20
 
 
-@pytest.mark.parametrize("url", ["127.0.0.1:9401/metrics", "unix:///run/dcgm.sock", ""])
-def test_http_url_without_http_scheme_is_a_config_error(url):
-    with pytest.raises(ConfigError):
-        HttpSource(url, timeout_seconds=5)
-
-
-def test_http_non_positive_timeout_is_a_config_error():
-    with pytest.raises(ConfigError):
-        HttpSource("http://127.0.0.1:9401/metrics", timeout_seconds=0)
-
-
 def test_fake_rejects_unknown_fault(fake):
     with pytest.raises(ValueError):
         fake.fault = "explode"
@@ -336,37 +333,37 @@ def test_fake_rejects_unknown_fault(fake):
 
 
 def test_file_legacy_textfile_is_byte_exact():
-    source = FileSource(str(fixture_path(LEGACY)))
+    source = FileSource(DcgmFileOptions(str(fixture_path(LEGACY))))
     assert source.fetch() == fixture_bytes(LEGACY)
     assert source.describe() == str(fixture_path(LEGACY))
 
 
 def test_file_missing_is_reason_absent(tmp_path):
     path = tmp_path / "dcgm.prom"
-    error = fetch_error(FileSource(str(path)))
+    error = fetch_error(FileSource(DcgmFileOptions(str(path))))
     assert error.reason == "absent"
     assert str(path) in str(error) and "mounted" in str(error)
     path.write_bytes(b"dcgm_gpu_temp{gpu=\"0\",uuid=\"GPU-1\"} 40\n")
-    assert FileSource(str(path)).fetch().startswith(b"dcgm_gpu_temp")
+    assert FileSource(DcgmFileOptions(str(path))).fetch().startswith(b"dcgm_gpu_temp")
 
 
 def test_file_empty_is_reason_empty(tmp_path):
     path = tmp_path / "dcgm.prom"
     path.write_bytes(b"")
-    assert fetch_error(FileSource(str(path))).reason == "empty"
+    assert fetch_error(FileSource(DcgmFileOptions(str(path)))).reason == "empty"
 
 
 def test_file_over_cap_is_too_large(tmp_path):
     path = tmp_path / "dcgm.prom"
     path.write_bytes(fixture_bytes(LEGACY))
-    assert fetch_error(FileSource(str(path), max_bytes=100)).reason == "too_large"
+    assert fetch_error(FileSource(DcgmFileOptions(str(path), max_body_bytes=100))).reason == "too_large"
 
 
 def test_file_cut_without_final_newline_is_truncated(tmp_path):
     # What a reader sees while an in-place write() is stalled part way: stable size, cut line.
     path = tmp_path / "dcgm.prom"
     path.write_bytes(fixture_bytes(LEGACY)[:4096])
-    error = fetch_error(FileSource(str(path)))
+    error = fetch_error(FileSource(DcgmFileOptions(str(path))))
     assert error.reason == "truncated" and str(path) in str(error)
 
 
@@ -391,7 +388,7 @@ def test_file_rewritten_in_place_is_never_read_torn(tmp_path):
     writer.start()
     # A writer that never pauses never leaves the file settled, so a read that catches a whole version
     # waits for it to settle and then gives up (`timeout`): a short timeout keeps that wait short.
-    source, outcomes = FileSource(str(path), timeout_seconds=1.5), []
+    source, outcomes = FileSource(DcgmFileOptions(str(path), timeout_seconds=1.5)), []
     give_up_at = time.monotonic() + 4.0
     try:
         while len(outcomes) < 80 and time.monotonic() < give_up_at:

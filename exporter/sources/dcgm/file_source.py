@@ -9,7 +9,7 @@ import time
 from typing import NamedTuple, Optional, Tuple
 
 from exporter.base.errors import UpstreamError
-from exporter.sources.dcgm import DEFAULT_MAX_BODY_BYTES
+from exporter.sources.dcgm.options import DcgmFileOptions
 
 # A file changed in place less than this long ago may be in the middle of a rewrite (a writer that
 # truncates, or writes over the old text, and pauses between its write() calls): it is read only once
@@ -42,10 +42,10 @@ class FileSource:
     _ATTEMPTS = 4
     _RETRY_PAUSE_SECONDS = 0.01
 
-    def __init__(self, path: str, max_bytes: int = DEFAULT_MAX_BODY_BYTES, timeout_seconds: float = 5.0) -> None:
-        self.path = os.fspath(path)
-        self.max_bytes = int(max_bytes)
-        self.timeout_seconds = float(timeout_seconds)
+    def __init__(self, options: DcgmFileOptions) -> None:
+        self.path = os.fspath(options.path)
+        self.max_bytes = int(options.max_body_bytes)
+        self.timeout_seconds = float(options.timeout_seconds)
         self._lock = threading.Lock()
         self._blocked: Optional[threading.Thread] = None  # a read that outlived its deadline
         self._accepted: Optional[_Version] = None  # the version of the file last handed on

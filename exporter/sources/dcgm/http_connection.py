@@ -1,4 +1,4 @@
-"""Connections to dcgm-exporter: --dcgm.url parsed, one connection per fetch, deadline-bound reads."""
+"""Connections to dcgm-exporter: the headers every fetch sends, one connection per fetch, deadline-bound reads."""
 
 from __future__ import annotations
 
@@ -8,12 +8,10 @@ import io
 import socket
 import ssl
 import time
-from typing import Optional
-from urllib.parse import unquote, urlsplit
+from typing import Optional, Tuple
 
 from exporter import __version__
-from exporter.base.errors import ConfigError
-from exporter.sources.dcgm import redact_url
+from exporter.sources.dcgm.options import DcgmEndpoint
 
 # Sent with every fetch.
 _HEADERS = {
@@ -63,31 +61,25 @@ class DeadlineResponse(http.client.HTTPResponse):
 
 
 class Target:
-    """Where and how to ask: host, port, path and headers of --dcgm.url, and a connection factory."""
+    """Where and how to ask: --dcgm.url's host, port and path, the headers, and a connection factory."""
 
-    def __init__(self, scheme: str, host: str, port: Optional[int], path: str, headers: dict) -> None:
-        self.host, self.port, self.path, self.headers = host, port, path, headers
+    def __init__(self, endpoint: DcgmEndpoint) -> None:
+        self.host, self.port, self.path = endpoint.host, endpoint.port, endpoint.path
+        self.headers = _headers(endpoint.credentials)
         # One TLS context for all connections: building one loads the system's CA certificates.
-        self._tls = ssl.create_default_context() if scheme == "https" else None
-
-    @classmethod
-    def parse(cls, url: str) -> "Target":
-        parts = urlsplit(url)
-        try:
-            port = parts.port
-        except ValueError as exc:
-            raise ConfigError(f"--dcgm.url {redact_url(url)!r} has an invalid port: {exc}") from exc
-        if not parts.hostname:
-            raise ConfigError(f"--dcgm.url {redact_url(url)!r} names no host")
-        path = (parts.path or "/") + (f"?{parts.query}" if parts.query else "")
-        headers = dict(_HEADERS)
-        if parts.username is not None:  # dcgm-exporter behind basic auth: http://user:pass@host/…
-            credentials = f"{unquote(parts.username)}:{unquote(parts.password or '')}".encode()
-            headers["Authorization"] = "Basic " + base64.b64encode(credentials).decode("ascii")
-        return cls(parts.scheme.lower(), parts.hostname, port, path, headers)
+        self._tls = ssl.create_default_context() if endpoint.scheme == "https" else None
 
     def connect(self) -> http.client.HTTPConnection:
         """A new, not yet connected, connection; http.client connects on its request."""
         if self._tls is not None:
             return http.client.HTTPSConnection(self.host, self.port, context=self._tls)
         return http.client.HTTPConnection(self.host, self.port)
+
+
+def _headers(credentials: Optional[Tuple[str, str]]) -> dict:
+    """What every fetch sends; with credentials for a dcgm-exporter behind basic auth (http://user:pass@host/…)."""
+    headers = dict(_HEADERS)
+    if credentials is not None:
+        user, password = credentials
+        headers["Authorization"] = "Basic " + base64.b64encode(f"{user}:{password}".encode()).decode("ascii")
+    return headers

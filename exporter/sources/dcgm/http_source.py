@@ -9,10 +9,10 @@ import socket
 import time
 from typing import Optional
 
-from exporter.base.errors import ConfigError, UpstreamError
-from exporter.sources.dcgm import DEFAULT_MAX_BODY_BYTES, redact_url
+from exporter.base.errors import UpstreamError
 from exporter.sources.dcgm.http_body import CappedBody
 from exporter.sources.dcgm.http_connection import DeadlineResponse, Target
+from exporter.sources.dcgm.options import DcgmHttpOptions
 
 _READ_CHUNK_BYTES = 64 * 1024
 _GZIP_ENCODINGS = ("gzip", "x-gzip")
@@ -35,20 +35,15 @@ class HttpSource:
     scrape costs one TCP handshake (a TLS one with https) every scrape interval.
     """
 
-    def __init__(self, url: str, timeout_seconds: float, max_bytes: int = DEFAULT_MAX_BODY_BYTES) -> None:
-        if not url.lower().startswith(("http://", "https://")):
-            raise ConfigError(f"--dcgm.url {redact_url(url)!r} must start with http:// or https://")
-        if timeout_seconds <= 0:
-            raise ConfigError(f"--dcgm.timeout must be positive, got {timeout_seconds!r}")
-        if max_bytes <= 0:
-            raise ConfigError(f"the dcgm response size cap must be positive, got {max_bytes!r}")
-        self.url = url
-        self.timeout_seconds = float(timeout_seconds)
-        self.max_bytes = int(max_bytes)
-        self._target = Target.parse(url)
+    def __init__(self, options: DcgmHttpOptions) -> None:
+        # The options come checked (exporter.config): the URL parsed, the timeout and cap positive.
+        self.timeout_seconds = float(options.timeout_seconds)
+        self.max_bytes = int(options.max_body_bytes)
+        self._shown = options.endpoint.shown
+        self._target = Target(options.endpoint)
 
     def describe(self) -> str:
-        return redact_url(self.url)  # for logs and messages: never the password
+        return self._shown  # for logs and messages: never the password
 
     def fetch(self) -> bytes:
         deadline = time.monotonic() + self.timeout_seconds

@@ -1,0 +1,39 @@
+"""What the dcgm sources are given: --dcgm.url already read into its parts, and each source's settings."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Optional, Tuple
+
+from exporter.sources.dcgm import DEFAULT_MAX_BODY_BYTES
+
+
+@dataclass(frozen=True)
+class DcgmEndpoint:
+    """--dcgm.url in the parts a fetch needs; exporter.config reads and checks it, the source never does."""
+
+    scheme: str  # "http" or "https"
+    host: str
+    port: Optional[int]  # None: the scheme's own
+    path: str  # with its query, if any
+    shown: str  # the URL as logs and messages show it: its password, if any, replaced by ***
+    # (user, password), unquoted, for a dcgm-exporter behind basic auth; kept out of repr, so out of logs.
+    credentials: Optional[Tuple[str, str]] = field(default=None, repr=False)
+
+
+@dataclass(frozen=True)
+class DcgmHttpOptions:
+    """HttpSource's settings: where to ask, how long one whole fetch may take, the largest answer taken."""
+
+    endpoint: DcgmEndpoint
+    timeout_seconds: float  # --dcgm.timeout, positive
+    max_body_bytes: int = DEFAULT_MAX_BODY_BYTES  # --dcgm.max-body-size, positive
+
+
+@dataclass(frozen=True)
+class DcgmFileOptions:
+    """FileSource's settings: the legacy textfile, how long one read may take, the largest file taken."""
+
+    path: str  # --dcgm.file
+    timeout_seconds: float = 5.0  # --dcgm.timeout, at least file_source.SETTLE_SECONDS
+    max_body_bytes: int = DEFAULT_MAX_BODY_BYTES  # --dcgm.max-body-size, positive
