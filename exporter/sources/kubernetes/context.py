@@ -79,7 +79,7 @@ class KubernetesContext:
     # The MappingContext (core.mapping), asked on the refresher.
     def resolve_dra(self, device) -> DraResolution:
         """A kubelet DRA device's key from its ResourceSlice, and whether its claim is adminAccess."""
-        return self.dra.resolve(device.resource, getattr(device, "pool", ""), device.device_id, device.claim)
+        return self.dra.resolve(device.resource, device.pool, device.device_id, device.claim)
 
     def retain_claims(self, devices: List) -> None:
         """Forget the claims that none of the kubelet's devices is held through any more."""
