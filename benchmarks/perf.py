@@ -41,10 +41,10 @@ from node import REPO_ROOT, SIZES, Node, Shape, describe  # noqa: E402
 
 sys.path.insert(0, str(REPO_ROOT / "tests"))
 from exporter.core.mapping import build_mapping  # noqa: E402
-from exporter.demo.fake_dcgm import FakeDcgmExporter  # noqa: E402
-from exporter.demo.fake_kubelet import FakeKubelet  # noqa: E402
 from exporter.exposition.rewriter import Rewriter  # noqa: E402
 from support.exporter_process import start_exporter  # noqa: E402
+from support.fake_dcgm import FakeDcgmExporter  # noqa: E402
+from support.fake_kubelet import FakeKubelet  # noqa: E402
 
 # Distinct bodies served in turn, so that every "new values" scrape brings values the exporter has
 # not seen last time (the direct scrapes in between take bodies too; 7 is prime to both).

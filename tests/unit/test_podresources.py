@@ -15,8 +15,8 @@ from pathlib import Path
 import pytest
 
 from exporter.base.errors import KubeletError
-from exporter.demo.fake_kubelet import FakeKubelet
 from exporter.sources.kubelet import MAX_RECEIVE_BYTES, AllocatedDevice, PodResourcesClient
+from support.fake_kubelet import FakeKubelet
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 GPU = "nvidia.com/gpu"

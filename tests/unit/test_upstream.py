@@ -11,9 +11,9 @@ from typing import Callable, List
 import pytest
 
 from exporter.base.errors import ConfigError, UpstreamError
-from exporter.demo.fake_dcgm import FakeDcgmExporter
 from exporter.sources.dcgm.file_source import FileSource
 from exporter.sources.dcgm.http_source import HttpSource
+from support.fake_dcgm import FakeDcgmExporter
 from support.fixtures import fixture_bytes, fixture_path  # tests/ is on sys.path (conftest.py)
 
 L4 = "dcgm/l4-aws-gpu-operator-default-counters.prom"
