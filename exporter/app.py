@@ -100,7 +100,7 @@ def serve(config: Config, on_ready: Optional[Callable[[str], None]] = None) -> i
 
         api_wait = min(config.kubelet_timeout_seconds, API_FIRST_LIST_WAIT_SECONDS)
         before_first = functools.partial(start_and_wait, kubernetes, resolve_mig, api_wait)
-    attribution.start(wait_for_first=False, before_first=before_first,
+    attribution.start(before_first=before_first,
                       first_wait_seconds=api_wait + config.kubelet_timeout_seconds + OPEN_TIMEOUT_SECONDS)
     if shares is not None:
         shares.start()

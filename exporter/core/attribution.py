@@ -120,18 +120,16 @@ class Attribution:
             return Snapshot(EMPTY_MAPPING, up, age)
         return Snapshot(mapping, up, age)
 
-    def start(self, interrupted: Optional[threading.Event] = None, wait_for_first: bool = True,
-              before_first: Optional[Callable[[], object]] = None, first_wait_seconds: float = 0.0) -> None:
-        """Refresh once, then every interval, in a daemon thread.
+    def start(self, before_first: Optional[Callable[[], object]] = None, first_wait_seconds: float = 0.0) -> None:
+        """Refresh once, then every interval, in a daemon thread; returns at once.
 
-        With `wait_for_first`, returns once the first refresh is done, or as soon as `interrupted` is
-        set: a SIGTERM must not wait for a kubelet that hangs the first List. Without it (`serve`,
-        which answers at once), scrapes wait up to `first_wait_seconds` for the first refresh
-        instead (`wait_first_refresh`), so that the first scrape is attributed when the kubelet
-        answers. `before_first` runs on the refresher's thread before the first List.
+        Scrapes wait up to `first_wait_seconds` for the first refresh (`wait_first_refresh`),
+        so that the first scrape is attributed when the kubelet answers, while a kubelet that hangs
+        the first List keeps neither the server nor a SIGTERM waiting. `before_first` runs on the
+        refresher's thread before the first List.
         """
         self._first_wait = first_wait_seconds
-        self._refresher.start(wait_for_first=wait_for_first, interrupted=interrupted, before_first=before_first)
+        self._refresher.start(before_first=before_first)
 
     def wait_first_refresh(self) -> None:
         """Block a scrape until the first refresh is done, at most the bound given to `start`."""

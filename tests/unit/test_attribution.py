@@ -145,7 +145,7 @@ def test_each_refresh_builds_the_mapping_with_the_cluster_context():
     assert attribution.current().mapping.extra_labels == {("ns", "p"): ',team="x"'}
 
 
-def test_start_waits_for_the_first_list_on_the_kubelet_refresher_thread():
+def test_the_first_list_runs_on_the_kubelet_refresher_thread_and_scrapes_wait_for_it():
     kubelet, threads = Kubelet(), []
 
     def list_devices():
@@ -153,25 +153,26 @@ def test_start_waits_for_the_first_list_on_the_kubelet_refresher_thread():
         return kubelet.list_devices()
 
     attribution = Attribution(list_devices, refresh_interval_seconds=3600, max_age_seconds=60)
-    attribution.start()
+    attribution.start(first_wait_seconds=10)
     try:
+        attribution.wait_first_refresh()  # what a scrape does before it reads the mapping
         assert threads == ["kubelet-refresher"] and attribution.current().kubelet_up
     finally:
         attribution.stop()
 
 
-def test_start_returns_when_interrupted_while_the_first_list_hangs():
-    release, interrupted = threading.Event(), threading.Event()
+def test_a_scrape_waits_for_a_first_list_that_hangs_only_up_to_the_bound():
+    release = threading.Event()
 
     def hanging_list():  # a kubelet that never answers the first List
         release.wait(10)
         return []
 
     attribution = Attribution(hanging_list, refresh_interval_seconds=3600, max_age_seconds=60)
-    threading.Timer(0.1, interrupted.set).start()
     started = time.monotonic()
-    attribution.start(interrupted=interrupted)
+    attribution.start(first_wait_seconds=0.1)
     try:
+        attribution.wait_first_refresh()
         assert time.monotonic() - started < 5 and not attribution.current().kubelet_up
     finally:
         release.set()
