@@ -281,6 +281,9 @@ def in_process(shape: Shape, plan: Plan) -> InProcess:
     warm.rewrite(bodies[0])
     pending = iter(bodies[1:])
     refill = cpu_time(lambda: warm.rewrite(next(pending)), plan.repeats)
+    if warm.refills != plan.repeats:  # the same bytes either way: only the count tells what was timed
+        raise SystemExit(f"perf: {plan.repeats - warm.refills} of the {plan.repeats} timed rewrites were not "
+                         "refills; the refill figure would be wrong")
     answer = warm.rewrite(bodies[0]).text
     gzip_answer = cpu_time(lambda: _gzip(answer), plan.repeats)
     return InProcess(parse_render, refill, gzip_answer)
