@@ -7,7 +7,7 @@ import logging
 import sys
 import threading
 import time
-from typing import Dict, Hashable, Optional, Set
+from typing import Dict, Hashable, Iterable, Optional, Set
 
 LOGGER_NAME = "pod_gpu_exporter"
 _LEVELS = {"debug": logging.DEBUG, "info": logging.INFO, "warn": logging.WARNING, "error": logging.ERROR}
@@ -95,6 +95,12 @@ class LogOnce:
                 return False
             self._seen.discard(key)
             return True
+
+    def keep_only(self, keys: Iterable[Hashable]) -> None:
+        """Forget every key not in `keys`: an event that has ended is logged again if it comes back."""
+        keep = set(keys)
+        with self._lock:
+            self._seen &= keep
 
 
 class DependencyReporter:

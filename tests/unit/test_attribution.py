@@ -202,3 +202,17 @@ def test_an_unchanged_kubelet_answer_is_not_built_again():
     answers["devices"] = answers["devices"] + [AllocatedDevice("ns", "q", "c", "nvidia.com/gpu", GPU)]
     attribution.refresh()
     assert len(resolved) == 2 and len(attribution.current().mapping.allocations) == 2
+
+
+def test_an_unresolved_device_is_warned_about_once_while_it_stays_and_again_when_it_comes_back(log_stream):
+    mig = "MIG-0b2c4d5e-aaaa-5bbb-8ccc-ddddeeeeffff"  # NVML (here: nobody) cannot resolve it
+    unresolvable = AllocatedDevice("ns", "p", "c", "nvidia.com/mig-1g.10gb", mig)
+    whole = [AllocatedDevice("ns", f"p{index}", "c", "nvidia.com/gpu", GPU) for index in range(3)]
+    answers = {"devices": [unresolvable, whole[0]]}
+    attribution = Attribution(lambda: list(answers["devices"]), refresh_interval_seconds=5, max_age_seconds=60,
+                              resolve_mig=lambda device_id: None, clock=ManualClock())
+    for devices in ([unresolvable, whole[0]], [unresolvable, whole[1]], [whole[2]], [unresolvable]):
+        answers["devices"] = devices  # each a new mapping: the warning is considered every time
+        attribution.refresh()
+    warnings = [line for line in log_stream.getvalue().splitlines() if "cannot be matched to dcgm samples" in line]
+    assert len(warnings) == 2 and all(mig in line for line in warnings)
