@@ -9,7 +9,7 @@ import platform
 import signal
 import sys
 import threading
-from typing import Callable, NamedTuple, Optional
+from typing import TYPE_CHECKING, Callable, NamedTuple, Optional, Union
 
 from exporter import __version__
 from exporter.base.errors import ConfigError, KubeletError
@@ -21,6 +21,14 @@ from exporter.core.mapping import build_mapping
 from exporter.core.offered import OfferedReplicas
 from exporter.exposition.label_limit import LabelLimit
 from exporter.mapping_report import print_report
+
+if TYPE_CHECKING:  # for the annotations only: serve imports these when it runs (see _build_sources)
+    from exporter.shares.process_shares import ProcessShares
+    from exporter.sources.dcgm.file_source import FileSource
+    from exporter.sources.dcgm.http_source import HttpSource
+    from exporter.sources.kubelet import PodResourcesClient
+    from exporter.web.scrape import Scraper
+    from exporter.web.webconfig_reload import ReloadingWebConfig
 
 EXIT_OK, EXIT_FAILURE, EXIT_USAGE = 0, 1, 2
 # How long the first mapping waits for the Kubernetes API's first pod list (its labels): a 5,000-pod
@@ -65,19 +73,19 @@ def serve(config: Config, on_ready: Optional[Callable[[str], None]] = None) -> i
 class _Sources(NamedTuple):
     """What `serve` checks before it starts anything: a mistake in these is a usage error (exit 2)."""
 
-    web_config: object  # the ReloadingWebConfig, or None without --web.config.file
-    dcgm: object  # where dcgm-exporter's text comes from: an HttpSource or a FileSource
-    kubernetes: object  # the Kubernetes API context (not started), or None
+    web_config: Optional[ReloadingWebConfig]  # None without --web.config.file
+    dcgm: Union[HttpSource, FileSource]  # where dcgm-exporter's text comes from
+    kubernetes: object  # the Kubernetes API context (not started), or None when the API is off
 
 
 class _Core(NamedTuple):
     """The kubelet's client and what refreshes and serves from it."""
 
-    client: object  # the PodResourcesClient
+    client: PodResourcesClient
     resolve_mig: Callable
     attribution: Attribution
-    shares: object  # the ProcessShares refresher in --sharing.mode process, else None
-    scraper: object
+    shares: Optional[ProcessShares]  # in --sharing.mode process only
+    scraper: Scraper
 
 
 def _build_sources(config: Config) -> _Sources:
