@@ -22,11 +22,11 @@ from pathlib import Path
 REPO_ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO_ROOT))
 sys.path.insert(0, str(REPO_ROOT / "tests"))
-from exporter.demo.fake_dcgm import FakeDcgmExporter  # noqa: E402
-from exporter.demo.fake_kubelet import FakeKubelet  # noqa: E402
 from exporter.sources.kubelet import AllocatedDevice  # noqa: E402
 from support.exporter_process import start_exporter  # noqa: E402
+from support.fake_dcgm import FakeDcgmExporter  # noqa: E402
 from support.fake_kube_api import FakeKubeApi, make_pod, write_kubeconfig  # noqa: E402
+from support.fake_kubelet import FakeKubelet  # noqa: E402
 
 FIXTURE = REPO_ROOT / "tests/data/dcgm/repo-fixture-h100-8gpu-mig-1g10gb-render-4.8.2-template.prom"
 NODE = "gpu-node-1"

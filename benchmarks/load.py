@@ -33,10 +33,10 @@ from urllib.parse import urlsplit
 REPO_ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO_ROOT))
 sys.path.insert(0, str(REPO_ROOT / "tests"))
-from exporter.demo.fake_dcgm import FakeDcgmExporter  # noqa: E402
-from exporter.demo.fake_kubelet import FakeKubelet  # noqa: E402
 from exporter.sources.kubelet import AllocatedDevice  # noqa: E402
 from support.exporter_process import start_exporter  # noqa: E402
+from support.fake_dcgm import FakeDcgmExporter  # noqa: E402
+from support.fake_kubelet import FakeKubelet  # noqa: E402
 
 DEFAULT_FIXTURE = "a800-8gpu-mig-2g20gb-mixed-excerpt.prom"
 _VARIANTS = 7  # distinct bodies served in turn: each scrape sees values other than the last one's

@@ -41,10 +41,10 @@ from node import REPO_ROOT, SIZES, Node, Shape, describe  # noqa: E402
 
 sys.path.insert(0, str(REPO_ROOT / "tests"))
 from exporter.core.mapping import build_mapping  # noqa: E402
-from exporter.demo.fake_dcgm import FakeDcgmExporter  # noqa: E402
-from exporter.demo.fake_kubelet import FakeKubelet  # noqa: E402
 from exporter.exposition.rewriter import Rewriter  # noqa: E402
 from support.exporter_process import start_exporter  # noqa: E402
+from support.fake_dcgm import FakeDcgmExporter  # noqa: E402
+from support.fake_kubelet import FakeKubelet  # noqa: E402
 
 # Distinct bodies served in turn, so that every "new values" scrape brings values the exporter has
 # not seen last time (the direct scrapes in between take bodies too; 7 is prime to both).
@@ -281,6 +281,9 @@ def in_process(shape: Shape, plan: Plan) -> InProcess:
     warm.rewrite(bodies[0])
     pending = iter(bodies[1:])
     refill = cpu_time(lambda: warm.rewrite(next(pending)), plan.repeats)
+    if warm.refills != plan.repeats:  # the same bytes either way: only the count tells what was timed
+        raise SystemExit(f"perf: {plan.repeats - warm.refills} of the {plan.repeats} timed rewrites were not "
+                         "refills; the refill figure would be wrong")
     answer = warm.rewrite(bodies[0]).text
     gzip_answer = cpu_time(lambda: _gzip(answer), plan.repeats)
     return InProcess(parse_render, refill, gzip_answer)

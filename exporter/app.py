@@ -4,13 +4,12 @@ from __future__ import annotations
 
 import errno
 import functools
-import json
 import os
 import platform
 import signal
 import sys
 import threading
-from typing import Callable, Optional
+from typing import TYPE_CHECKING, Callable, NamedTuple, Optional, Union
 
 from exporter import __version__
 from exporter.base.errors import ConfigError, KubeletError
@@ -21,7 +20,15 @@ from exporter.core.attribution import Attribution
 from exporter.core.mapping import build_mapping
 from exporter.core.offered import OfferedReplicas
 from exporter.exposition.label_limit import LabelLimit
-from exporter.exposition.text import render_label_pairs
+from exporter.mapping_report import print_report
+
+if TYPE_CHECKING:  # for the annotations only: serve imports these when it runs (see _build_sources)
+    from exporter.shares.process_shares import ProcessShares
+    from exporter.sources.dcgm.file_source import FileSource
+    from exporter.sources.dcgm.http_source import HttpSource
+    from exporter.sources.kubelet import PodResourcesClient
+    from exporter.web.scrape import Scraper
+    from exporter.web.webconfig_reload import ReloadingWebConfig
 
 EXIT_OK, EXIT_FAILURE, EXIT_USAGE = 0, 1, 2
 # How long the first mapping waits for the Kubernetes API's first pod list (its labels): a 5,000-pod
@@ -34,33 +41,75 @@ def serve(config: Config, on_ready: Optional[Callable[[str], None]] = None) -> i
     # gRPC's C core logs transport chatter (e.g. "Got goaway" when the kubelet restarts) to stderr,
     # outside our log format; our own logs already say what matters.
     os.environ.setdefault("GRPC_VERBOSITY", "ERROR")
-    # Imported here so `--help` and `mapping` stay fast and independent of the HTTP stack.
-    from exporter.sources.dcgm.file_source import FileSource
-    from exporter.sources.dcgm.http_source import HttpSource
-    from exporter.sources.dcgm.options import DcgmFileOptions, DcgmHttpOptions
-    from exporter.sources.kubelet import KubeletOptions, PodResourcesClient
-    from exporter.sources.nvml.library import OPEN_TIMEOUT_SECONDS
-    from exporter.web.scrape import Scraper
-    from exporter.web.server import ExporterHTTPServer
-    from exporter.web.service import App
-
     # First of all: a SIGTERM in any phase of start-up (the API's first list, nvmlInit, a kubelet
     # that hangs) ends the process at once, with its log line and code 0.
     stopping = threading.Event()
     listening: list = []  # the server, once there is one
     _stop_on_signals(stopping, listening)
     try:
-        web_config = _load_web_config(config.web_config_file)
-        source = (FileSource(DcgmFileOptions(config.dcgm_file, config.dcgm_timeout_seconds, config.dcgm_max_body_bytes))
-                  if config.dcgm_file else
-                  HttpSource(DcgmHttpOptions(config.dcgm_endpoint, config.dcgm_timeout_seconds,
-                                             config.dcgm_max_body_bytes)))
-        kubernetes = _prepare_kubernetes(config)
+        sources = _build_sources(config)
     except ConfigError as exc:
         print(f"pod-gpu-metrics-exporter: error: {exc}", file=sys.stderr)
         return EXIT_USAGE
     log("info", "starting pod-gpu-metrics-exporter", version=__version__, python=platform.python_version())
     tune_malloc()
+    core = _build_core(config, sources)
+    server = _listen(config, sources, core)
+    if server is None:
+        core.client.close()
+        return EXIT_FAILURE
+    listening.append(server)
+    _start(config, sources, core)
+    _announce(config, sources, server, on_ready)
+    try:
+        if not stopping.is_set():
+            server.serve_until_stopped()
+    finally:
+        _stop(sources, core, server)
+    log("info", "stopped")
+    return EXIT_OK
+
+
+class _Sources(NamedTuple):
+    """What `serve` checks before it starts anything: a mistake in these is a usage error (exit 2)."""
+
+    web_config: Optional[ReloadingWebConfig]  # None without --web.config.file
+    dcgm: Union[HttpSource, FileSource]  # where dcgm-exporter's text comes from
+    kubernetes: object  # the Kubernetes API context (not started), or None when the API is off
+
+
+class _Core(NamedTuple):
+    """The kubelet's client and what refreshes and serves from it."""
+
+    client: PodResourcesClient
+    resolve_mig: Callable
+    attribution: Attribution
+    shares: Optional[ProcessShares]  # in --sharing.mode process only
+    scraper: Scraper
+
+
+def _build_sources(config: Config) -> _Sources:
+    """The web config, dcgm-exporter's source and the Kubernetes context, checked; raises ConfigError."""
+    # Imported here so `--help` and `mapping` stay fast and independent of the HTTP stack.
+    from exporter.sources.dcgm.file_source import FileSource
+    from exporter.sources.dcgm.http_source import HttpSource
+    from exporter.sources.dcgm.options import DcgmFileOptions, DcgmHttpOptions
+
+    web_config = _load_web_config(config.web_config_file)
+    source = (FileSource(DcgmFileOptions(config.dcgm_file, config.dcgm_timeout_seconds, config.dcgm_max_body_bytes))
+              if config.dcgm_file else
+              HttpSource(DcgmHttpOptions(config.dcgm_endpoint, config.dcgm_timeout_seconds,
+                                         config.dcgm_max_body_bytes)))
+    kubernetes = _prepare_kubernetes(config)
+    return _Sources(web_config, source, kubernetes)
+
+
+def _build_core(config: Config, sources: _Sources) -> _Core:
+    """The kubelet refresher, the share refresher and the scraper, wired but not started."""
+    from exporter.sources.kubelet import KubeletOptions, PodResourcesClient
+    from exporter.web.scrape import Scraper
+
+    kubernetes = sources.kubernetes
     resolve_mig = _mig_resolver()
     client = PodResourcesClient(KubeletOptions(config.kubelet_socket, config.kubelet_timeout_seconds))
     attribution = Attribution(
@@ -75,55 +124,71 @@ def serve(config: Config, on_ready: Optional[Callable[[str], None]] = None) -> i
     # One limit for every series written about a pod, so its count covers them all.
     label_limit = LabelLimit(config.labels_limit)
     shares = _process_shares(config, attribution, kubernetes, label_limit)
-    scraper = Scraper(source, attribution, config.labels_style,
+    scraper = Scraper(sources.dcgm, attribution, config.labels_style,
                       kubernetes_up=(lambda: kubernetes.up) if kubernetes else None,
                       process_shares=shares.text if shares else None,
                       labels_mode=config.labels_mode, label_limit=label_limit)
-    app = App(scraper, attribution, config.telemetry_path, web_config,
+    return _Core(client, resolve_mig, attribution, shares, scraper)
+
+
+def _listen(config: Config, sources: _Sources, core: _Core):
+    """The listening server, or None (logged) when the address cannot be had."""
+    from exporter.web.server import ExporterHTTPServer
+    from exporter.web.service import App
+
+    web_config = sources.web_config
+    kubernetes = sources.kubernetes
+    app = App(core.scraper, core.attribution, config.telemetry_path, web_config,
               kubernetes_status=kubernetes.status if kubernetes else None)
     try:
-        server = ExporterHTTPServer.listen(config.listen_host, config.listen_port, app,
-                                           web_config.current().ssl_context() if web_config else None)
+        return ExporterHTTPServer.listen(config.listen_host, config.listen_port, app,
+                                         web_config.current().ssl_context() if web_config else None)
     except OSError as exc:
         _log_listen_failure(config, exc)
-        client.close()
-        return EXIT_FAILURE
-    listening.append(server)
-    # The server answers at once; the optional sources get ready behind it. The API's first list is
-    # awaited briefly on the refresher's thread (so that the first mapping carries its labels; an API
-    # slower than that adds them at a later refresh), and scrapes that come before the first mapping
-    # wait for it, at most as long as it can take.
+        return None
+
+
+def _start(config: Config, sources: _Sources, core: _Core) -> None:
+    """Start the refreshers behind the server, which answers already."""
+    from exporter.sources.nvml.library import OPEN_TIMEOUT_SECONDS
+
+    # The optional sources get ready behind the server. The API's first list is awaited briefly on
+    # the refresher's thread (so that the first mapping carries its labels; an API slower than that
+    # adds them at a later refresh), and scrapes that come before the first mapping wait for it, at
+    # most as long as it can take.
+    kubernetes = sources.kubernetes
     before_first, api_wait = None, 0.0
     if kubernetes is not None:
         from exporter.sources.kubernetes.startup import start_and_wait
 
         api_wait = min(config.kubelet_timeout_seconds, API_FIRST_LIST_WAIT_SECONDS)
-        before_first = functools.partial(start_and_wait, kubernetes, resolve_mig, api_wait)
-    attribution.start(wait_for_first=False, before_first=before_first,
-                      first_wait_seconds=api_wait + config.kubelet_timeout_seconds + OPEN_TIMEOUT_SECONDS)
-    if shares is not None:
-        shares.start()
+        before_first = functools.partial(start_and_wait, kubernetes, core.resolve_mig, api_wait)
+    core.attribution.start(before_first=before_first,
+                           first_wait_seconds=api_wait + config.kubelet_timeout_seconds + OPEN_TIMEOUT_SECONDS)
+    if core.shares is not None:
+        core.shares.start()
+
+
+def _announce(config: Config, sources: _Sources, server, on_ready: Optional[Callable[[str], None]]) -> None:
+    web_config = sources.web_config
     scheme = "https" if web_config is not None and web_config.current().tls_enabled else "http"
     log("info", "listening", address=server.bound_address, scheme=scheme, telemetry_path=config.telemetry_path,
-        dcgm=source.describe(), kubelet_socket=config.kubelet_socket, labels_style=config.labels_style,
+        dcgm=sources.dcgm.describe(), kubelet_socket=config.kubelet_socket, labels_style=config.labels_style,
         labels_mode=config.labels_mode)
     if on_ready is not None:
         on_ready(f"{scheme}://{_local_host(server)}{config.telemetry_path}")
-    try:
-        if not stopping.is_set():
-            server.serve_until_stopped()
-    finally:
-        # Bounded whatever the kubelet, the API or NVML do: SIGTERM must end us well within the pod's
-        # grace period. Scrapes and calls still in flight run on daemon threads, cut when the process exits.
-        attribution.stop(timeout_seconds=0.2)
-        if shares is not None:
-            shares.stop(timeout_seconds=0.2)
-        if kubernetes is not None:
-            kubernetes.stop()
-        client.close(wait_seconds=0.3)
-        server.server_close()
-    log("info", "stopped")
-    return EXIT_OK
+
+
+def _stop(sources: _Sources, core: _Core, server) -> None:
+    """Bounded whatever the kubelet, the API or NVML do: SIGTERM must end us well within the pod's
+    grace period. Scrapes and calls still in flight run on daemon threads, cut when the process exits."""
+    core.attribution.stop(timeout_seconds=0.2)
+    if core.shares is not None:
+        core.shares.stop(timeout_seconds=0.2)
+    if sources.kubernetes is not None:
+        sources.kubernetes.stop()
+    core.client.close(wait_seconds=0.3)
+    server.server_close()
 
 
 def _log_listen_failure(config: Config, exc: OSError) -> None:
@@ -226,50 +291,10 @@ def print_mapping(config: Config) -> int:
     if kubernetes is not None:
         kubernetes.stop()
     try:
-        _print_mapping(client.api_version, mapping, config.output, with_labels=kubernetes is not None)
+        print_report(client.api_version, mapping, config.output, with_labels=kubernetes is not None)
         sys.stdout.flush()
     except BrokenPipeError:
         # `mapping | head` closed the pipe: what was wanted has been read. Point stdout at
         # /dev/null so the interpreter's own flush at exit raises nothing either.
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
     return EXIT_OK
-
-
-def _print_mapping(api_version: str, mapping, output: str, with_labels: bool) -> None:
-    rows = [
-        {
-            "namespace": a.owner.namespace,
-            "pod": a.owner.pod,
-            "container": a.owner.container,
-            "resource": a.resource,
-            "device_id": a.device_id,
-            "matches": _describe_key(a.key),
-            **({"labels": render_label_pairs(mapping.extra_labels.get((a.owner.namespace, a.owner.pod), ()))}
-               if with_labels else {}),
-        }
-        for a in mapping.allocations
-    ]
-    if output == "json":
-        print(json.dumps({"api_version": api_version, "allocations": rows}, indent=2))
-    else:
-        _print_table(rows)
-
-
-def _describe_key(key) -> Optional[str]:
-    if key is None:
-        return None
-    text = f'{key.label}="{key.value}"'
-    return text + f',GPU_I_ID="{key.instance}"' if key.instance else text
-
-
-def _print_table(rows) -> None:
-    columns = ("namespace", "pod", "container", "resource", "device_id", "matches")
-    if rows and "labels" in rows[0]:
-        columns += ("labels",)  # the extra labels from the Kubernetes API
-    cells = [[c.upper() for c in columns]]
-    cells += [[str(row[c] or ("-" if c == "labels" else "(unresolved)")) for c in columns] for row in rows]
-    widths = [max(len(line[i]) for line in cells) for i in range(len(columns))]
-    for line in cells:
-        print("  ".join(cell.ljust(width) for cell, width in zip(line, widths)).rstrip())
-    if not rows:
-        print("(no GPU is allocated to any container on this node)")

@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from exporter.demo.fake_dcgm import FakeDcgmExporter
-from exporter.demo.fake_kubelet import FakeKubelet
 from support.exporter_process import start_exporter
+from support.fake_dcgm import FakeDcgmExporter
+from support.fake_kubelet import FakeKubelet
 from support.fixtures import fixture_bytes
 
 

@@ -7,7 +7,7 @@ import time
 from typing import Callable, NamedTuple, Optional, Sequence
 
 from exporter.base.errors import KubeletError
-from exporter.base.logs import DependencyReporter, log
+from exporter.base.logs import DependencyReporter, LogOnce, log
 from exporter.core.identity import MigResolver
 from exporter.core.mapping import EMPTY_MAPPING, DeviceLike, Mapping, MappingContext, build_mapping
 from exporter.core.refresher import Refresher
@@ -53,8 +53,8 @@ class Attribution:
         self._mapping: Mapping = EMPTY_MAPPING
         self._listed_at: Optional[float] = None
         self._up = False
-        self._expired_logged = False
-        self._unresolved_logged: frozenset = frozenset()  # unresolved device IDs already warned about
+        self._expired_log = LogOnce()  # the warning that the mapping aged out, once per outage
+        self._unresolved_log = LogOnce()  # unresolved device IDs, once while each stays unresolved
         self._refresher = Refresher("kubelet-refresher", self.refresh, refresh_interval_seconds, "the GPU mapping")
         self._first_wait = 0.0  # how long a scrape waits for the first refresh (see start)
         self.list_calls = 0
@@ -88,7 +88,7 @@ class Attribution:
                 # refresh lists exactly what the last one did.
                 mapping = self._mapping
             self._mapping, self._listed_at, self._up = mapping, self._clock(), True
-            self._expired_logged = False
+        self._expired_log.forget("expired")
         self._reporter.succeeded(f"{self._describe} answering again")
         if changed:
             self._log_mapping(mapping)
@@ -113,22 +113,22 @@ class Attribution:
         # Only a failing kubelet ages a mapping out: while Lists succeed it is as fresh as the last
         # one, even when --kubelet.refresh-interval is longer than --kubelet.mapping-max-age.
         if not up and age > self._max_age:
-            self._log_expired_once(age)
+            self._expired_log.log(
+                "expired", "warn", "kubelet unreachable for too long: GPU samples are served without owner labels "
+                "until it answers", mapping_age_seconds=round(age, 1), max_age_seconds=self._max_age)
             return Snapshot(EMPTY_MAPPING, up, age)
         return Snapshot(mapping, up, age)
 
-    def start(self, interrupted: Optional[threading.Event] = None, wait_for_first: bool = True,
-              before_first: Optional[Callable[[], object]] = None, first_wait_seconds: float = 0.0) -> None:
-        """Refresh once, then every interval, in a daemon thread.
+    def start(self, before_first: Optional[Callable[[], object]] = None, first_wait_seconds: float = 0.0) -> None:
+        """Refresh once, then every interval, in a daemon thread; returns at once.
 
-        With `wait_for_first`, returns once the first refresh is done, or as soon as `interrupted` is
-        set: a SIGTERM must not wait for a kubelet that hangs the first List. Without it (`serve`,
-        which answers at once), scrapes wait up to `first_wait_seconds` for the first refresh
-        instead (`wait_first_refresh`), so that the first scrape is attributed when the kubelet
-        answers. `before_first` runs on the refresher's thread before the first List.
+        Scrapes wait up to `first_wait_seconds` for the first refresh (`wait_first_refresh`),
+        so that the first scrape is attributed when the kubelet answers, while a kubelet that hangs
+        the first List keeps neither the server nor a SIGTERM waiting. `before_first` runs on the
+        refresher's thread before the first List.
         """
         self._first_wait = first_wait_seconds
-        self._refresher.start(wait_for_first=wait_for_first, interrupted=interrupted, before_first=before_first)
+        self._refresher.start(before_first=before_first)
 
     def wait_first_refresh(self) -> None:
         """Block a scrape until the first refresh is done, at most the bound given to `start`."""
@@ -138,21 +138,14 @@ class Attribution:
     def stop(self, timeout_seconds: float = 2.0) -> None:
         self._refresher.stop(timeout_seconds)
 
-    def _log_expired_once(self, age: float) -> None:
-        with self._lock:
-            first, self._expired_logged = not self._expired_logged, True
-        if first:
-            log("warn", "kubelet unreachable for too long: GPU samples are served without owner labels until it answers",
-                mapping_age_seconds=round(age, 1), max_age_seconds=self._max_age)
-
     def _log_mapping(self, mapping: Mapping) -> None:
         pods = {(a.owner.namespace, a.owner.pod) for a in mapping.allocations}
         log("info", "GPU mapping updated", allocations=len(mapping.allocations), pods=len(pods),
             unresolved=len(mapping.unresolved))
         # Warn about a device when it first turns up unresolved, not again on every change of the
         # mapping while it stays allocated; the unresolved_devices gauge carries the ongoing state.
-        new = sorted(set(mapping.unresolved) - self._unresolved_logged)
-        self._unresolved_logged = frozenset(mapping.unresolved)
+        self._unresolved_log.retain(mapping.unresolved)
+        new = [device for device in sorted(set(mapping.unresolved)) if self._unresolved_log.first(device)]
         if new:
             log("warn", "some allocated GPU devices cannot be matched to dcgm samples; they are listed in "
                 "pod_gpu_allocation_info without UUID and counted in pod_gpu_exporter_unresolved_devices",

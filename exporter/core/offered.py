@@ -6,7 +6,7 @@ import time
 from typing import Callable, Dict, Iterable, Optional, Tuple
 
 from exporter.base.errors import KubeletError
-from exporter.base.logs import log
+from exporter.base.logs import LogOnce
 from exporter.core.allocated import count_offered, replica_of
 
 # Replica counts change only when a device plugin is reconfigured: asking once a minute keeps a
@@ -29,7 +29,7 @@ class OfferedReplicas:
         # and worth an early question; one inside them is not (a refusal, or an answer that lacks it,
         # would otherwise send the question again on every refresh).
         self._known: set = set()
-        self._failure_logged = False
+        self._failure_log = LogOnce()  # the refusal, once until an answer comes
         self.calls = 0
 
     def __call__(self, devices) -> Optional[Dict[Tuple[str, str], int]]:
@@ -50,11 +50,10 @@ class OfferedReplicas:
         try:
             counts = count_offered(self._list_offered())
         except KubeletError as exc:
-            if not self._failure_logged:
-                self._failure_logged = True
-                log("warn", "the kubelet does not list the GPU replicas it offers (GetAllocatableResources): "
-                    "a shared GPU counts in pod_gpu_container_allocated_gpus as split among the replicas held",
-                    error=str(exc))
+            self._failure_log.log(
+                "refused", "warn", "the kubelet does not list the GPU replicas it offers (GetAllocatableResources): "
+                "a shared GPU counts in pod_gpu_container_allocated_gpus as split among the replicas held",
+                error=str(exc))
             return None
-        self._failure_logged = False
+        self._failure_log.forget("refused")
         return counts

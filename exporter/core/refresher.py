@@ -7,8 +7,6 @@ from typing import Callable, Optional
 
 from exporter.base.logs import log
 
-_INTERRUPT_POLL_SECONDS = 0.05
-
 
 class Refresher:
     """Calls `refresh` at once and then every `interval_seconds` on a thread called `name`.
@@ -32,20 +30,12 @@ class Refresher:
         """Whether `stop` was called: a refresh failing now may be cut short by the shutdown."""
         return self._stop.is_set()
 
-    def start(self, wait_for_first: bool = False, interrupted: Optional[threading.Event] = None,
-              before_first: Optional[Callable[[], object]] = None) -> None:
-        """Start the thread; with `wait_for_first`, return once the first refresh is done, or as soon
-        as `interrupted` is set (a SIGTERM must not wait for a dependency that hangs). `before_first`
-        runs on the thread before the first refresh (waiting for an optional source off the main thread)."""
-        first_done = self._first_done
-        self._thread = threading.Thread(target=self._run, args=(first_done, before_first), name=self._name,
+    def start(self, before_first: Optional[Callable[[], object]] = None) -> None:
+        """Start the thread and return at once; `before_first` runs on the thread before the first
+        refresh (waiting for an optional source off the main thread). `wait_first` waits for that refresh."""
+        self._thread = threading.Thread(target=self._run, args=(self._first_done, before_first), name=self._name,
                                         daemon=True)
         self._thread.start()
-        if not wait_for_first:
-            return
-        while not first_done.wait(_INTERRUPT_POLL_SECONDS):
-            if interrupted is not None and interrupted.is_set():
-                return
 
     def wait_first(self, timeout_seconds: float) -> bool:
         """Wait up to `timeout_seconds` for the first refresh to be done; whether it is."""

@@ -1,4 +1,4 @@
-"""A real gRPC PodResources server on a unix socket that plays the kubelet, for tests and the demo."""
+"""A real gRPC PodResources server on a unix socket that plays the kubelet, for the demo (tests add faults to it)."""
 
 from __future__ import annotations
 
@@ -15,25 +15,17 @@ from exporter._gen.podresources.v1alpha1 import api_pb2 as v1alpha1_pb2
 from exporter._gen.podresources.v1alpha1 import api_pb2_grpc as v1alpha1_grpc
 from exporter.sources.kubelet import AllocatedDevice
 
-FAULTS = (None, "unimplemented", "unknown", "rate_limited", "hang")
-HANG_LIMIT_SECONDS = 60.0
-# Status texts as a kubelet (grpc-go) words them, so clients are tested against realistic details.
-_FAULT_STATUS = {
-    "unimplemented": (grpc.StatusCode.UNIMPLEMENTED, "unknown service {service}"),
-    "unknown": (grpc.StatusCode.UNKNOWN, "PodResources API List failed: fake kubelet told to fail"),
-    "rate_limited": (grpc.StatusCode.RESOURCE_EXHAUSTED, "rejected by rate limit"),
-}
 _PROTOS = {"v1": v1_pb2, "v1alpha1": v1alpha1_pb2}
 _REGISTER = {"v1": v1_grpc.add_PodResourcesListerServicer_to_server,
              "v1alpha1": v1alpha1_grpc.add_PodResourcesListerServicer_to_server}
-_PADDING_POD_BYTES = 256  # roughly what one padding pod adds to a response
 
 
 class FakeKubelet:
-    """Serves PodResources List for the `versions` given (others answer UNIMPLEMENTED, for real).
+    """Serves PodResources List for the `versions` given (others answer UNIMPLEMENTED, for real), and
+    v1 GetAllocatableResources.
 
-    `fault` (None, "unimplemented", "unknown", "rate_limited", "hang") applies to every List of
-    every version. `pad_bytes` adds device-less pods until a response is at least that big.
+    The demo runs it as it is; tests/support adds faults and counts to it by overriding `_answer`,
+    `_build` and `_generic_handlers`.
     """
 
     def __init__(self, socket_path: str, versions: Sequence[str] = ("v1", "v1alpha1")):
@@ -42,35 +34,13 @@ class FakeKubelet:
             raise ValueError(f"unknown PodResources versions {sorted(unknown)}; use v1 and/or v1alpha1")
         self.socket_path = os.path.abspath(socket_path)
         self.versions = tuple(versions)
-        self.fault: str | None = None
-        self.last_response_bytes = 0
         self._lock = threading.Lock()
         self._devices: list[AllocatedDevice] = []
         # (resource, device ID) the device plugins offer, for v1 GetAllocatableResources; None: that
         # call is refused as a kubelet without the KubeletPodResourcesGetAllocatable gate refuses it.
         self._allocatable: list[tuple[str, str]] | None = None
-        self.allocatable_calls = 0
-        self._pad_bytes = 0
         self._responses: dict[str, object] = {}  # built once per version until the devices change
-        self._list_calls = 0
         self._server: grpc.Server | None = None
-        self._stopping = threading.Event()
-
-    @property
-    def list_calls(self) -> int:
-        """List calls answered or refused (including UNIMPLEMENTED for absent versions)."""
-        with self._lock:
-            return self._list_calls
-
-    @property
-    def pad_bytes(self) -> int:
-        return self._pad_bytes
-
-    @pad_bytes.setter
-    def pad_bytes(self, value: int) -> None:
-        with self._lock:
-            self._pad_bytes = value
-            self._responses.clear()
 
     def set_devices(self, devices: Iterable[AllocatedDevice]) -> None:
         with self._lock:
@@ -84,7 +54,6 @@ class FakeKubelet:
 
     def _answer_allocatable(self, context: grpc.ServicerContext):
         with self._lock:
-            self.allocatable_calls += 1
             offered = self._allocatable
         if offered is None:
             context.abort(grpc.StatusCode.UNKNOWN, "PodResources API GetAllocatableResources disabled")
@@ -102,11 +71,12 @@ class FakeKubelet:
             raise RuntimeError(f"fake kubelet on {self.socket_path} is already running")
         if os.path.exists(self.socket_path):
             os.unlink(self.socket_path)  # a stale socket file makes bind fail
-        self._stopping = threading.Event()
         server = grpc.server(futures.ThreadPoolExecutor(max_workers=8, thread_name_prefix="fake-kubelet"))
         for version in self.versions:
             _REGISTER[version](_Servicer(self, version), server)
-        server.add_generic_rpc_handlers((_RefusalCounter(self),))
+        handlers = self._generic_handlers()
+        if handlers:
+            server.add_generic_rpc_handlers(handlers)
         if server.add_insecure_port("unix:" + self.socket_path) == 0:
             raise OSError(f"fake kubelet could not bind {self.socket_path}")
         server.start()
@@ -116,7 +86,6 @@ class FakeKubelet:
     def stop(self) -> None:
         """Stop serving and delete the socket, as a kubelet that shuts down does."""
         server, self._server = self._server, None
-        self._stopping.set()  # releases hung calls so the server can stop at once
         if server is not None:
             server.stop(grace=None).wait()
         try:
@@ -130,35 +99,21 @@ class FakeKubelet:
     def __exit__(self, *exc_info: object) -> None:
         self.stop()
 
-    def _count_call(self) -> None:
-        with self._lock:
-            self._list_calls += 1
+    def _generic_handlers(self) -> tuple:
+        """gRPC handlers asked before the services are (none here: calls to absent ones are UNIMPLEMENTED)."""
+        return ()
 
     def _answer(self, version: str, context: grpc.ServicerContext):
-        """The List response for one call, after applying the configured fault."""
-        self._count_call()
-        fault = self.fault
-        if fault == "hang":
-            self._hang(context)
-            context.abort(grpc.StatusCode.UNAVAILABLE, "fake kubelet stopped while hanging")
-        if fault in _FAULT_STATUS:
-            code, text = _FAULT_STATUS[fault]
-            context.abort(code, text.format(service=f"{version}.PodResourcesLister"))
+        """The List response for one call: built once for the devices set, then handed out again."""
         with self._lock:
             response = self._responses.get(version)
             if response is None:
-                response = _build_response(_PROTOS[version], self._devices, version == "v1", self._pad_bytes)
-                self._responses[version] = response
-                self.last_response_bytes = response.ByteSize()
+                response = self._responses[version] = self._build(version)
         return response
 
-    def _hang(self, context: grpc.ServicerContext) -> None:
-        """Block like a wedged kubelet until the caller gives up, stop() or the hang limit."""
-        waited = 0.0
-        while context.is_active() and waited < HANG_LIMIT_SECONDS:
-            if self._stopping.wait(0.05):
-                return
-            waited += 0.05
+    def _build(self, version: str):
+        """One version's List response for the devices set (called with the lock held)."""
+        return _build_response(_PROTOS[version], self._devices, version == "v1")
 
 
 class _Servicer:
@@ -178,19 +133,7 @@ class _Servicer:
         context.abort(grpc.StatusCode.UNKNOWN, "PodResources API Get method disabled")
 
 
-class _RefusalCounter(grpc.GenericRpcHandler):
-    """Counts List calls to absent services, then declines them so gRPC answers UNIMPLEMENTED."""
-
-    def __init__(self, kubelet: FakeKubelet):
-        self._kubelet = kubelet
-
-    def service(self, handler_call_details):
-        if handler_call_details.method.endswith("PodResourcesLister/List"):
-            self._kubelet._count_call()
-        return None
-
-
-def _build_response(pb, devices: list[AllocatedDevice], with_dra: bool, pad_bytes: int):
+def _build_response(pb, devices: list[AllocatedDevice], with_dra: bool):
     """Group devices into pods and containers the way the kubelet reports them."""
     pods: dict[tuple[str, str], dict[str, list[AllocatedDevice]]] = {}
     for device in devices:
@@ -202,7 +145,6 @@ def _build_response(pb, devices: list[AllocatedDevice], with_dra: bool, pad_byte
         message = response.pod_resources.add(name=pod, namespace=namespace)
         for container, held in containers.items():
             _fill_container(pb, message.containers.add(name=container), held, namespace)
-    _pad(response, pad_bytes)
     return response
 
 
@@ -225,12 +167,3 @@ def _fill_container(pb, container, held: list[AllocatedDevice], namespace: str) 
             dynamic.claim_resources.add(cdi_devices=[cdi], driver_name=device.resource,
                                         pool_name=device.pool, device_name=device.device_id)
 
-
-def _pad(response, pad_bytes: int) -> None:
-    """Add device-less pods (most pods on a real node hold no GPU) until the response is big enough."""
-    index = 0
-    while pad_bytes > 0 and response.ByteSize() < pad_bytes:
-        for _ in range(max(1, (pad_bytes - response.ByteSize()) // _PADDING_POD_BYTES)):
-            name = f"padding-{index:07d}-" + "x" * 200
-            response.pod_resources.add(name=name, namespace="padding").containers.add(name="app")
-            index += 1

@@ -5,7 +5,7 @@ from __future__ import annotations
 import threading
 from typing import Dict, Optional, Tuple
 
-from exporter.base.logs import log
+from exporter.base.logs import LogOnce, log
 
 Pairs = Tuple[Tuple[str, str], ...]
 
@@ -30,7 +30,7 @@ class LabelLimit:
     def __init__(self, limit: Optional[int]):
         self.limit = limit
         self.dropped = 0
-        self._logged = False
+        self._dropped_log = LogOnce()  # the first cut, with the names
         self._lock = threading.Lock()  # rewrites and the allocation rows may be built on several threads
         # (extras, others, owner_labels) → the answer: a cut is counted once, however often asked for.
         # Two generations: when the newer is full it becomes the older, and an answer asked for again
@@ -77,9 +77,8 @@ class LabelLimit:
     def _count(self, count: int, names, used: int) -> None:
         with self._lock:
             self.dropped += count
-            if self._logged:
-                return
-            self._logged = True
+        if not self._dropped_log.first("dropped"):
+            return
         shown = ",".join(names[:10]) + (",…" if len(names) > 10 else "")
         log("warn", f"--labels.limit {self.limit}: series would carry more labels than allowed; the extra labels "
             "are dropped (annotations first, then pod labels, workload, pod_uid) and counted in "

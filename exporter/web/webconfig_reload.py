@@ -30,8 +30,6 @@ class ReloadingWebConfig:
         self._current = first
         self._files = _files_named(path)
         self._seen = self._signature()  # what the files looked like when last read (good or bad)
-        self.reloads = 0
-        self.reload_failures = 0
 
     def current(self) -> WebConfig:
         signature = self._signature()
@@ -50,13 +48,11 @@ class ReloadingWebConfig:
                 raise ConfigError(f"web config {self.path}: turning TLS {'on' if new.tls_enabled else 'off'} "
                                   "needs a restart of the exporter")
         except ConfigError as exc:
-            self.reload_failures += 1
             log("warn", "new web config not loaded; keeping the last good one", reason=str(exc), file=self.path)
             return
         self._current = new
         self._files = _files_named(self.path)
         self._seen = self._signature()  # the new files may name other certificate files
-        self.reloads += 1
         log("info", "web config re-read", file=self.path, tls=new.tls_enabled, basic_auth=new.auth_required)
 
     def _signature(self) -> Tuple[Optional[Tuple[int, ...]], ...]:

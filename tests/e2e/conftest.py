@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from exporter.demo.fake_dcgm import FakeDcgmExporter
-from exporter.demo.fake_kubelet import FakeKubelet
+from support.fake_dcgm import FakeDcgmExporter
 from support.fake_kube_api import FakeKubeApi, write_kubeconfig
+from support.fake_kubelet import FakeKubelet
 from support.fixtures import fixture_bytes
 from support.kube_scenario import H100, devices
 

@@ -10,9 +10,9 @@ from concurrent.futures import ThreadPoolExecutor
 import pytest
 import requests
 
-from exporter.demo.fake_dcgm import FakeDcgmExporter
-from exporter.demo.fake_kubelet import FakeKubelet
 from exporter.sources.kubelet import AllocatedDevice
+from support.fake_dcgm import FakeDcgmExporter
+from support.fake_kubelet import FakeKubelet
 from support.fixtures import fixture_bytes, fixture_path
 from support.scrape_checks import (
     FAST_REFRESH,

@@ -18,10 +18,10 @@ from typing import Callable, List, Optional
 import pytest
 import requests
 
-from exporter.demo.fake_dcgm import FakeDcgmExporter
-from exporter.demo.fake_kubelet import FakeKubelet
 from exporter.sources.kubelet import AllocatedDevice
 from support.exporter_process import ExporterProcess, start_exporter
+from support.fake_dcgm import FakeDcgmExporter
+from support.fake_kubelet import FakeKubelet
 from support.fixtures import fixture_bytes
 from support.scrape_checks import L4_UUID, assert_parses, sample_lines, scrape
 from support.waiting import wait_until

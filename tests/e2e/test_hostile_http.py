@@ -16,11 +16,11 @@ import bcrypt
 import pytest
 import requests
 
-from exporter.demo.fake_dcgm import FakeDcgmExporter
-from exporter.demo.fake_kubelet import FakeKubelet
 from exporter.sources.kubelet import AllocatedDevice
 from exporter.web.server import MAX_CONNECTIONS, TLS_HANDSHAKE_TIMEOUT_SECONDS
 from support.exporter_process import start_exporter
+from support.fake_dcgm import FakeDcgmExporter
+from support.fake_kubelet import FakeKubelet
 from support.fixtures import fixture_bytes
 from support.scrape_checks import L4_UUID
 from support.socket_states import all_accepted, all_read

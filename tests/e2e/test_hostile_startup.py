@@ -14,9 +14,9 @@ from pathlib import Path
 import pytest
 import requests
 
-from exporter.demo.fake_dcgm import FakeDcgmExporter
 from exporter.sources.kubelet import AllocatedDevice
 from support.exporter_process import exporter_command, exporter_env, start_exporter
+from support.fake_dcgm import FakeDcgmExporter
 from support.fake_kube_api import write_kubeconfig
 from support.fixtures import fixture_bytes
 from support.kube_scenario import H100, UUID0, UUID1, UUID3

@@ -16,9 +16,9 @@ from typing import List
 import pytest
 import requests
 
-from exporter.demo.fake_dcgm import FakeDcgmExporter
 from exporter.sources.kubelet import AllocatedDevice
 from support.exporter_process import exporter_command, exporter_env
+from support.fake_dcgm import FakeDcgmExporter
 from support.fixtures import fixture_bytes
 from support.raw_tcp import RawTcpServer, http_answer
 from support.scrape_checks import L4_UUID

@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 import requests
 
-from exporter.demo.fake_dcgm import FakeDcgmExporter
 from exporter.sources.kubelet import AllocatedDevice
+from support.fake_dcgm import FakeDcgmExporter
 from support.fixtures import fixture_bytes
 from support.scrape_checks import L4_UUID
 

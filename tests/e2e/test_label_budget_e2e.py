@@ -116,8 +116,8 @@ def test_join_mode_series_on_the_large_mig_node(socket_dir, run_exporter):
     # pod; here each instance is also time-sliced between two pods, so samples mode copies every
     # instance sample once per holder while join mode adds one row per allocation.
     from benchmarks.node import SIZES, Node
-    from exporter.demo.fake_dcgm import FakeDcgmExporter
-    from exporter.demo.fake_kubelet import FakeKubelet
+    from support.fake_dcgm import FakeDcgmExporter
+    from support.fake_kubelet import FakeKubelet
 
     large = Node(SIZES["large"])
     body = large.render()

@@ -15,12 +15,12 @@ from pathlib import Path
 
 import pytest
 
-from exporter.demo.fake_dcgm import FakeDcgmExporter
-from exporter.demo.fake_kubelet import FakeKubelet
 from exporter.sources.kubelet import AllocatedDevice
 from support.deploy_tools import PODMONITOR, find_object, load_documents, require_executable
 from support.exporter_process import start_exporter
+from support.fake_dcgm import FakeDcgmExporter
 from support.fake_kube_api import FakeKubeApi, write_kubeconfig
+from support.fake_kubelet import FakeKubelet
 from support.fixtures import fixture_bytes
 from support.kube_e2e import add_pod
 from support.kube_e2e import scrape as scrape_text

@@ -11,10 +11,10 @@ import bcrypt
 import pytest
 import requests
 
-from exporter.demo.fake_dcgm import FakeDcgmExporter
-from exporter.demo.fake_kubelet import FakeKubelet
 from exporter.sources.kubelet import AllocatedDevice
 from support.exporter_process import REPO_ROOT, exporter_command, exporter_env, start_exporter
+from support.fake_dcgm import FakeDcgmExporter
+from support.fake_kubelet import FakeKubelet
 from support.fixtures import fixture_bytes
 from support.tlspki import OPENSSL, SKIP_REASON, make_pki
 

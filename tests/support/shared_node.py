@@ -9,9 +9,9 @@ import uuid
 from pathlib import Path
 from typing import Dict, List
 
-from exporter.demo.fake_dcgm import FakeDcgmExporter
-from exporter.demo.fake_kubelet import FakeKubelet
+from support.fake_dcgm import FakeDcgmExporter
 from support.fake_kube_api import FakeKubeApi, make_pod, write_kubeconfig
+from support.fake_kubelet import FakeKubelet
 from support.fixtures import fixture_bytes
 from support.nvml_node import NODE_ENV, FakeNode
 from support.proc_tree import ProcTree

@@ -143,7 +143,7 @@ def test_each_refresh_builds_the_mapping_with_the_cluster_context():
     assert attribution.current().mapping.extra_labels == {("ns", "p"): ',team="x"'}
 
 
-def test_start_waits_for_the_first_list_on_the_kubelet_refresher_thread():
+def test_the_first_list_runs_on_the_kubelet_refresher_thread_and_scrapes_wait_for_it():
     kubelet, threads = Kubelet(), []
 
     def list_devices():
@@ -151,25 +151,26 @@ def test_start_waits_for_the_first_list_on_the_kubelet_refresher_thread():
         return kubelet.list_devices()
 
     attribution = Attribution(list_devices, refresh_interval_seconds=3600, max_age_seconds=60)
-    attribution.start()
+    attribution.start(first_wait_seconds=10)
     try:
+        attribution.wait_first_refresh()  # what a scrape does before it reads the mapping
         assert threads == ["kubelet-refresher"] and attribution.current().kubelet_up
     finally:
         attribution.stop()
 
 
-def test_start_returns_when_interrupted_while_the_first_list_hangs():
-    release, interrupted = threading.Event(), threading.Event()
+def test_a_scrape_waits_for_a_first_list_that_hangs_only_up_to_the_bound():
+    release = threading.Event()
 
     def hanging_list():  # a kubelet that never answers the first List
         release.wait(10)
         return []
 
     attribution = Attribution(hanging_list, refresh_interval_seconds=3600, max_age_seconds=60)
-    threading.Timer(0.1, interrupted.set).start()
     started = time.monotonic()
-    attribution.start(interrupted=interrupted)
+    attribution.start(first_wait_seconds=0.1)
     try:
+        attribution.wait_first_refresh()
         assert time.monotonic() - started < 5 and not attribution.current().kubelet_up
     finally:
         release.set()
@@ -204,3 +205,17 @@ def test_an_unchanged_kubelet_answer_is_not_built_again():
     answers["devices"] = [dataclasses.replace(device) for device in answers["devices"]]
     attribution.refresh()
     assert len(resolved) == 2 and attribution.current().mapping is second
+
+
+def test_an_unresolved_device_is_warned_about_once_while_it_stays_and_again_when_it_comes_back(log_stream):
+    mig = "MIG-0b2c4d5e-aaaa-5bbb-8ccc-ddddeeeeffff"  # NVML (here: nobody) cannot resolve it
+    unresolvable = AllocatedDevice("ns", "p", "c", "nvidia.com/mig-1g.10gb", mig)
+    whole = [AllocatedDevice("ns", f"p{index}", "c", "nvidia.com/gpu", GPU) for index in range(3)]
+    answers = {"devices": [unresolvable, whole[0]]}
+    attribution = Attribution(lambda: list(answers["devices"]), refresh_interval_seconds=5, max_age_seconds=60,
+                              resolve_mig=lambda device_id: None, clock=ManualClock())
+    for devices in ([unresolvable, whole[0]], [unresolvable, whole[1]], [whole[2]], [unresolvable]):
+        answers["devices"] = devices  # each a new mapping: the warning is considered every time
+        attribution.refresh()
+    warnings = [line for line in log_stream.getvalue().splitlines() if "cannot be matched to dcgm samples" in line]
+    assert len(warnings) == 2 and all(mig in line for line in warnings)

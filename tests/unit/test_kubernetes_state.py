@@ -7,7 +7,6 @@ import json
 
 import pytest
 
-from exporter.base.logs import LogOnce
 from exporter.sources.kubernetes.labels import LabelSpec
 from exporter.sources.kubernetes.pod_store import PodStore
 from exporter.sources.kubernetes.status import frozen_counts
@@ -131,17 +130,3 @@ def test_a_status_snapshot_does_not_follow_the_counts():
     with pytest.raises(TypeError):
         snapshot["malformed"] = 3  # type: ignore[index]
 
-
-def test_log_once_forgets_what_it_is_not_told_to_retain(log_stream):
-    once = LogOnce()
-    for name in ("a", "b"):
-        once.log(name, "info", "seen", name=name)
-    once.retain(["b"])
-    assert once.log("a", "info", "seen", name="a") and not once.log("b", "info", "seen", name="b")
-    assert log_stream.getvalue().count("name=a") == 2
-
-
-def test_log_once_with_a_bound_logs_no_new_key_past_it():
-    once = LogOnce(most=2)
-    assert once.first("a") and once.first("b")
-    assert not once.first("c") and not once.first("a")

@@ -14,8 +14,8 @@ from pathlib import Path
 import pytest
 
 from exporter.base.errors import KubeletError
-from exporter.demo.fake_kubelet import FakeKubelet
 from exporter.sources.kubelet import MAX_RECEIVE_BYTES, AllocatedDevice, KubeletOptions, PodResourcesClient
+from support.fake_kubelet import FakeKubelet
 from support.waiting import wait_until
 
 REPO_ROOT = Path(__file__).resolve().parents[2]

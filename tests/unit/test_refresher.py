@@ -44,8 +44,9 @@ def test_a_bug_is_logged_once_per_failure_and_the_loop_goes_on(log_stream):
     work = Work()
     work.fail = True
     refresher = Refresher("test-refresher", work, interval_seconds=0.02, what="the test")
-    refresher.start(wait_for_first=True)  # the first refresh failing does not end the loop either
+    refresher.start()
     try:
+        assert refresher.wait_first(10)  # a failing first refresh is done all the same, and the loop goes on
         wait_until(lambda: work.calls >= 3)
     finally:
         refresher.stop()
@@ -56,21 +57,22 @@ def test_a_bug_is_logged_once_per_failure_and_the_loop_goes_on(log_stream):
 def test_stop_ends_the_wait_between_refreshes_at_once():
     work = Work()
     refresher = Refresher("test-refresher", work, interval_seconds=3600, what="the test")
-    refresher.start(wait_for_first=True)
+    refresher.start()
+    assert refresher.wait_first(10)
     started = time.monotonic()
     refresher.stop(timeout_seconds=5)
     assert time.monotonic() - started < 1 and work.calls == 1
     assert refresher.stopping
 
 
-def test_waiting_for_the_first_refresh_ends_when_interrupted():
+def test_waiting_for_the_first_refresh_ends_at_its_bound_while_it_hangs():
     work = Work()
     work.release.clear()  # the first refresh hangs, like a kubelet that never answers
-    interrupted = threading.Event()
     refresher = Refresher("test-refresher", work, interval_seconds=3600, what="the test")
-    threading.Timer(0.1, interrupted.set).start()
+    refresher.start()
+    wait_until(lambda: work.calls == 1)
     started = time.monotonic()
-    refresher.start(wait_for_first=True, interrupted=interrupted)
+    assert not refresher.wait_first(0.1)
     assert time.monotonic() - started < 5 and work.calls == 1
     work.release.set()
     refresher.stop()
@@ -79,9 +81,9 @@ def test_waiting_for_the_first_refresh_ends_when_interrupted():
 def test_waiting_for_the_first_refresh_returns_once_it_is_done():
     work = Work()
     refresher = Refresher("test-refresher", work, interval_seconds=3600, what="the test")
-    refresher.start(wait_for_first=True)
+    refresher.start()
     try:
-        assert work.calls == 1
+        assert refresher.wait_first(10) and work.calls == 1
     finally:
         refresher.stop()
 

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import ast
+import gc
+import sys
 from pathlib import Path
 
 from hypothesis import given
@@ -19,8 +21,29 @@ from support.exposition_strategies import SETTINGS, families, mappings, styles
 
 def both(mapping, style: str, body: bytes, slice_bytes: int):
     streamed = rewrite_streamed(SeriesBuilder(mapping, style), body, slice_bytes)
-    lined = Rewriter(mapping, style)._rewrite_lines(body)
+    # A new rewriter has no template, and these bodies are far below STREAM_MIN_BYTES and
+    # STREAM_MIN_LINES: its first rewrite is the line-by-line one.
+    lined = Rewriter(mapping, style).rewrite(body)
     return streamed, lined
+
+
+# What a rewriter may keep of a streamed body once its answer is let go: nothing per line (the template
+# and cached series of the large bodies below are tens of thousands of blocks).
+NOTHING_PER_LINE_BLOCKS = 2000
+
+
+class KeptBlocks:
+    """Counts the memory blocks allocated inside `with` and still held after it (sys.getallocatedblocks:
+    cheap, unlike tracing every allocation of a rewrite)."""
+
+    def __enter__(self) -> "KeptBlocks":
+        gc.collect()
+        self._before = sys.getallocatedblocks()
+        return self
+
+    def __exit__(self, *exc_info) -> None:
+        gc.collect()
+        self.count = sys.getallocatedblocks() - self._before
 
 
 @SETTINGS
@@ -47,13 +70,15 @@ def test_a_body_past_the_line_limit_takes_the_streamed_way_and_keeps_no_template
     mapping = build_mapping([AllocatedDevice("ns", "p", "c", "nvidia.com/gpu", uuid)])
     lines = [f'm{{UUID="{uuid}",i="{number}"}} {number}' for number in range(STREAM_MIN_LINES + 1)]
     body = ("\n".join(lines) + "\n").encode()
-    rewriter = Rewriter(mapping)
-    result = rewriter.rewrite(body)
     owners = 'namespace="ns",pod="p",container="c"'
-    expected = [line.replace("} ", "," + owners + "} ") + "\n" for line in lines]
-    assert result.text.decode() == "".join(expected)
-    assert result.malformed == 0 and [identity.uuid for identity in result.identities] == [uuid]
-    assert rewriter._template is None and not rewriter._series  # nothing per line kept
+    expected = "".join(line.replace("} ", "," + owners + "} ") + "\n" for line in lines)
+    rewriter = Rewriter(mapping)
+    with KeptBlocks() as kept:
+        result = rewriter.rewrite(body)
+        assert result.text.decode() == expected
+        assert result.malformed == 0 and [identity.uuid for identity in result.identities] == [uuid]
+        del result
+    assert kept.count < NOTHING_PER_LINE_BLOCKS  # nothing per line kept
 
 
 def large_body(label_sets: int, value: int) -> bytes:
@@ -70,7 +95,9 @@ def test_a_large_body_whose_lines_share_label_sets_keeps_per_line_state_and_refi
     """Like a 25,600-series dcgm-exporter node (6 MB, one label set per GPU or MIG instance)."""
     mapping = build_mapping([AllocatedDevice("ns", "p", "c", "nvidia.com/gpu", "0")])
     rewriter = Rewriter(mapping)
-    rewriter.rewrite(large_body(256, 1))
+    with KeptBlocks() as kept:
+        rewriter.rewrite(large_body(256, 1))
+    assert kept.count > NOTHING_PER_LINE_BLOCKS  # the count the streamed cases rely on sees per-line state
     second = rewriter.rewrite(large_body(256, 2))
     assert rewriter.refills == 1
     assert second == rewrite_streamed(SeriesBuilder(mapping), large_body(256, 2))
@@ -80,9 +107,11 @@ def test_a_large_body_of_unique_label_sets_is_streamed_after_all():
     """Like kube-state-metrics behind a wrong --dcgm.url: ~1 KiB more a line for its label sets."""
     mapping = build_mapping([AllocatedDevice("ns", "p", "c", "nvidia.com/gpu", "0")])
     rewriter = Rewriter(mapping)
-    result = rewriter.rewrite(large_body(20_000, 1))
-    assert result == rewrite_streamed(SeriesBuilder(mapping), large_body(20_000, 1))
-    assert rewriter._template is None and not rewriter._series and not rewriter._label_sets
+    with KeptBlocks() as kept:
+        result = rewriter.rewrite(large_body(20_000, 1))
+        assert result == rewrite_streamed(SeriesBuilder(mapping), large_body(20_000, 1))
+        del result
+    assert kept.count < NOTHING_PER_LINE_BLOCKS
 
 
 def test_the_streamed_rewrite_uses_only_public_names_of_the_exposition():

@@ -2,23 +2,27 @@
 
 from __future__ import annotations
 
+import re
+
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from exporter.core.mapping import build_mapping
 from exporter.exposition.rewriter import Rewriter
-from exporter.exposition.template import _PLAIN_VALUE, are_plain_values
+from exporter.exposition.template import are_plain_values
+from exporter.exposition.text import VALUE
 from exporter.sources.kubelet import AllocatedDevice as Device
 
 # Every character the fast decimal check and the regular expression treat differently, so that
 # hypothesis builds values near each boundary: digits, dots, signs, exponents, inf/nan letters, blanks.
 value_characters = st.sampled_from(list("0123456789.") * 4 + list("+-eEinfatyINFATY _\t\x00١ı"))
 values = st.text(value_characters, max_size=8).map(lambda text: text.encode("utf-8"))
+PLAIN_VALUE = re.compile(VALUE, re.ASCII)  # the value syntax itself (re.ASCII: see VALUE)
 
 
 def reference(items) -> bool:
-    return all(_PLAIN_VALUE.fullmatch(item.decode("utf-8")) for item in items)
+    return all(PLAIN_VALUE.fullmatch(item.decode("utf-8")) for item in items)
 
 
 @settings(max_examples=2000, deadline=None)

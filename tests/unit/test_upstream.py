@@ -12,11 +12,11 @@ import pytest
 
 from exporter.base.errors import UpstreamError
 from exporter.config import parse_dcgm_url
-from exporter.demo.fake_dcgm import FakeDcgmExporter
 from exporter.sources.dcgm import DEFAULT_MAX_BODY_BYTES
 from exporter.sources.dcgm.file_source import FileSource
 from exporter.sources.dcgm.http_source import HttpSource
 from exporter.sources.dcgm.options import DcgmFileOptions, DcgmHttpOptions
+from support.fake_dcgm import FakeDcgmExporter
 from support.fixtures import fixture_bytes, fixture_path  # tests/ is on sys.path (conftest.py)
 
 L4 = "dcgm/l4-aws-gpu-operator-default-counters.prom"
