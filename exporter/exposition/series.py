@@ -6,7 +6,7 @@ from typing import Callable, List, NamedTuple, Optional, Tuple
 
 from exporter.core.identity import GpuIdentity
 from exporter.core.mapping import Mapping
-from exporter.exposition.families import CATALOGUE, TELEMETRY
+from exporter.exposition.allocation import ALLOCATION_INFO
 from exporter.exposition.label_limit import LabelLimit
 from exporter.exposition.labels import (LABEL_STYLES, UPSTREAM_OWNER_LABELS, check_label_style, owner_label_pairs,
                                         render_owner_labels)
@@ -65,14 +65,10 @@ class Series(NamedTuple):
         return [f"{name}{{{labels}}}{rest}" for labels in self.variants]
 
 
-# Every family the catalogue writes on the telemetry path, shares and allocations included.
-_WRITTEN_HERE = frozenset(family.name for family in CATALOGUE if family.endpoint == TELEMETRY)
-
-
 def is_reserved_name(name: str) -> bool:
     """Names this exporter writes itself; upstream copies of them (--dcgm.url pointed at another
     instance of us) would be duplicate families, so they are dropped as malformed."""
-    return name.startswith(SELF_METRIC_PREFIX) or name in _WRITTEN_HERE
+    return name.startswith(SELF_METRIC_PREFIX) or name == ALLOCATION_INFO
 
 
 LABEL_MODES = ("samples", "join")  # --labels.mode's choices, the first its default

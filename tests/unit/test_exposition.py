@@ -246,16 +246,6 @@ def test_our_own_metric_names_from_upstream_are_dropped_and_counted():
     assert lines(result) == BODY.splitlines()
 
 
-def test_every_family_the_catalogue_writes_is_dropped_from_upstream():
-    # Another instance of us in process mode also serves the share families and allocated GPUs.
-    body = BODY + ("# TYPE pod_gpu_container_energy_joules_total counter\n"
-                   'pod_gpu_container_energy_joules_total{UUID="x",gpu="0",namespace="a",pod="b",container="c"} 5\n'
-                   'pod_gpu_container_allocated_gpus{namespace="a",pod="b",container="c"} 1\n')
-    result = rewrite(body)
-    assert result.malformed == 3
-    assert lines(result) == BODY.splitlines()
-
-
 # --- escaping ----------------------------------------------------------------------------------------
 
 def test_owner_values_with_quote_backslash_newline_are_escaped():
