@@ -112,16 +112,22 @@ def env_var_name(flag: str) -> str:
     return ENV_PREFIX + re.sub(r"[.-]", "_", flag.lstrip("-")).upper()
 
 
-def parse_dcgm_url(url: str) -> DcgmEndpoint:
-    """--dcgm.url in the parts a fetch needs: ValueError when it is no http(s) URL (parse_config names the flag
-    or variable), ConfigError when it names no host or a bad port."""
+def _split_url(url: str):
+    """The form every command checks: an http(s) URL that splits; ValueError (parse_config names the flag
+    or variable) otherwise."""
     shown = redact_url(url)
     if not re.match(r"https?://[^/\s]+", url):
         raise ValueError(f"expected an http:// or https:// URL, got {shown!r}")
     try:
-        parts = urlsplit(url)
+        return urlsplit(url)
     except ValueError as exc:  # e.g. an IPv6 host without its closing bracket
         raise ValueError(f"invalid URL {shown!r}: {exc}") from None
+
+
+def parse_dcgm_url(url: str) -> DcgmEndpoint:
+    """--dcgm.url in the parts a fetch needs: ValueError when it is no http(s) URL, ConfigError when it
+    names no host or a bad port."""
+    parts, shown = _split_url(url), redact_url(url)
     try:
         port = parts.port
     except ValueError as exc:
@@ -148,7 +154,7 @@ def _convert(kind, value: str, field: str):
     if kind == "path" and not value.startswith("/"):
         raise ValueError(f"path must start with '/', got {value!r}")
     if kind == "url":
-        parse_dcgm_url(value)
+        _split_url(value)
     if kind == "extra":
         parse_extra(value)
         return value
@@ -234,6 +240,7 @@ def parse_config(argv: Sequence[str], environ: Mapping[str, str]) -> Config:
     if args.output is not None:
         values["output"] = args.output
     _check_proc_root(args.command, values)
+    _check_dcgm_endpoint(args.command, values)
     if args.command == "demo":
         values = {**_DEMO_DEFAULTS, **values}
     return Config(**values)
@@ -275,6 +282,13 @@ def _refuse_unused_settings(command: str, sources: Mapping[str, str]) -> None:
         from_environment = sources.get(field, "").startswith(ENV_PREFIX)
         if field in sources and not (command == "mapping" and from_environment):
             raise ConfigError(f"{sources[field]} is not used by `{command}` ({why}): drop it")
+
+
+def _check_dcgm_endpoint(command: str, values: Mapping[str, object]) -> None:
+    """--dcgm.url's host and port, where `serve` fetches from it: `mapping` never does, and `demo` serves
+    its own simulated dcgm-exporter, so neither is refused over a serving container's environment."""
+    if command == "serve" and not values.get("dcgm_file"):
+        parse_dcgm_url(values.get("dcgm_url", Config.dcgm_url))
 
 
 def _check_proc_root(command: str, values: Mapping[str, object]) -> None:

@@ -196,6 +196,13 @@ def test_a_dcgm_url_without_a_host_or_with_a_bad_port_is_a_config_error(url, say
         parse_config(["--dcgm.url", url], {})
 
 
+def test_a_dcgm_url_host_and_port_are_checked_only_where_they_are_fetched_from():
+    # `mapping` run in a serving container keeps its environment; a textfile replaces the URL.
+    bad = {"POD_GPU_EXPORTER_DCGM_URL": "http://:9401/metrics"}
+    assert parse_config(["mapping"], bad).command == "mapping"
+    assert parse_config(["--dcgm.file", "/run/dcgm.prom"], bad).dcgm_file == "/run/dcgm.prom"
+
+
 def test_the_dcgm_url_reaches_the_source_in_parts():
     config = parse_config(["--dcgm.url", "https://scraper:p%40ss@dcgm.example:9401/metrics?x=1"], {})
     endpoint = config.dcgm_endpoint
