@@ -13,6 +13,7 @@ from exporter.sources.kubernetes.status import frozen_counts
 from exporter.sources.kubernetes.stream import decode_object
 from exporter.sources.kubernetes.watch_health import WATCH_CONFIRM_SECONDS, Stage, WatchHealth
 from support.clocks import ManualClock
+from support.waiting import wait_until
 from support.fake_kube_api import make_pod
 from support.kube_scenario import NODE
 
@@ -57,6 +58,18 @@ def test_after_a_failed_watch_the_new_one_proves_itself_by_staying_open():
     calls = recovered.calls
     assert watch.healthy and watch.state.stage is Stage.UP  # the reader saw it proven, and moved it on
     assert watch.healthy and recovered.calls == calls + 1  # reported once
+
+
+def test_a_watch_that_stays_open_is_reported_recovered_without_any_reader():
+    # The ResourceSlice watch is read by /metrics only: its recovery is logged when proven, not at a later read.
+    recovered = Recovered()
+    watch = WatchHealth(recovered)  # the real clock, as the timer that proves it runs on real time
+    watch.listed()
+    watch.failed("watch")
+    watch.listed()
+    watch.watch_opened()
+    wait_until(lambda: recovered.calls == 2, timeout_seconds=10, describe="the recovery reported by the proof timer")
+    assert watch.state.stage is Stage.UP
 
 
 def test_after_a_dropped_watch_only_an_event_proves_the_next():

@@ -39,11 +39,12 @@ class WatchHealth:
                                                                         expired: the cache stayed good meanwhile)
         any -------------------------failed(verb)--------------------> FAILED(verb)
         PROVING ---------------------line_arrived--------------------> UP
-        PROVING ---------------------open WATCH_CONFIRM_SECONDS------> UP, seen by whoever reads `healthy` next
-                                     (not while needs_event)
+        PROVING ---------------------open WATCH_CONFIRM_SECONDS------> UP, made by whoever reads `healthy`
+                                     (not while needs_event)      first: a timer armed when the watch opened
 
     The watch thread makes every transition but the last. Each move into UP calls `on_up` (which reports
-    the API answering again: the reporter logs that only after a failure).
+    the API answering again: the reporter logs that only after a failure) under the lock, so that it
+    cannot come after the report of a failure that followed it.
     """
 
     def __init__(self, on_up: Callable[[], None], clock: Callable[[], float] = time.monotonic):
@@ -66,8 +67,7 @@ class WatchHealth:
                       and self._clock() - state.opened_at >= WATCH_CONFIRM_SECONDS)
             if proven:
                 self._state = State(Stage.UP)
-        if proven:
-            self._on_up()
+                self._on_up()
         return proven or state.stage is Stage.UP
 
     def listed(self) -> None:
@@ -78,15 +78,22 @@ class WatchHealth:
                 state.stage is Stage.FAILED and state.failed_verb == "watch")
             stage = Stage.PROVING if after_failed_watch else Stage.UP
             self._state = State(stage, needs_event=state.needs_event)
-        if stage is Stage.UP:
-            self._on_up()
+            if stage is Stage.UP:
+                self._on_up()
 
     def watch_opened(self) -> None:
         """A watch request was sent; the first since the list starts the PROVING clock."""
         with self._lock:
             state = self._state
-            if state.stage is Stage.PROVING and state.opened_at is None:
+            starts = state.stage is Stage.PROVING and state.opened_at is None
+            if starts:
                 self._state = state._replace(opened_at=self._clock())
+        if starts and not state.needs_event:
+            # Nothing else may read `healthy` soon (a ResourceSlice watch is read by /metrics only), and
+            # the API's recovery is logged when the watch has proved itself, not at some later read.
+            proof = threading.Timer(WATCH_CONFIRM_SECONDS, lambda: self.healthy)
+            proof.daemon = True
+            proof.start()
 
     def line_arrived(self) -> None:
         """A watch delivered an event or a bookmark: the watch works."""
@@ -94,8 +101,8 @@ class WatchHealth:
             state = self._state
             proving = state.stage is Stage.PROVING
             self._state = State(Stage.UP) if proving else state._replace(needs_event=False)
-        if proving:
-            self._on_up()
+            if proving:
+                self._on_up()
 
     def failed(self, verb: str, dropped: bool = False) -> None:
         """A `verb` ("list" or "watch") request failed; `dropped`: a watch we closed (silent, too large)."""
