@@ -22,6 +22,7 @@ from support.fixtures import fixture_bytes
 from support.kube_scenario import H100, UUID0, UUID1, UUID3
 from support.nvml_node import NODE_ENV, FakeNode
 from support.raw_tcp import RawTcpServer
+from support.scrape_checks import scrape
 from support.waiting import wait_until
 
 MIG13 = "MIG-7c1d2e3f-4a5b-5c6d-9e0f-a1b2c3d4e5f6"  # GPU 0's GPU instance 13, as NVML names it
@@ -224,6 +225,11 @@ def test_a_crash_in_a_c_library_leaves_every_threads_python_stack_in_the_log(kub
     # SIGSEGV is what a fault in grpcio, protobuf, msgspec or NVML raises: the log must say where.
     exporter = start_exporter(["--kubelet.socket", kubelet.socket_path, "--dcgm.url", dcgm.url,
                                "--kubernetes.api", "off"])
+    # Crash it once its threads are steady (the first refresh answered a scrape): faulthandler reads
+    # every thread's frames without stopping them, and a thread still importing at that moment could
+    # leave the dump cut short, which is the interpreter's limit and not what this test is about.
+    wait_until(lambda: "pod_gpu_exporter_kubelet_up 1" in scrape(exporter).text, 20, 0.05,
+               "a scrape after the first refresh")
     assert exporter.stop(signal.SIGSEGV) == -signal.SIGSEGV
     log = exporter.stderr_text()
     assert "Fatal Python error: Segmentation fault" in log, log
