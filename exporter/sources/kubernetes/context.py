@@ -72,9 +72,8 @@ class KubernetesContext:
         return self.pod_watch.healthy
 
     def status(self) -> KubernetesStatus:
-        """Both watches' health and counters, as one immutable snapshot (for /metrics, from any thread)."""
-        watches = (self.pod_watch.status(), self.slice_watch.status())
-        return KubernetesStatus(watches[0].healthy, watches)
+        """Both watches' counters, as one immutable snapshot (for /metrics, from any thread)."""
+        return KubernetesStatus((self.pod_watch.status(), self.slice_watch.status()))
 
     # The MappingContext (core.mapping), asked on the refresher.
     def resolve_dra(self, device) -> DraResolution:

@@ -1,4 +1,4 @@
-"""What the Kubernetes source says of itself: an immutable snapshot of each watch, for /metrics and the up gauge."""
+"""What the Kubernetes source says of itself on /metrics: an immutable snapshot of each watch's counters."""
 
 from __future__ import annotations
 
@@ -7,19 +7,17 @@ from typing import Dict, Mapping, NamedTuple, Tuple
 
 
 class WatchStatus(NamedTuple):
-    """One watch's counters and health at one moment."""
+    """One watch's counters at one moment."""
 
     resource: str  # "pods", "resourceslices"
-    healthy: bool
     requests: int  # list and watch requests made (a list's pages count once)
     dropped: Mapping[str, int]  # reason → watch connections we closed (silent, too_large)
     skipped: Mapping[str, int]  # reason → objects left out of the cache (malformed, other_node)
 
 
 class KubernetesStatus(NamedTuple):
-    """Both watches; `up` is pod_gpu_exporter_kubernetes_api_up: the pod watch is listed and connected."""
+    """Both watches (pod_gpu_exporter_kubernetes_api_up is read from the context's `up`, per scrape)."""
 
-    up: bool
     watches: Tuple[WatchStatus, ...]
 
 

@@ -142,9 +142,8 @@ class ListWatch:
         return self._health.healthy
 
     def status(self) -> WatchStatus:
-        healthy = self.healthy
         with self._counts_lock:
-            return WatchStatus(self.resource_name, healthy, self.requests, frozen_counts(self.dropped),
+            return WatchStatus(self.resource_name, self.requests, frozen_counts(self.dropped),
                                frozen_counts(self.skipped))
 
     def start(self) -> None:
