@@ -5,7 +5,7 @@ from __future__ import annotations
 import threading
 from typing import Callable, Optional, TypeVar
 
-from exporter.base.logs import LogOnce, log
+from exporter.base.logs import log
 
 T = TypeVar("T")
 
@@ -41,7 +41,6 @@ class BoundedRunner:
         self._lock = threading.Lock()
         self._stuck: Optional[threading.Thread] = None
         self.timeouts = 0  # calls that ran past the bound, or were refused while one still had not returned
-        self._timeout_log = LogOnce()  # the first timeout at warn, the later ones at debug
 
     def run(self, call: Callable[..., T], *args) -> T:
         """call(*args)'s result or exception; CallTimeout when it does not return within the bound."""
@@ -77,7 +76,8 @@ class BoundedRunner:
             _all_timeouts += 1
         with self._lock:
             self.timeouts += 1
-        log("warn" if self._timeout_log.first("timeout") else "debug", f"{self._what} did not return in time; carrying on without it",
+            first = self.timeouts == 1
+        log("warn" if first else "debug", f"{self._what} did not return in time; carrying on without it",
             why=why, timeout_seconds=self.timeout_seconds, timeouts=self.timeouts)
 
 
