@@ -106,11 +106,13 @@ def _build_sources(config: Config) -> _Sources:
 
 def _build_core(config: Config, sources: _Sources) -> _Core:
     """The kubelet refresher, the share refresher and the scraper, wired but not started."""
+    from exporter.sources.hpc_jobs import make_hpc_job_reader
     from exporter.sources.kubelet import KubeletOptions, PodResourcesClient
     from exporter.web.scrape import Scraper
 
     kubernetes = sources.kubernetes
     resolve_mig = _mig_resolver()
+    hpc_jobs = make_hpc_job_reader(config.hpc_job_mapping_dir)
     client = PodResourcesClient(KubeletOptions(config.kubelet_socket, config.kubelet_timeout_seconds))
     attribution = Attribution(
         client.list_devices,
@@ -120,6 +122,7 @@ def _build_core(config: Config, sources: _Sources) -> _Core:
         describe=config.kubelet_socket,
         context=kubernetes,
         offered=OfferedReplicas(client.list_offered),
+        read_hpc_jobs=hpc_jobs.read if hpc_jobs else None,
     )
     # One limit for every series written about a pod, so its count covers them all.
     label_limit = LabelLimit(config.labels_limit)
@@ -127,7 +130,7 @@ def _build_core(config: Config, sources: _Sources) -> _Core:
     scraper = Scraper(sources.dcgm, attribution, config.labels_style,
                       kubernetes_up=(lambda: kubernetes.up) if kubernetes else None,
                       process_shares=shares.text if shares else None,
-                      labels_mode=config.labels_mode, label_limit=label_limit)
+                      labels_mode=config.labels_mode, label_limit=label_limit, hpc_jobs=hpc_jobs is not None)
     return _Core(client, resolve_mig, attribution, shares, scraper)
 
 

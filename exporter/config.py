@@ -58,6 +58,7 @@ class Config:
     sharing_mode: str = "device"
     sharing_proc_root: str = "/proc"
     energy_idle_policy: str = "split"
+    hpc_job_mapping_dir: Optional[str] = None
     log_level: str = "info"
     log_format: str = "logfmt"
     output: str = "table"
@@ -99,6 +100,7 @@ _FLAGS: Tuple[Tuple[str, str, str, str], ...] = (
     ("--sharing.mode", "sharing_mode", SHARING_MODES, "device = values are device-level; process = also serve each holding container's own memory and SM share of its GPU, from NVML's per-process data (needs NVML, hostPID and the Kubernetes API)."),
     ("--sharing.proc-root", "sharing_proc_root", "path", "Where the host's processes are seen, for --sharing.mode process: /proc with hostPID: true, or the host's /proc mounted elsewhere (e.g. /host/proc)."),
     ("--energy.idle-policy", "energy_idle_policy", IDLE_POLICIES, "In --sharing.mode process, where a shared GPU's energy that no holder's SM activity accounts for goes: split = evenly between its holders; unattributed = to pod_gpu_unattributed_energy_joules_total{reason=\"idle\"}."),
+    ("--hpc.job-mapping-dir", "hpc_job_mapping_dir", "text", "Directory of HPC job-mapping files as dcgm-exporter reads them (a file per GPU named <gpu> or <gpu>.<GPU_I_ID>, one job ID per line, e.g. written by a Slurm prolog): serves pod_gpu_hpc_job_info per job per device."),
     ("--log.level", "log_level", LOG_LEVELS, "Only log messages at or above this level."),
     ("--log.format", "log_format", LOG_FORMATS, "Log line format."),
 )
@@ -240,6 +242,7 @@ def parse_config(argv: Sequence[str], environ: Mapping[str, str]) -> Config:
     if args.output is not None:
         values["output"] = args.output
     _check_proc_root(args.command, values)
+    _check_hpc_job_mapping_dir(values)
     _check_dcgm_endpoint(args.command, values)
     if args.command == "demo":
         values = {**_DEMO_DEFAULTS, **values}
@@ -267,6 +270,7 @@ _UNUSED_BY = {
         **dict.fromkeys(("labels_style", "labels_mode", "labels_limit"), "it prints owners as columns, not as sample labels"),
         **dict.fromkeys(("sharing_mode", "sharing_proc_root", "energy_idle_policy"),
                         "per-process shares are served, never printed by it"),
+        "hpc_job_mapping_dir": "HPC jobs are served as pod_gpu_hpc_job_info, never printed by it",
     },
 }
 # A newcomer's demo stays on this machine unless --web.listen-address says otherwise, and
@@ -289,6 +293,13 @@ def _check_dcgm_endpoint(command: str, values: Mapping[str, object]) -> None:
     its own simulated dcgm-exporter, so neither is refused over a serving container's environment."""
     if command == "serve" and not values.get("dcgm_file"):
         parse_dcgm_url(values.get("dcgm_url", Config.dcgm_url))
+
+
+def _check_hpc_job_mapping_dir(values: Mapping[str, object]) -> None:
+    """A file is a mistake; a directory not there yet is not (a job prolog may create it; the reader says so)."""
+    directory = values.get("hpc_job_mapping_dir")
+    if directory and os.path.exists(directory) and not os.path.isdir(directory):
+        raise ConfigError(f"--hpc.job-mapping-dir: {directory} is not a directory")
 
 
 def _check_proc_root(command: str, values: Mapping[str, object]) -> None:

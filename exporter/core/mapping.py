@@ -6,6 +6,7 @@ import dataclasses
 from dataclasses import dataclass, field
 from typing import Dict, Iterable, List, NamedTuple, Optional, Protocol, Set, Tuple
 
+from exporter.core.hpc_jobs import NO_HPC_JOBS, HpcJobs
 from exporter.core.device_ids import is_gpu_device, key_for_device
 from exporter.core.identity import GpuIdentity, GpuKey, MigResolver, Owner
 
@@ -75,6 +76,8 @@ class Mapping:
     # (resource, GPU) → the time-slicing replicas the kubelet offers for it (GetAllocatableResources);
     # empty when unknown, and then a shared GPU is split among the replicas held.
     offered: dict = field(default_factory=dict)
+    # The HPC jobs on each GPU (--hpc.job-mapping-dir), read on the same refresh as the List.
+    hpc_jobs: HpcJobs = NO_HPC_JOBS
 
     def owners_for(self, key: GpuKey) -> tuple:
         return self.owners.get(key, ())

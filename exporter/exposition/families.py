@@ -15,6 +15,7 @@ SELF = "/metrics"  # the process's own registry, written by prometheus_client fr
 # What must be on for a family to be served at all; a family without any is served in every mode.
 PROCESS_MODE = "--sharing.mode process"
 KUBERNETES_API = "--kubernetes.api in use"
+HPC_JOBS = "--hpc.job-mapping-dir set"
 
 # An owner's labels as --labels.style kubernetes names them (legacy: pod_name, pod_namespace,
 # container_name), followed on every series that carries them by the pod's extras from the
@@ -84,6 +85,15 @@ ALLOCATION_INFO = _telemetry(
 ALLOCATED_GPUS = _telemetry(
     "pod_gpu_container_allocated_gpus", "GPUs a container holds: 1 per whole GPU, 1/N per replica of a GPU shared N "
     "ways, a MIG instance's share of its GPU's memory slices.", labels=OWNER, needs_samples=True)
+
+# /gpu/metrics with --hpc.job-mapping-dir: the jobs on each GPU, rows to join on, never copies of samples.
+HPC_JOB_INFO = _telemetry(
+    "pod_gpu_hpc_job_info", "An HPC job running on this GPU or MIG instance, from its file in --hpc.job-mapping-dir "
+    "(1 per job per device).", labels=("UUID", "gpu", "hpc_job"), optional_labels=("GPU_I_ID",),
+    modes=frozenset({HPC_JOBS}), needs_samples=True)
+HPC_JOB_FILES_SKIPPED = _telemetry(
+    "pod_gpu_exporter_hpc_job_files_skipped", "Files of --hpc.job-mapping-dir skipped at the last refresh: too large, "
+    "a line too long, not UTF-8, unreadable, or past the file count read.", modes=frozenset({HPC_JOBS}))
 
 # /gpu/metrics in --sharing.mode process: each holder's share, the remainders by reason, after the status.
 CONTAINER_MEMORY = _telemetry(

@@ -13,6 +13,7 @@ from exporter.core.attribution import Attribution, Snapshot
 from exporter.core.mapping import Mapping
 from exporter.exposition import families
 from exporter.exposition.allocation import render_allocation_info
+from exporter.exposition.hpc_jobs import render_hpc_jobs
 from exporter.exposition.label_limit import LabelLimit
 from exporter.exposition.rewriter import Rewriter
 from exporter.exposition.series import RewriteResult
@@ -125,8 +126,10 @@ class Scraper:
     def __init__(self, source, attribution: Attribution, labels_style: str,
                  kubernetes_up: Optional[Callable[[], bool]] = None,
                  process_shares: Optional[Callable[[], bytes]] = None,
-                 labels_mode: str = "samples", label_limit: Optional[LabelLimit] = None):
+                 labels_mode: str = "samples", label_limit: Optional[LabelLimit] = None,
+                 hpc_jobs: bool = False):
         self._source = source
+        self._hpc_jobs = hpc_jobs  # --hpc.job-mapping-dir: its rows and its skipped-files gauge
         self._mode = labels_mode  # --labels.mode: owners on the samples, or only on the allocation rows
         # --labels.limit, and its count of labels left off (shared with the process-share series)
         self.label_limit = label_limit or LabelLimit(None)
@@ -166,7 +169,7 @@ class Scraper:
             self._report_content(cached.result)
         else:
             # Without upstream samples there is nothing to join, but allocations are still known.
-            shared = (render_allocation_info(snapshot.mapping, frozenset(), self._style, self.label_limit).encode(),)
+            shared = (self._mapping_rows(snapshot.mapping, frozenset()),)
             shared_gzip = None
         with self._lock:
             self.scrapes += 1
@@ -225,8 +228,13 @@ class Scraper:
         if previous is not None and previous.mapping is mapping and previous.identities == result.identities:
             allocation_info = previous.allocation_info  # new values of the same GPUs, held by the same pods
         else:
-            allocation_info = render_allocation_info(mapping, result.identities, self._style, self.label_limit).encode()
+            allocation_info = self._mapping_rows(mapping, result.identities)
         return _Cached(body, mapping, result, allocation_info, _GzipPrefix((result.text, allocation_info)))
+
+    def _mapping_rows(self, mapping: Mapping, identities: frozenset) -> bytes:
+        """What the mapping adds to the samples: the allocation rows, then the HPC jobs' rows."""
+        return (render_allocation_info(mapping, identities, self._style, self.label_limit)
+                + render_hpc_jobs(mapping.hpc_jobs, identities)).encode()
 
     def _status(self, dcgm_up: bool, snapshot: Snapshot, malformed: int, duration: float) -> str:
         values = [
@@ -239,4 +247,6 @@ class Scraper:
         ]
         if self._kubernetes_up is not None:
             values.append((families.KUBERNETES_API_UP, int(self._kubernetes_up())))
+        if self._hpc_jobs:
+            values.append((families.HPC_JOB_FILES_SKIPPED, snapshot.mapping.hpc_jobs.skipped_files))
         return families.render_status(values)

@@ -6,7 +6,7 @@ from __future__ import annotations
 import re
 from typing import Dict, FrozenSet, Set, Tuple
 
-from exporter.exposition.families import (CATALOGUE, KUBERNETES_API, OWNER, PROCESS_MODE, SELF,
+from exporter.exposition.families import (CATALOGUE, HPC_JOBS, KUBERNETES_API, OWNER, PROCESS_MODE, SELF,
                                           STANDARD_COLLECTOR_PREFIXES, TELEMETRY)
 from exporter.sources.kubelet import AllocatedDevice
 from support.fixtures import fixture_bytes
@@ -78,3 +78,18 @@ def test_device_mode_without_the_api_serves_the_families_of_every_mode(kubelet, 
     assert_served_as_catalogued(telemetry, TELEMETRY, frozenset(), fixture_bytes(L4).decode())
     assert_served_as_catalogued(scrape(exporter, "/metrics").text, SELF, frozenset())
     assert set(OWNER) <= {name for names in label_names(telemetry)["pod_gpu_allocation_info"] for name in names}
+
+
+def test_hpc_job_mapping_serves_its_families(tmp_path, kubelet, dcgm, run_exporter):
+    (tmp_path / "0").write_text("4242\n")  # the L4 fixture's one GPU
+    (tmp_path / "1").write_text("x" * 300 + "\n")  # a line past the bound: one file skipped
+    kubelet.set_devices([AllocatedDevice("hpc", "slurmd-0", "slurmd", "nvidia.com/gpu", L4_UUID)])
+    exporter = run_exporter(["--dcgm.url", dcgm.url, "--kubelet.socket", kubelet.socket_path, "--kubernetes.api",
+                             "off", "--hpc.job-mapping-dir", str(tmp_path), *FAST_REFRESH])
+
+    def jobs_listed():
+        text = scrape(exporter).text
+        return text if "pod_gpu_hpc_job_info{" in text else None
+
+    telemetry = wait_until(jobs_listed)
+    assert_served_as_catalogued(telemetry, TELEMETRY, frozenset({HPC_JOBS}), fixture_bytes(L4).decode())

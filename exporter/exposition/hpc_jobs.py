@@ -1,0 +1,41 @@
+"""pod_gpu_hpc_job_info: one row per HPC job per GPU or MIG instance, to join dcgm's samples on."""
+
+from __future__ import annotations
+
+from typing import Dict, Iterable, Tuple
+
+from exporter.core.hpc_jobs import HpcJobs
+from exporter.core.identity import GpuIdentity
+from exporter.exposition import families
+from exporter.exposition.labels import gpu_label_pairs
+from exporter.exposition.text import render_label_pairs
+
+HPC_JOB_INFO = families.HPC_JOB_INFO.name
+
+
+def render_hpc_jobs(hpc_jobs: HpcJobs, identities: Iterable[GpuIdentity]) -> str:
+    """`pod_gpu_hpc_job_info{UUID,gpu[,GPU_I_ID],hpc_job} 1` per job per device.
+
+    dcgm-exporter's own --hpc-job-mapping-dir copies every sample once per job; one row per job instead
+    lets PromQL join any series on (gpu, GPU_I_ID) or UUID, at the cost of one series per job. The UUID
+    comes from the upstream samples with the file's gpu index (and GPU_I_ID): a job on a device no sample
+    names (dcgm-exporter down, a file for a GPU the node lacks) has nothing to join and no row.
+    """
+    if not hpc_jobs.jobs:
+        return ""
+    by_index = _identities_by_index(identities)
+    lines = [families.HPC_JOB_INFO.header]
+    for job in hpc_jobs.jobs:
+        identity = by_index.get((job.gpu, job.instance))
+        if identity is not None:
+            pairs = gpu_label_pairs(identity) + (("hpc_job", job.job),)
+            lines.append(f"{HPC_JOB_INFO}{{{render_label_pairs(pairs)}}} 1\n")
+    return "".join(lines) if len(lines) > 1 else ""
+
+
+def _identities_by_index(identities: Iterable[GpuIdentity]) -> Dict[Tuple[str, str], GpuIdentity]:
+    by_index: Dict[Tuple[str, str], GpuIdentity] = {}
+    for identity in sorted(identities):  # sorted: the same choice on every scrape
+        if identity.gpu:
+            by_index.setdefault((identity.gpu, identity.instance), identity)
+    return by_index
