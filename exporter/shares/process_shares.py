@@ -15,7 +15,7 @@ from exporter.exposition.label_limit import LabelLimit
 from exporter.shares.compute import PodIndex, compute_shares, pod_index
 from exporter.shares.energy import SPLIT
 from exporter.shares.ledger import ShareLedger
-from exporter.shares.render import render_shares
+from exporter.shares.render import render_shares, render_unallocated
 from exporter.sources.nvml.processes import DeviceProcesses, NvmlError, NvmlProcessReader
 from exporter.sources.procfs import ProcessOwner, read_process_owner
 
@@ -149,7 +149,7 @@ class ProcessShares:
         if mapping is not self._labelled_mapping:  # holders or their extra labels may have changed
             self._label_cache, self._labelled_mapping = {}, mapping
         return render_shares(shares, self._style, mapping.extra_labels, counters, self._label_cache,
-                             self._label_limit)
+                             self._label_limit) + render_unallocated(shares, self._style, self._label_cache)
 
     def _process_owners(self, devices: List[DeviceProcesses]) -> Optional[Dict[int, Optional[ProcessOwner]]]:
         """PID → cgroup owner for every process NVML listed that can be seen; None when this is not the
