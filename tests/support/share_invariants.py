@@ -82,12 +82,14 @@ def energy_growth(before, after) -> Dict[DeviceKey, Decimal]:
     return growth
 
 
+_SHARE_PREFIXES = ("pod_gpu_container_", "pod_gpu_unattributed_", "pod_gpu_unallocated_")
+
+
 def distinct(texts: Iterable[str]) -> List[str]:
     """The scrapes whose share series differ from the one before: one per refresh seen."""
     seen: List[str] = []
     for text in texts:
-        shares = "\n".join(line for line in text.splitlines()
-                           if line.startswith("pod_gpu_container_") or line.startswith("pod_gpu_unattributed_"))
+        shares = "\n".join(line for line in text.splitlines() if line.startswith(_SHARE_PREFIXES))
         if shares and (not seen or shares != seen[-1]):
             seen.append(shares)
     return seen
