@@ -139,7 +139,7 @@ def _device_shares(entry: DeviceProcesses, owners: Tuple[Owner, ...],
     memory, sm, counts = [0] * len(slots), [0] * len(slots), [0] * len(slots)
     outsiders: Dict[Owner, List[int]] = {}  # a named container not holding the device → [memory, SM units, count]
     for pid, used in entry.memory_bytes.items():
-        named = _named_owner(pid, process_owners, pods)
+        named = owner_of_process(process_owners.get(pid), pods)
         slot = _slot_of(pid, named, process_owners, index)
         units = 0 if entry.sm_ratio is None else round(entry.sm_ratio.get(pid, 0.0) * SM_UNITS)
         memory[slot] += used
@@ -160,11 +160,6 @@ def _device_shares(entry: DeviceProcesses, owners: Tuple[Owner, ...],
     not_holder_sm = None if holders_sm is None else holders_sm[index[NOT_HOLDER]]
     unallocated = _unallocated(entry.device, outsiders, sm[index[NOT_HOLDER]], not_holder_sm)
     return DeviceShares(entry.device, holders, remainders, entry.energy_mj, entry.memory_slices, unallocated)
-
-
-def _named_owner(pid: int, process_owners: MappingType[int, Optional[ProcessOwner]],
-                 pods: PodIndex) -> Optional[Owner]:
-    return owner_of_process(process_owners.get(pid), pods)
 
 
 def _slot_of(pid: int, named: Optional[Owner], process_owners: MappingType[int, Optional[ProcessOwner]],

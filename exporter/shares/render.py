@@ -64,17 +64,24 @@ def render_shares(shares: Shares, style: str, extra_labels: Optional[ExtraLabels
 def render_unallocated(shares: Shares, style: str, label_cache: Optional[Dict[tuple, str]] = None) -> str:
     """Who uses a device they do not hold (the not_holder remainder by container), after render_shares'
     series. Owner labels only: such a pod's extra labels are not in the mapping (it holds no GPU here,
-    or not this one). `label_cache` as render_shares'; the keys of the two never meet."""
+    or not this one). `label_cache`: the label texts of the last refresh, kept by the caller; left with
+    this refresh's only, since these containers come and go whatever the mapping does."""
     cache = {} if label_cache is None else label_cache
+    used: Dict[tuple, str] = {}
 
     def labels(share: UnallocatedShare) -> str:
-        return _cached(cache, ("unallocated", share.device, share.owner), lambda: render_label_pairs(
-            gpu_label_pairs(share.device)) + "," + render_owner_labels(share.owner, style))
+        key = (share.device, share.owner)
+        if key not in used:
+            used[key] = cache.get(key) or (render_label_pairs(gpu_label_pairs(share.device)) + ","
+                                           + render_owner_labels(share.owner, style))
+        return used[key]
 
     lines: List[str] = []
     outsiders = shares.unallocated
     _family(lines, UNALLOCATED_MEMORY, ((labels(s), str(s.memory_bytes)) for s in outsiders))
     _family(lines, UNALLOCATED_SM, ((labels(s), _ratio(s.sm_units)) for s in outsiders if s.sm_units is not None))
+    cache.clear()
+    cache.update(used)
     return "".join(lines)
 
 

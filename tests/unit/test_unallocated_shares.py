@@ -103,3 +103,12 @@ def test_no_outsider_no_series():
     shares = compute_shares([device], held_by_a(), {10: process_of("a"), 33: UNKNOWN_POD}, PODS)
     assert shares.unallocated == () and render_unallocated(shares, "kubernetes") == ""
     assert Owner("ml", "pod-a", "main") in {s.owner for s in shares.holders}
+
+
+def test_the_label_cache_keeps_only_the_last_refreshs_containers():
+    cache = {}
+    first = compute_shares([DeviceProcesses(GPU, {20: 30}, None)], held_by_a(), {20: process_of("x")}, PODS)
+    second = compute_shares([DeviceProcesses(GPU, {30: 7}, None)], held_by_a(), {30: process_of("y")}, PODS)
+    assert 'pod="pod-x"' in render_unallocated(first, "kubernetes", cache)
+    assert 'pod="pod-y"' in render_unallocated(second, "kubernetes", cache)
+    assert [owner.pod for _device, owner in cache] == ["pod-y"]  # pod-x left: its text is not kept
