@@ -123,6 +123,14 @@ UNATTRIBUTED_ENERGY = _telemetry(
 CONTAINER_IDLE = _telemetry(
     "pod_gpu_container_idle_seconds_total", "Seconds the container held this GPU or MIG instance with none of its "
     "processes on it.", type="counter", labels=_DEVICE + OWNER, **_SHARE)
+# The not_holder remainder by container: GPU use outside an allocation, named (process mode only).
+UNALLOCATED_MEMORY = _telemetry(
+    "pod_gpu_unallocated_memory_used_bytes", "Framebuffer memory used on this GPU or MIG instance by the container's "
+    "processes although the container does not hold it: the named part of reason not_holder.",
+    labels=_DEVICE + OWNER, **_SHARE)
+UNALLOCATED_SM = _telemetry(
+    "pod_gpu_unallocated_sm_utilization_ratio", "SM utilisation (0-1) of this GPU by the container's processes "
+    "although the container does not hold it: the named part of reason not_holder.", labels=_DEVICE + OWNER, **_SHARE)
 NVML_UP = _telemetry("pod_gpu_exporter_nvml_up", "1 when NVML answered the last per-process refresh "
                      "(--sharing.mode process), else 0.", modes=frozenset({PROCESS_MODE}))
 # What a refresh costs on this node (NVML calls go to the driver): measured, since no benchmark can.

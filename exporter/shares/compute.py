@@ -58,6 +58,21 @@ class Remainder(NamedTuple):
         return None if self.sm_units is None else self.sm_units / SM_UNITS
 
 
+class UnallocatedShare(NamedTuple):
+    """What one named container's processes use on a device it does not hold: a part of the device's
+    not_holder remainder (the rest of it is processes of pods or containers the API does not name)."""
+
+    device: GpuIdentity
+    owner: Owner
+    memory_bytes: int
+    sm_units: Optional[int]
+    processes: int
+
+    @property
+    def sm_ratio(self) -> Optional[float]:
+        return None if self.sm_units is None else self.sm_units / SM_UNITS
+
+
 class DeviceShares(NamedTuple):
     """One device of one NVML snapshot: its holders, then its remainders (one per reason, REASONS order);
     their memory adds up to exactly the memory of every process NVML listed on it."""
@@ -67,6 +82,9 @@ class DeviceShares(NamedTuple):
     remainders: Tuple[Remainder, ...]
     energy_mj: Optional[int] = None  # the board's energy counter as read in the same snapshot
     memory_slices: int = 0  # a MIG instance's size; 0 for a whole GPU
+    # The not_holder remainder's named containers, by owner; it adds up to at most that remainder
+    # (exactly, when the API names every container of it).
+    unallocated: Tuple[UnallocatedShare, ...] = ()
 
     @property
     def processes(self) -> int:
@@ -79,6 +97,10 @@ class Shares(NamedTuple):
     @property
     def holders(self) -> Tuple[HolderShare, ...]:
         return tuple(share for entry in self.devices for share in entry.holders)
+
+    @property
+    def unallocated(self) -> Tuple[UnallocatedShare, ...]:
+        return tuple(share for entry in self.devices for share in entry.unallocated)
 
     @property
     def unattributed(self) -> Tuple[Tuple[GpuIdentity, int], ...]:
@@ -115,12 +137,17 @@ def _device_shares(entry: DeviceProcesses, owners: Tuple[Owner, ...],
     slots: List[Any] = list(owners) + list(REASONS)  # holders first, then one slot per reason
     index = {slot: position for position, slot in enumerate(slots)}
     memory, sm, counts = [0] * len(slots), [0] * len(slots), [0] * len(slots)
+    outsiders: Dict[Owner, List[int]] = {}  # a named container not holding the device → [memory, SM units, count]
     for pid, used in entry.memory_bytes.items():
-        slot = _slot_of(pid, process_owners, pods, index)
+        named = owner_of_process(process_owners.get(pid), pods)
+        slot = _slot_of(pid, named, process_owners, index)
+        units = 0 if entry.sm_ratio is None else round(entry.sm_ratio.get(pid, 0.0) * SM_UNITS)
         memory[slot] += used
         counts[slot] += 1
-        if entry.sm_ratio is not None:
-            sm[slot] += round(entry.sm_ratio.get(pid, 0.0) * SM_UNITS)
+        sm[slot] += units
+        if named is not None and slot == index[NOT_HOLDER]:
+            part = outsiders.setdefault(named, [0, 0, 0])
+            part[0], part[1], part[2] = part[0] + used, part[1] + units, part[2] + 1
     holders_sm = None
     if entry.sm_ratio is not None:
         # A holder's processes' shares add up; rounding in the driver can push a sum over 1: capped,
@@ -130,15 +157,30 @@ def _device_shares(entry: DeviceProcesses, owners: Tuple[Owner, ...],
                     for i, owner in enumerate(owners))
     remainders = tuple(Remainder(entry.device, reason, memory[i], None if holders_sm is None else holders_sm[i], counts[i])
                        for i, reason in enumerate(REASONS, start=len(owners)))
-    return DeviceShares(entry.device, holders, remainders, entry.energy_mj, entry.memory_slices)
+    not_holder_sm = None if holders_sm is None else holders_sm[index[NOT_HOLDER]]
+    unallocated = _unallocated(entry.device, outsiders, sm[index[NOT_HOLDER]], not_holder_sm)
+    return DeviceShares(entry.device, holders, remainders, entry.energy_mj, entry.memory_slices, unallocated)
 
 
-def _slot_of(pid: int, process_owners: MappingType[int, Optional[ProcessOwner]], pods: PodIndex,
+def _slot_of(pid: int, named: Optional[Owner], process_owners: MappingType[int, Optional[ProcessOwner]],
              index: Dict[Any, int]) -> int:
     if pid not in process_owners or process_owners[pid] is None:
         return index[HOST]  # outside any pod, or exited before its cgroup could be read
-    owner = owner_of_process(process_owners[pid], pods)
-    return index.get(owner, index[NOT_HOLDER]) if owner is not None else index[NOT_HOLDER]
+    return index.get(named, index[NOT_HOLDER]) if named is not None else index[NOT_HOLDER]
+
+
+def _unallocated(device: GpuIdentity, outsiders: Dict[Owner, List[int]], raw_sm: int,
+                 scaled_sm: Optional[int]) -> Tuple[UnallocatedShare, ...]:
+    """The named part of the not_holder remainder, one entry per container (sorted by owner). Its SM is
+    the remainder's, after any scaling, split again by the containers' own samples; the processes of
+    unnamed owners keep their part, so the entries add up to the remainder exactly when all are named."""
+    ordered = sorted(outsiders.items())
+    sm_parts: List[Optional[int]] = [None] * len(ordered)
+    if scaled_sm is not None and ordered:
+        named_units = [units for _, (_, units, _) in ordered]
+        sm_parts = list(largest_remainder(scaled_sm, named_units + [raw_sm - sum(named_units)])[:-1])
+    return tuple(UnallocatedShare(device, owner, used, sm_part, count)
+                 for (owner, (used, _, count)), sm_part in zip(ordered, sm_parts))
 
 
 def _at_most_whole(units: List[int]) -> List[int]:

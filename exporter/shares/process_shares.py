@@ -15,7 +15,7 @@ from exporter.exposition.label_limit import LabelLimit
 from exporter.shares.compute import PodIndex, compute_shares, pod_index
 from exporter.shares.energy import SPLIT
 from exporter.shares.ledger import ShareLedger
-from exporter.shares.render import render_shares
+from exporter.shares.render import render_shares, render_unallocated
 from exporter.sources.nvml.processes import DeviceProcesses, NvmlError, NvmlProcessReader
 from exporter.sources.procfs import ProcessOwner, read_process_owner
 
@@ -71,6 +71,7 @@ class ProcessShares:
         self._ledger = ShareLedger(options.idle_policy)
         self._label_cache: Dict[tuple, str] = {}  # label texts written under self._labelled_mapping
         self._labelled_mapping: Optional[Mapping] = None
+        self._unallocated_labels: Dict[tuple, str] = {}  # label texts of the last refresh's unallocated series
         self._reader: Optional[NvmlProcessReader] = None
         self._nvml_calls = BoundedRunner("process-shares-nvml", NVML_TIMEOUT_SECONDS, "NVML (per-process shares)")
         self._invisible_refreshes = 0  # refreshes in a row in which none of NVML's PIDs could be seen
@@ -149,7 +150,7 @@ class ProcessShares:
         if mapping is not self._labelled_mapping:  # holders or their extra labels may have changed
             self._label_cache, self._labelled_mapping = {}, mapping
         return render_shares(shares, self._style, mapping.extra_labels, counters, self._label_cache,
-                             self._label_limit)
+                             self._label_limit) + render_unallocated(shares, self._style, self._unallocated_labels)
 
     def _process_owners(self, devices: List[DeviceProcesses]) -> Optional[Dict[int, Optional[ProcessOwner]]]:
         """PID → cgroup owner for every process NVML listed that can be seen; None when this is not the

@@ -7,12 +7,12 @@ from typing import Mapping as MappingType
 
 from exporter.core.identity import GpuIdentity
 from exporter.exposition.families import (CONTAINER_ENERGY, CONTAINER_IDLE, CONTAINER_MEMORY, CONTAINER_SM,
-                                          UNATTRIBUTED_ENERGY, UNATTRIBUTED_MEMORY, UNATTRIBUTED_PROCESSES,
-                                          UNATTRIBUTED_SM, Family)
+                                          UNALLOCATED_MEMORY, UNALLOCATED_SM, UNATTRIBUTED_ENERGY,
+                                          UNATTRIBUTED_MEMORY, UNATTRIBUTED_PROCESSES, UNATTRIBUTED_SM, Family)
 from exporter.exposition.label_limit import LabelLimit
-from exporter.exposition.labels import gpu_label_pairs, render_owner_labels_within
+from exporter.exposition.labels import gpu_label_pairs, render_owner_labels, render_owner_labels_within
 from exporter.exposition.text import LabelPairs, render_label_pairs
-from exporter.shares.compute import SM_UNITS, Shares
+from exporter.shares.compute import SM_UNITS, Shares, UnallocatedShare
 from exporter.shares.energy import ENERGY_REASONS
 from exporter.shares.ledger import Counters, HolderKey
 
@@ -58,6 +58,30 @@ def render_shares(shares: Shares, style: str, extra_labels: Optional[ExtraLabels
     _family(lines, UNATTRIBUTED_PROCESSES, ((devices[device], str(count)) for device, count in shares.unattributed))
     if counters is not None:
         _counters(lines, shares, counters, holder, remainder)
+    return "".join(lines)
+
+
+def render_unallocated(shares: Shares, style: str, label_cache: Optional[Dict[tuple, str]] = None) -> str:
+    """Who uses a device they do not hold (the not_holder remainder by container), after render_shares'
+    series. Owner labels only: such a pod's extra labels are not in the mapping (it holds no GPU here,
+    or not this one). `label_cache`: the label texts of the last refresh, kept by the caller; left with
+    this refresh's only, since these containers come and go whatever the mapping does."""
+    cache = {} if label_cache is None else label_cache
+    used: Dict[tuple, str] = {}
+
+    def labels(share: UnallocatedShare) -> str:
+        key = (share.device, share.owner)
+        if key not in used:
+            used[key] = cache.get(key) or (render_label_pairs(gpu_label_pairs(share.device)) + ","
+                                           + render_owner_labels(share.owner, style))
+        return used[key]
+
+    lines: List[str] = []
+    outsiders = shares.unallocated
+    _family(lines, UNALLOCATED_MEMORY, ((labels(s), str(s.memory_bytes)) for s in outsiders))
+    _family(lines, UNALLOCATED_SM, ((labels(s), _ratio(s.sm_units)) for s in outsiders if s.sm_units is not None))
+    cache.clear()
+    cache.update(used)
     return "".join(lines)
 
 

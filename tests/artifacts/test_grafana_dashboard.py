@@ -74,3 +74,15 @@ def test_rules_and_dashboard_do_not_depend_on_the_hostname_label_spelling():
     # dcgm-exporter wrote Hostname, later releases write hostname: neither may matter.
     for path in (DASHBOARD, RULES):
         assert not re.search(r"\b[Hh]ostname\b", path.read_text(encoding="utf-8").split("groups:", 1)[-1]), path
+
+
+def test_the_health_row_shows_health_taints_xids_lost_gpus_and_use_without_an_allocation():
+    panels = _dashboard()["panels"]
+    row = next(index for index, panel in enumerate(panels) if panel["title"] == "Health and accountability")
+    below = panels[row + 1:]
+    below = below[:next((i for i, p in enumerate(below) if p["type"] == "row"), len(below))]
+    queried = " ".join(t["expr"] for p in below for t in p["targets"])
+    for family in ("pod_gpu_device_health_status", "pod_gpu_device_taint", "pod_gpu_container_xid_errors_total",
+                   "pod_gpu_device_lost", "pod_gpu_unallocated_memory_used_bytes",
+                   "pod_gpu_unallocated_sm_utilization_ratio"):
+        assert re.search(rf"\b{family}\b", queried), family

@@ -55,8 +55,11 @@ def assert_served_as_catalogued(text: str, endpoint: str, modes: FrozenSet[str],
 def test_process_mode_with_the_api_serves_every_family(gpu_node):
     gpu_node.add_pod("a")
     gpu_node.kubelet.set_devices([AllocatedDevice("ml", "a", "main", "nvidia.com/gpu", NODE_L4)])
-    gpu_node.nvml.gpu(0, NODE_L4).energy(NODE_L4, 5000).process(NODE_L4, 10, MIB).sample(NODE_L4, 10, 5).write()
+    gpu_node.nvml.gpu(0, NODE_L4).energy(NODE_L4, 5000).process(NODE_L4, 10, MIB).sample(NODE_L4, 10, 5)
+    gpu_node.add_pod("outsider")  # holds no GPU but runs on a's: the unallocated families
+    gpu_node.nvml.process(NODE_L4, 20, MIB).sample(NODE_L4, 20, 5).write()
     gpu_node.run_in(10, "a")
+    gpu_node.run_in(20, "outsider")
     exporter = gpu_node.start()
     telemetry = shares_served(exporter)
     modes = frozenset({PROCESS_MODE, KUBERNETES_API})

@@ -13,7 +13,7 @@ from support.prometheus_server import DEADLINE_SECONDS, POLL_SECONDS, Prometheus
 from support.shared_node import L4, MIB, shares_served
 from support.waiting import wait_until
 
-PROCESS_MODE_SERIES = re.compile(r"pod_gpu_(container_(energy|idle)|unattributed)_")
+PROCESS_MODE_SERIES = re.compile(r"pod_gpu_(container_(energy|idle)|unattributed|unallocated)_")
 
 
 def test_dashboard_panels_and_rules_of_process_mode_answer_from_real_scrapes(gpu_node, tmp_path):

@@ -17,6 +17,7 @@ from support.share_invariants import (
     IDLE,
     check_counters,
     check_memory_and_sm,
+    check_unallocated_breakdown,
     distinct,
     energy_growth,
     holders,
@@ -192,6 +193,8 @@ def test_every_refresh_adds_up_while_pods_arrive_leave_and_share(gpu_node, polic
     assert sorted(set(versions)) == list(range(LAST + 1))
     for samples, version in zip(refreshes, versions):
         check_memory_and_sm(samples, listed_memory(version))
+        check_unallocated_breakdown(samples, named_exactly=True)  # every pod here is in the API
+        assert {dict(labels)["pod"] for labels in samples["pod_gpu_unallocated_memory_used_bytes"]} >= {"stray"}
     by_instance: Dict[str, Decimal] = {}
     for (before, old), (after, new) in zip(zip(refreshes, versions), zip(refreshes[1:], versions[1:])):
         check_counters(before, after, {uuid: energy_at(new)[uuid] - energy_at(old)[uuid] for uuid in INDEX})

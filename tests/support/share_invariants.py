@@ -82,12 +82,30 @@ def energy_growth(before, after) -> Dict[DeviceKey, Decimal]:
     return growth
 
 
+_SHARE_PREFIXES = ("pod_gpu_container_", "pod_gpu_unattributed_", "pod_gpu_unallocated_")
+
+
 def distinct(texts: Iterable[str]) -> List[str]:
     """The scrapes whose share series differ from the one before: one per refresh seen."""
     seen: List[str] = []
     for text in texts:
-        shares = "\n".join(line for line in text.splitlines()
-                           if line.startswith("pod_gpu_container_") or line.startswith("pod_gpu_unattributed_"))
+        shares = "\n".join(line for line in text.splitlines() if line.startswith(_SHARE_PREFIXES))
         if shares and (not seen or shares != seen[-1]):
             seen.append(shares)
     return seen
+
+
+UNALLOCATED = {"pod_gpu_unattributed_memory_used_bytes": "pod_gpu_unallocated_memory_used_bytes",
+               "pod_gpu_unattributed_sm_utilization_ratio": "pod_gpu_unallocated_sm_utilization_ratio"}
+
+
+def check_unallocated_breakdown(samples, named_exactly: bool = False) -> None:
+    """Per device, the unallocated series add up to at most reason="not_holder" (exactly when every process
+    of it is a container the API names: `named_exactly`), and a device without a not_holder remainder has none."""
+    for remainder, breakdown in UNALLOCATED.items():
+        not_holder = {device_of(labels): value for labels, value in samples.get(remainder, {}).items()
+                      if dict(labels)["reason"] == "not_holder"}
+        for device, total in per_device(samples, (breakdown,)).items():
+            assert device in not_holder, f"{breakdown} on {device} without a not_holder remainder"
+            assert total == not_holder[device] if named_exactly else total <= not_holder[device], (
+                f"{breakdown} of {device} adds up to {total}, not_holder is {not_holder[device]}")
