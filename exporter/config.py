@@ -91,7 +91,7 @@ _FLAGS: Tuple[Tuple[str, str, str, str], ...] = (
     ("--kubernetes.kubeconfig", "kubernetes_kubeconfig", "text", "Kubeconfig file for the API server when not running in a pod (in a pod: the service account)."),
     ("--kubernetes.node-name", "kubernetes_node_name", "name", "This node's name; its pods are watched with fieldSelector spec.nodeName=<it>."),
     ("--kubernetes.watch-silence-timeout", "kubernetes_watch_silence_seconds", "duration", "A watch on which nothing arrives for this long (the API server sends a bookmark about every minute) is dropped and the resource listed again."),
-    ("--labels.extra", "labels_extra", "extra", "Comma list of extra labels from the API: pod_uid (adds pod_uid), workload (adds workload_kind, workload)."),
+    ("--labels.extra", "labels_extra", "extra", "Comma list of extra labels from the API: pod_uid (adds pod_uid), workload (adds workload_kind, workload), queue (adds cluster_queue, local_queue: the pod's Kueue or Volcano queue)."),
     ("--labels.pod-labels", "labels_pod_labels", "regex", "Regex (full match) of pod label keys to add as label_<key>, sanitised like kube-state-metrics."),
     ("--labels.pod-annotations", "labels_pod_annotations", "regex", "Regex (full match) of pod annotation keys to add as annotation_<key>."),
     ("--labels.mode", "labels_mode", LABEL_MODES, "samples = dcgm samples carry their holders' labels; join = dcgm samples keep only their upstream labels and pod_gpu_allocation_info names the holders, for group_left joins (fewer series on shared GPUs, no added labels on each sample)."),
