@@ -132,3 +132,16 @@ def test_an_owners_kueue_label_names_the_pods_local_queue(api, tmp_path):
     assert labels.of("ml", pod) == ("cq-research", "lq-train")
     assert labels.of("ml", pod._replace(controller=None)) == ("", "")
     assert labels.of("ml", pod._replace(queue=QueueHint(volcano_queue="q"))) == ("q", "")
+
+
+def test_the_label_limit_drops_the_queues_after_the_pod_labels_and_before_the_workload():
+    from exporter.exposition.label_limit import LabelLimit
+
+    extras = extra_label_pairs(label_spec("pod_uid,workload,queue", ".*", None),
+                               PodInfo("u", (("team", "a"),), (), None, ()), ("Job", "t"), ("cq", "lq"))
+    assert [name for name, _ in extras] == ["pod_uid", "workload_kind", "workload", "cluster_queue", "local_queue",
+                                            "label_team"]
+    limit = LabelLimit(14)
+    assert limit.fit(extras, 6, 3) == extras[:5]  # room 5: the pod label goes first
+    assert limit.fit(extras, 7, 3) == extras[:4]  # room 4: then local_queue
+    assert limit.fit(extras, 8, 3) == extras[:3]  # room 3: then cluster_queue; the workload stays
