@@ -10,9 +10,9 @@ from exporter.base.logs import LogOnce, log
 Pairs = Tuple[Tuple[str, str], ...]
 
 # The order in which Mapping.extra_labels lists a pod's extras (pod_uid, workload_kind, workload,
-# label_…, annotation_…) is kept; what goes first is the opposite end: annotations, then pod labels
-# (each in reverse sorted order, so the same keys survive on every node), then the workload pair,
-# then pod_uid. What identifies a pod stays longest; free text a user may add by the dozen goes first.
+# cluster_queue, local_queue, label_…, annotation_…) is kept; what goes first is the opposite end:
+# annotations, then pod labels (each in reverse sorted order, so the same keys survive on every
+# node), then the queues (local_queue first), then the workload pair, then pod_uid. What identifies a pod stays longest; free text a user may add by the dozen goes first.
 _WORKLOAD_PAIR = ("workload_kind", "workload")
 _MAX_ANSWERS = 4096  # distinct cuts remembered; far above a node's holders times their label shapes
 _UNSEEN = object()  # not remembered, told apart from a remembered None (not even the owner labels fit)
@@ -81,6 +81,6 @@ class LabelLimit:
             return
         shown = ",".join(names[:10]) + (",…" if len(names) > 10 else "")
         log("warn", f"--labels.limit {self.limit}: series would carry more labels than allowed; the extra labels "
-            "are dropped (annotations first, then pod labels, workload, pod_uid) and counted in "
+            "are dropped (annotations first, then pod labels, queues, workload, pod_uid) and counted in "
             "pod_gpu_exporter_limited_labels_total; logged once", limit=self.limit, labels_before_extras=used,
             dropped=shown)

@@ -19,6 +19,9 @@ PROCESS_MODE_SERIES = re.compile(r"pod_gpu_(container_(energy|idle)|unattributed
 # Health panels read series that need pod status or DRA slices from the Kubernetes API, or NVML's events:
 # this stack has neither.
 HEALTH_SERIES = re.compile(r"pod_gpu_(device_(health_status|taint|lost)|container_xid_errors)")
+# The Queues row reads pod-gpu-queue.rules.yml's series, which need --labels.extra queue and Kueue's
+# own metrics: promtool tests them (tests/artifacts/test_queue_rules.py).
+QUEUE_SERIES = re.compile(r"\b(cluster_queue|namespace_local_queue):")
 NAMESPACE, POD, CONTAINER = "ml-team", "trainer-0", "cuda"
 GPU_UTIL = "87"  # the L4 scrape reads 0; a distinctive value proves which sample came through
 L4_POWER_WATTS = 16.365  # DCGM_FI_DEV_POWER_USAGE in the L4 scrape, unchanged
@@ -80,7 +83,7 @@ def test_dashboard_queries_return_data_for_the_pod(stack):
     # Process-mode panels read series a device-mode exporter does not serve: they are run against a
     # process-mode exporter in test_process_shares_prometheus_e2e.py.
     targets = [t for p in dashboard["panels"] for t in p.get("targets", [])
-               if not PROCESS_MODE_SERIES.search(t["expr"]) and not HEALTH_SERIES.search(t["expr"])]
+               if not any(skipped.search(t["expr"]) for skipped in (PROCESS_MODE_SERIES, HEALTH_SERIES, QUEUE_SERIES))]
     assert targets
     for target in targets:
         promql = target["expr"].replace("$namespace", NAMESPACE).replace("$pod", POD)

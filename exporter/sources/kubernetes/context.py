@@ -15,6 +15,8 @@ from exporter.sources.kubernetes.freshness import Freshness
 from exporter.sources.kubernetes.labels import LabelSpec, PodInfo
 from exporter.sources.kubernetes.objects import pod_check, slice_check
 from exporter.sources.kubernetes.pod_store import PodKey, PodStore
+from exporter.sources.kubernetes.queue_hints import metadata_queue_hint
+from exporter.sources.kubernetes.queues import QueueLabels, QueueObjects
 from exporter.sources.kubernetes.status import KubernetesStatus
 from exporter.sources.kubernetes.stream import ANSWER_SECONDS, http_client
 from exporter.sources.kubernetes.watch import WATCH_SILENCE_SECONDS, ListWatch
@@ -45,7 +47,10 @@ class KubernetesContext:
         self.node_name = node_name
         self.store = PodStore(spec, node_name)
         # `read_owners` replaces the API server's metadata reads in tests that need thousands of them.
-        self.workloads = _workloads(client, read_seconds, clock, read_owners)
+        reader = None if read_owners is not None else MetadataReader(client, read_seconds, clock)
+        self.workloads = _workloads(reader, clock, read_owners, spec.queue)
+        # With --labels.extra queue: LocalQueue and PodGroup reads, through the same discovery and bounds.
+        self.queues = QueueLabels(QueueObjects(reader.read, clock), self.workloads) if spec.queue and reader else None
         # `read_seconds` bounds each get's answer: owners, discovery, claims.
         self.dra = DraDevices(lambda namespace, name: read_claim(http_client(client), namespace, name, read_seconds),
                               resolve_mig, clock)
@@ -56,7 +61,7 @@ class KubernetesContext:
                                      fallback=_slice_v1beta1, check=slice_check(node_name),
                                      silence_seconds=watch_silence_seconds)
         self._fresh = Freshness(lambda: self.pod_watch.healthy, grace_seconds, clock)
-        self._extras = ExtraLabels(spec, self.store, self.workloads, self._fresh, node_name)
+        self._extras = ExtraLabels(spec, self.store, self.workloads, self._fresh, node_name, self.queues)
 
     def start(self) -> None:
         self.pod_watch.start()
@@ -106,8 +111,10 @@ class KubernetesContext:
         return len(self.store)
 
 
-def _workloads(client, read_seconds: float, clock: Callable[[], float], read_owners) -> Workloads:
-    if read_owners is not None:
+def _workloads(reader: Optional[MetadataReader], clock: Callable[[], float], read_owners, queue: bool) -> Workloads:
+    if reader is None:
         return Workloads(read_owners, clock)
-    reader = MetadataReader(client, read_seconds, clock)
-    return Workloads(reader.owner_references, clock, lambda version, kind: reader.plural(version, kind, read=False)[0])
+    # With queues, each owner's whole metadata is read (the same metadata-only GET) and its queue label kept.
+    return Workloads(reader.metadata if queue else reader.owner_references, clock,
+                     lambda version, kind: reader.plural(version, kind, read=False)[0],
+                     keep=metadata_queue_hint if queue else None)

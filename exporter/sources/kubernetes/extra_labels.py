@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
-from typing import Callable, Dict, Iterable
+from typing import Callable, Dict, Iterable, Optional
 
 from exporter.base.logs import LogOnce
 from exporter.sources.kubernetes.labels import LabelSpec, extra_label_pairs
 from exporter.sources.kubernetes.pod_store import PodKey, PodStore
+from exporter.sources.kubernetes.queues import QueueLabels
 from exporter.sources.kubernetes.workloads import Workloads
 
 
@@ -18,8 +19,9 @@ class ExtraLabels:
     """
 
     def __init__(self, spec: LabelSpec, store: PodStore, workloads: Workloads, fresh: Callable[[], bool],
-                 node_name: str):
+                 node_name: str, queues: Optional[QueueLabels] = None):
         self._spec = spec
+        self._queues = queues  # with --labels.extra queue
         self._store = store
         self._workloads = workloads
         self._fresh = fresh
@@ -33,6 +35,8 @@ class ExtraLabels:
         pods = list(pods)
         self._unseen_logged.retain(pods)  # forget pods that are gone, so that it stays bounded
         self._workloads.begin_refresh()
+        if self._queues is not None:
+            self._queues.begin_refresh()
         for namespace, name in pods:
             info = self._store.get((namespace, name))
             if info is None:  # not seen yet (the kubelet can be quicker than the watch): next refresh
@@ -41,5 +45,6 @@ class ExtraLabels:
                     "samples lack the extra labels until it is", namespace=namespace, pod=name, node=self._node_name)
                 continue
             workload = self._workloads.of(namespace, name, info.controller) if self._spec.workload else None
-            extras[(namespace, name)] = extra_label_pairs(self._spec, info, workload)
+            queues = self._queues.of(namespace, info) if self._spec.queue and self._queues is not None else None
+            extras[(namespace, name)] = extra_label_pairs(self._spec, info, workload, queues)
         return extras

@@ -6,8 +6,17 @@ import re
 from dataclasses import dataclass
 from typing import Dict, Iterable, List, NamedTuple, Optional, Pattern, Tuple
 
-EXTRA_CHOICES = ("pod_uid", "workload")
+EXTRA_CHOICES = ("pod_uid", "workload", "queue")
 _INVALID_NAME_CHARACTER = re.compile(r"[^a-zA-Z0-9_]")
+
+
+class QueueHint(NamedTuple):
+    """What an object's metadata names of its batch queue (queue_hints.py): a Kueue LocalQueue, a Volcano
+    Queue, or a Volcano PodGroup whose spec names the queue. Empty strings where it names none."""
+
+    local_queue: str = ""
+    volcano_queue: str = ""
+    pod_group: str = ""
 
 
 class PodInfo(NamedTuple):
@@ -23,6 +32,7 @@ class PodInfo(NamedTuple):
     controller: Optional[Tuple[str, str, str]]  # (apiVersion, kind, name) of the controlling ownerReference
     containers: Tuple[Tuple[str, str], ...]  # (container name, "containerd://…"), once started
     ended: bool = False  # phase Succeeded or Failed: its containers have stopped for good
+    queue: Optional[QueueHint] = None  # with --labels.extra queue: what the pod's own metadata says of its queue
 
 
 @dataclass(frozen=True)
@@ -31,30 +41,38 @@ class LabelSpec:
 
     pod_uid: bool = False
     workload: bool = False
+    queue: bool = False
     pod_labels: Optional[Pattern] = None
     pod_annotations: Optional[Pattern] = None
 
     @property
     def enabled(self) -> bool:
-        return self.pod_uid or self.workload or self.pod_labels is not None or self.pod_annotations is not None
+        return self.pod_uid or self.workload or self.queue or self.pod_labels is not None or self.pod_annotations is not None
 
 
 def parse_extra(text: str) -> Tuple[bool, bool]:
     """'pod_uid,workload' → (pod_uid, workload); raises ValueError naming an unknown entry."""
-    chosen = [part.strip() for part in text.split(",") if part.strip()]
-    unknown = sorted(set(chosen) - set(EXTRA_CHOICES))
+    chosen = extra_choices(text)
+    return "pod_uid" in chosen, "workload" in chosen
+
+
+def extra_choices(text: str) -> frozenset:
+    """The entries of --labels.extra; raises ValueError naming an unknown one."""
+    chosen = frozenset(part.strip() for part in text.split(",") if part.strip())
+    unknown = sorted(chosen - set(EXTRA_CHOICES))
     if unknown:
         raise ValueError(f"unknown extra label {unknown[0]!r} (choose from {', '.join(EXTRA_CHOICES)})")
-    return "pod_uid" in chosen, "workload" in chosen
+    return chosen
 
 
 def label_spec(extra: str, pod_labels: Optional[str], pod_annotations: Optional[str]) -> LabelSpec:
     """The LabelSpec of --labels.extra, --labels.pod-labels and --labels.pod-annotations (checked before: a bad
     value raises ValueError here too)."""
-    pod_uid, workload = parse_extra(extra)
+    chosen = extra_choices(extra)
     return LabelSpec(
-        pod_uid=pod_uid,
-        workload=workload,
+        pod_uid="pod_uid" in chosen,
+        workload="workload" in chosen,
+        queue="queue" in chosen,
         pod_labels=compile_key_pattern(pod_labels) if pod_labels else None,
         pod_annotations=compile_key_pattern(pod_annotations) if pod_annotations else None,
     )
@@ -80,18 +98,22 @@ def sanitise_label_name(key: str) -> str:
     return _INVALID_NAME_CHARACTER.sub("_", key)
 
 
-def extra_label_pairs(spec: LabelSpec, pod: PodInfo,
-                      workload: Optional[Tuple[str, str]]) -> Tuple[Tuple[str, str], ...]:
-    """(name, value) of pod_uid, workload_kind, workload, label_…, annotation_…, in the contract's order.
+def extra_label_pairs(spec: LabelSpec, pod: PodInfo, workload: Optional[Tuple[str, str]],
+                      queues: Optional[Tuple[str, str]] = None) -> Tuple[Tuple[str, str], ...]:
+    """(name, value) of pod_uid, workload_kind, workload, cluster_queue, local_queue, label_…, annotation_…,
+    in the contract's order.
 
-    `workload` is (kind, name), or None when it is not known yet (then both workload labels are left
-    out rather than guessed). Values are as the API gives them: the exposition escapes what it writes.
+    `workload` is (kind, name) and `queues` (cluster queue, local queue), each None when not known yet
+    (then its labels are left out rather than guessed). Values are as the API gives them: the
+    exposition escapes what it writes.
     """
     pairs: List[Tuple[str, str]] = []
     if spec.pod_uid:
         pairs.append(("pod_uid", pod.uid))
     if spec.workload and workload is not None:
         pairs += [("workload_kind", workload[0]), ("workload", workload[1])]
+    if spec.queue and queues is not None:
+        pairs += [("cluster_queue", queues[0]), ("local_queue", queues[1])]
     pairs += _prefixed("label_", pod.labels)
     pairs += _prefixed("annotation_", pod.annotations)
     return tuple(pairs)

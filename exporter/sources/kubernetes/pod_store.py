@@ -7,6 +7,7 @@ from typing import Dict, Iterable, Optional, Set, Tuple
 
 from exporter.base.logs import LogOnce
 from exporter.sources.kubernetes.labels import LabelSpec, PodInfo, allowed_items
+from exporter.sources.kubernetes.queue_hints import queue_hint
 from exporter.sources.kubernetes.workloads import controller_of
 
 MAX_PODS = 20_000  # far above any node's pod limit (110 by default); bounds memory if a selector is wrong
@@ -28,6 +29,7 @@ def pod_info(pod, spec: LabelSpec) -> PodInfo:
         controller=controller_of(meta.ownerReferences),
         containers=tuple((s.name, s.containerID) for s in statuses if s.containerID),
         ended=status is not None and status.phase in _ENDED_PHASES,
+        queue=queue_hint(meta.labels, meta.annotations) if spec.queue else None,
     )
 
 

@@ -42,7 +42,14 @@ class OwnerRef(NamedTuple):
     name: str
 
 
-_TOP = OwnerRef("", "", "")  # the remembered answer for an object that has no controller
+_TOP = OwnerRef("", "", "")  # the remembered parent of an object that has no controller
+
+
+class Level(NamedTuple):
+    """What is remembered of one owner object: its controller (or _TOP), and what `keep` kept of its metadata."""
+
+    parent: OwnerRef
+    kept: object = None
 
 
 def controller_of(references: Iterable) -> Optional[OwnerRef]:
@@ -99,7 +106,7 @@ class MetadataReader:
             raise KeyError(api_version)
         stale = kinds is not None and kind not in kinds and self._clock() - read_at >= REDISCOVER_SECONDS
         if read and (kinds is None or stale):
-            body = self._get(_group_path(api_version))
+            body = self._discovery(api_version)
             kinds = {item["kind"]: (item["name"], bool(item.get("namespaced")))
                      for item in body.get("resources", ()) if "/" not in item.get("name", "/")}
             with self._lock:
@@ -112,11 +119,29 @@ class MetadataReader:
             raise NotServed(f"{api_version} serves no kind {kind}")
         return kinds[kind]
 
+    def _discovery(self, api_version: str) -> dict:
+        """The group/version's APIResourceList; NotServed when the API server has no such group/version."""
+        try:
+            return self._get(_group_path(api_version))
+        except Exception as exc:
+            if getattr(getattr(exc, "status", None), "code", None) == 404:
+                raise NotServed(f"{api_version} is not served") from None
+            raise
+
     def owner_references(self, api_version: str, kind: str, namespace: str, name: str) -> List[dict]:
+        return list(self.metadata(api_version, kind, namespace, name).get("ownerReferences") or ())
+
+    def metadata(self, api_version: str, kind: str, namespace: str, name: str) -> dict:
+        """One object's metadata (a metadata-only read): ownerReferences, labels, annotations."""
+        metadata = self.read(api_version, kind, namespace, name, METADATA_ACCEPT).get("metadata")
+        return metadata if isinstance(metadata, dict) else {}
+
+    def read(self, api_version: str, kind: str, namespace: str, name: str, accept: str = "application/json") -> dict:
+        """One object as JSON (the whole of it unless `accept` asks for less)."""
         plural, namespaced = self.plural(api_version, kind)
         scope = f"/namespaces/{namespace}" if namespaced else ""
-        body = self._get(f"{_group_path(api_version)}{scope}/{plural}/{name}", METADATA_ACCEPT)
-        return list((body.get("metadata") or {}).get("ownerReferences") or ())
+        body = self._get(f"{_group_path(api_version)}{scope}/{plural}/{name}", accept)
+        return body if isinstance(body, dict) else {}
 
     def _get(self, path: str, accept: str = "application/json") -> dict:
         """The JSON answer, bounded in size and time (stream.read_answer): these reads run on the refresher."""
@@ -135,24 +160,25 @@ def resource_label(api_version: str, kind: str) -> Tuple[str, str]:
 
 # (apiVersion, kind, namespace, name) of one owner object.
 Key = Tuple[str, str, str, str]
-ReadOwners = Callable[[str, str, str, str], List[dict]]
+ReadOwners = Callable[[str, str, str, str], object]  # ownerReferences (a list), or the whole metadata (a dict)
 ResourceOf = Callable[[str, str], str]
 
 
 class Workloads:
     """Pod → (kind, name) of its top controller; see docs/kubernetes.md, "Workload: the top controller".
 
-    `read_owners(api_version, kind, namespace, name)` returns an object's ownerReferences or raises as
-    the client does. A level that answers 403 or 404 ends the walk there: the workload is that
+    `read_owners(api_version, kind, namespace, name)` returns an object's ownerReferences (or its whole
+    metadata, when `keep` is to remember something of it) or raises as the client does. A level that answers 403 or 404 ends the walk there: the workload is that
     object, known by name from the level below; it is asked again after RETRY_SECONDS (the RBAC may
     have been granted). Any other failure (unreachable, 5xx) leaves the workload unknown for as long.
     """
 
     def __init__(self, read_owners: ReadOwners, clock: Callable[[], float] = time.monotonic,
-                 resource_of: Optional[ResourceOf] = None):
+                 resource_of: Optional[ResourceOf] = None, keep: Optional[Callable[[dict], object]] = None):
         self._read_owners = read_owners
         self._resource_of = resource_of
-        self._parents: RetryingCache[Key, OwnerRef] = RetryingCache(self._lookup, RETRY_SECONDS, MAX_OBJECTS, clock)
+        self._keep = keep  # what is remembered of each owner's metadata besides its controller (owners_kept)
+        self._parents: RetryingCache[Key, Level] = RetryingCache(self._lookup, RETRY_SECONDS, MAX_OBJECTS, clock)
         self._unreadable: Dict[Key, bool] = {}  # keys whose last read was refused (403/404); oldest first
         self._lock = threading.Lock()
         # Once per (resource, reason): a CronJob's every Job refused must not log a line each. The kinds in keys
@@ -177,7 +203,19 @@ class Workloads:
         """The workload of a pod with this controller; None while a level cannot be read for now."""
         if controller is None:
             return ("Pod", pod_name)
-        ref, seen = controller, set()
+        return self._walk(namespace, controller)[0]
+
+    def owners_kept(self, namespace: str, controller: Optional[OwnerRef]) -> Optional[List[object]]:
+        """What `keep` kept of each owner on the pod's chain, its controller first (the same reads as `of`,
+        cached alike); None while a level cannot be read for now."""
+        if controller is None:
+            return []
+        workload, kept = self._walk(namespace, controller)
+        return None if workload is None else kept
+
+    def _walk(self, namespace: str, controller: OwnerRef) -> Tuple[Optional[Tuple[str, str]], List[object]]:
+        """(the workload, or None while a level cannot be read for now; what was kept of each level read)."""
+        ref, seen, kept = controller, set(), []
         for _ in range(MAX_DEPTH):
             key = (ref.api_version, ref.kind, namespace, ref.name)
             if key in seen:
@@ -185,27 +223,30 @@ class Workloads:
             seen.add(key)
             spent = (self._read_until is not None and self._clock() >= self._read_until
                      and self._parents.would_look_up(key))  # this refresh's reads are spent: a later one reads it
-            parent = None if spent else self._parents.get(key)
-            if parent is None:
+            level = None if spent else self._parents.get(key)
+            if level is None:
                 with self._lock:
-                    return (ref.kind, ref.name) if key in self._unreadable else None
-            if parent is _TOP:
-                return (ref.kind, ref.name)
-            ref = parent
+                    return ((ref.kind, ref.name) if key in self._unreadable else None), kept
+            kept.append(level.kept)
+            if level.parent is _TOP:
+                return (ref.kind, ref.name), kept
+            ref = level.parent
         self._log_once(("depth", ref.kind), "info", "ownerReferences go deeper than the walk follows (or in a cycle): "
                        "the workload is the last owner reached", kind=ref.kind, name=ref.name, max_depth=MAX_DEPTH)
-        return (ref.kind, ref.name)
+        return (ref.kind, ref.name), kept
 
-    def _lookup(self, key: Key) -> Optional[OwnerRef]:
+    def _lookup(self, key: Key) -> Optional[Level]:
         api_version, kind, namespace, name = key
         try:
-            references = self._read_owners(api_version, kind, namespace, name)
+            answer = self._read_owners(api_version, kind, namespace, name)
         except Exception as exc:  # noqa: BLE001 - logged once per resource and reason; retried after a minute
             self._failed(key, exc)
             return None
         with self._lock:
             self._unreadable.pop(key, None)
-        return controller_of(references) or _TOP
+        metadata = answer if isinstance(answer, dict) else {"ownerReferences": answer}
+        kept = self._keep(metadata) if self._keep is not None else None
+        return Level(controller_of(metadata.get("ownerReferences")) or _TOP, kept)
 
     def _failed(self, key: Key, exc: Exception) -> None:
         api_version, kind, namespace, name = key
