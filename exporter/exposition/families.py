@@ -160,7 +160,8 @@ KUBERNETES_REQUESTS = _self(
     "server (a list's pages count once).", ("resource",), modes=frozenset({KUBERNETES_API}))
 KUBERNETES_WATCH_DROPPED = _self(
     "pod_gpu_exporter_kubernetes_watch_dropped_total", "counter", "Watch connections the exporter closed: nothing "
-    "arrived within --kubernetes.watch-silence-timeout (silent), or a line went past the 4 MiB cap (too_large).",
+    "arrived within --kubernetes.watch-silence-timeout (silent), a line went past the 4 MiB cap (too_large), or a "
+    "line was no event (undecodable: watched again from the last good version).",
     ("resource", "reason"), modes=frozenset({KUBERNETES_API}))
 KUBERNETES_OBJECTS_SKIPPED = _self(
     "pod_gpu_exporter_kubernetes_objects_skipped_total", "counter", "Objects from the Kubernetes API left out of the "

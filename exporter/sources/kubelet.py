@@ -112,7 +112,7 @@ class PodResourcesClient:
                 response = lister.GetAllocatableResources(v1_pb2.AllocatableResourcesRequest(),
                                                           timeout=self.timeout_seconds)
             except grpc.RpcError as exc:
-                raise _translate(exc, self) from exc
+                raise _translate(exc, self, "GetAllocatableResources") from exc
             finally:
                 self._close_channel()
         return [(devices.resource_name, device_id) for devices in response.devices for device_id in devices.device_ids]
@@ -239,13 +239,13 @@ def _devices_v1(response: v1_pb2.ListPodResourcesResponse) -> Iterator[Allocated
                                               dra=True, claim=ref, pool=resource.pool_name)
 
 
-def _translate(exc: grpc.RpcError, client: PodResourcesClient) -> KubeletError:
-    """One KubeletError, naming the socket and what to do, for a failed List call."""
+def _translate(exc: grpc.RpcError, client: PodResourcesClient, call: str = "List") -> KubeletError:
+    """One KubeletError, naming the socket, the call that failed and what to do."""
     code, details = exc.code(), exc.details() or ""
     lowered = details.lower()
     where = f"kubelet socket {client.socket_path}"
     if code == grpc.StatusCode.DEADLINE_EXCEEDED:
-        return KubeletError(f"{where}: no answer to List within {client.timeout_seconds:g}s: the kubelet may be "
+        return KubeletError(f"{where}: no answer to {call} within {client.timeout_seconds:g}s: the kubelet may be "
                             "overloaded; raise --kubelet.timeout if this persists", reason="timeout")
     if code == grpc.StatusCode.PERMISSION_DENIED or "permission denied" in lowered:
         return KubeletError(f"{where}: permission denied: {_ROOT_HINT}", reason="permission")
@@ -255,21 +255,32 @@ def _translate(exc: grpc.RpcError, client: PodResourcesClient) -> KubeletError:
         return KubeletError(f"{where}: kubelet not answering ({details}): is it running? "
                             "will reconnect on the next call", reason="unavailable")
     if code == grpc.StatusCode.UNIMPLEMENTED:
-        return KubeletError(f"{where}: the kubelet serves neither v1 nor v1alpha1 PodResources List "
-                            f"({details}): it needs Kubernetes >= 1.13 with the KubeletPodResources "
-                            "feature gate on (default from 1.15)", reason="unimplemented")
+        return KubeletError(_UNIMPLEMENTED[call].format(where=where, details=details),
+                            reason="unimplemented")
     if code == grpc.StatusCode.RESOURCE_EXHAUSTED:
-        return _translate_exhausted(where, details, client.max_receive_bytes)
-    return KubeletError(f"{where}: List failed with {code.name}: {details}", reason="error")
+        return _translate_exhausted(where, details, client.max_receive_bytes, call)
+    return KubeletError(f"{where}: {call} failed with {code.name}: {details}", reason="error")
 
 
-def _translate_exhausted(where: str, details: str, limit_bytes: int) -> KubeletError:
+# What an UNIMPLEMENTED answer means, per call: List is tried in v1, then v1alpha1, before it is reported;
+# GetAllocatableResources exists in v1 only, and came later than List.
+_UNIMPLEMENTED = {
+    "List": ("{where}: the kubelet serves neither v1 nor v1alpha1 PodResources List ({details}): it needs "
+             "Kubernetes >= 1.13 with the KubeletPodResources feature gate on (default from 1.15)"),
+    "GetAllocatableResources": (
+        "{where}: the kubelet does not serve v1 PodResources GetAllocatableResources ({details}), though its "
+        "List works: it needs Kubernetes >= 1.21 with the KubeletPodResourcesGetAllocatable feature gate on "
+        "(default from 1.23)"),
+}
+
+
+def _translate_exhausted(where: str, details: str, limit_bytes: int, call: str = "List") -> KubeletError:
     """RESOURCE_EXHAUSTED is either the kubelet's rate limiter or our own receive limit."""
     if "larger than max" in details.lower():  # gRPC's "Received message larger than max (N vs. M)"
-        return KubeletError(f"{where}: List answer larger than our {limit_bytes / 2**20:g} MiB receive "
+        return KubeletError(f"{where}: {call} answer larger than our {limit_bytes / 2**20:g} MiB receive "
                             f"limit ({details}): please report this node's size", reason="too_large")
     if "rate limit" in details.lower():
         return KubeletError(f"{where}: rejected by the kubelet's rate limit (100 calls/s, burst 10, for "
                             "all clients on the node): another client may be calling it in a loop; "
                             "raise --kubelet.refresh-interval if we are", reason="rate_limited")
-    return KubeletError(f"{where}: List failed with RESOURCE_EXHAUSTED: {details}", reason="error")
+    return KubeletError(f"{where}: {call} failed with RESOURCE_EXHAUSTED: {details}", reason="error")

@@ -62,7 +62,7 @@ def _kubernetes_counters(status: KubernetesStatus):
     skipped = _family_object(families.KUBERNETES_OBJECTS_SKIPPED)
     for watch in status.watches:
         requests.add_metric([watch.resource], watch.requests)
-        for reason in ("silent", "too_large"):
+        for reason in ("silent", "too_large", "undecodable"):
             dropped.add_metric([watch.resource, reason], watch.dropped.get(reason, 0))
         for reason in ("malformed", "other_node"):
             skipped.add_metric([watch.resource, reason], watch.skipped.get(reason, 0))

@@ -109,11 +109,13 @@ def test_malformed_objects_are_skipped_and_counted_and_a_new_owner_is_still_attr
         {"type": "ADDED", "object": {"apiVersion": "v1", "kind": "Pod", "metadata": 5}},  # wrong type
         {"type": "MODIFIED", "object": {"apiVersion": "v1", "kind": "Pod",
                                         "metadata": {"name": "x", "namespace": "ml", "labels": ["team"]}}},
-        "not an event",
+        "not an event",  # no event at all: the watch ends there, and the next starts from the last good version
     )), "pods")
     api.close_watches()
     wait_until(lambda: counter(exporter, "pod_gpu_exporter_kubernetes_objects_skipped_total",
-                               resource="pods", reason="malformed") >= 5, 30)
+                               resource="pods", reason="malformed") >= 4, 30)
+    wait_until(lambda: counter(exporter, "pod_gpu_exporter_kubernetes_watch_dropped_total",
+                               resource="pods", reason="undecodable") == 1, 30)
     # The kubelet reports a new owner, known to the API: attributed and labelled as ever.
     add_pod(api, "ml", "new-owner", labels={"team": "new"})
     kubelet.set_devices(devices() + [AllocatedDevice("ml", "new-owner", "c", "nvidia.com/gpu.shared", UUID1 + "::7")])
@@ -122,6 +124,27 @@ def test_malformed_objects_are_skipped_and_counted_and_a_new_owner_is_still_attr
     assert lines_of(text, "infer-1") and all("label_team" not in line for line in lines_of(text, "infer-1"))
     log = exporter.stderr_text()
     assert "Traceback" not in log and log.count("Kubernetes object skipped") == 1, log
+
+
+@pytest.mark.parametrize("line", [b'{"type":"MODIFIED","object":{"apiVersion":"v1","kind":"Pod","metadata":{"name',
+                                  b"\x00\xff\xfe\x80 junk \x1b[0m\xc3", b'[{"type":"MODIFIED"}]'],
+                         ids=["cut-json", "binary-junk", "json-array"])
+def test_an_undecodable_watch_line_is_rewatched_from_the_last_good_version_and_its_change_served(
+        node, api, run_exporter, line):
+    add_pod(api, "ml", "small-a", labels={"team": "a"})
+    exporter = start(run_exporter, node, "--labels.pod-labels", "team")
+    labelled(exporter, 'label_team="a"')
+    lists = api.request_count("list")
+    api.corrupt_next_event(line, "pods")
+    add_pod(api, "ml", "small-a", labels={"team": "b"})  # the watch gets the bad line in place of this change
+    wait_until(lambda: 'label_team="b"' in scrape(exporter), 15, describe="the change the bad line stood for")
+    assert not api.corrupt_for_next_event  # the bad line was sent
+    assert api.request_count("list") == lists  # a new watch from the last good version, not a relist
+    assert counter(exporter, "pod_gpu_exporter_kubernetes_watch_dropped_total",
+                   resource="pods", reason="undecodable") == 1
+    assert gauge(scrape(exporter), "pod_gpu_exporter_kubernetes_api_up") == "1"
+    log = exporter.stderr_text()
+    assert "Traceback" not in log and log.count("Kubernetes watch line is no event") == 1, log
 
 
 def test_pods_of_another_node_are_ignored_when_the_server_ignores_the_field_selector(node, api, run_exporter):

@@ -1,6 +1,7 @@
 """Hostile --dcgm.file writers against the real exporter process: one that rewrites the file in place and pauses
 in the middle of a write, one that truncates it and pauses after the first half. A torn or cut body must never
-be served; a file renamed into place is served at once."""
+be served; a file renamed into place is served at once, also by a writer that renames many times a second from
+the exporter's start."""
 
 from __future__ import annotations
 
@@ -17,6 +18,7 @@ import requests
 from exporter.sources.kubelet import AllocatedDevice
 from support.fixtures import fixture_bytes
 from support.scrape_checks import L4_UUID
+from support.waiting import wait_until
 
 L4 = fixture_bytes("dcgm/l4-aws-gpu-operator-default-counters.prom")
 PAUSE_SECONDS = 0.3  # the writer's pause in the middle of a write
@@ -109,3 +111,47 @@ def test_a_file_renamed_into_place_is_served_at_once(kubelet, run_exporter, tmp_
         temporary.replace(path)  # as a writer should: a new file, whole the moment it appears
         text = requests.get(exporter.url(), timeout=30).text  # the next scrape serves it, whole
         assert f" {marker}\n" in text and len(served_samples(text)) == SAMPLES
+
+
+class _RenameWriter:
+    """Writes each version to a temporary file and renames it over `path`, every 0.05 to 0.5 s."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self.renames = 0
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def __enter__(self) -> "_RenameWriter":
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self._stop.set()
+        self._thread.join(10)
+
+    def _run(self) -> None:
+        pauses = (0.05, 0.5, 0.2, 0.1, 0.35)  # fixed, so every run sees the same mix of fast and slower renames
+        while not self._stop.is_set():
+            temporary = self.path.with_name(f"{self.path.name}.{self.renames}.tmp")
+            temporary.write_bytes(VERSIONS[self.renames % 2])
+            temporary.replace(self.path)
+            self.renames += 1
+            self._stop.wait(pauses[self.renames % len(pauses)])
+
+
+def test_a_file_renamed_into_place_many_times_a_second_is_served_on_every_scrape(kubelet, run_exporter, tmp_path):
+    """From the exporter's first scrape on: no accepted version to compare with, and every file seen is fresh."""
+    kubelet.set_devices([AllocatedDevice("ns", "p", "c", "nvidia.com/gpu", L4_UUID)])
+    path = tmp_path / "dcgm.prom"
+    with _RenameWriter(path) as writer:
+        wait_until(path.exists, timeout_seconds=10, describe="the writer's first rename")
+        exporter = run_exporter(["--dcgm.file", str(path), "--kubelet.socket", kubelet.socket_path])
+        scrapes = []
+        for _ in range(6):
+            text = requests.get(exporter.url(), timeout=30).text
+            scrapes.append((re.search(r"(?m)^pod_gpu_exporter_dcgm_up (\d)$", text).group(1),
+                            len(served_samples(text))))
+            time.sleep(0.3)
+    assert writer.renames >= 10
+    assert scrapes == [("1", SAMPLES)] * 6, scrapes

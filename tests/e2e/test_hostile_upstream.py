@@ -266,3 +266,19 @@ def test_the_file_source_refuses_what_is_not_a_regular_file_at_once(owned, run_e
     assert gauge(served, "pod_gpu_exporter_dcgm_up") == "0"
     assert "reason=not_regular" in exporter.stderr_text()
     assert ("is a FIFO" if kind == "fifo" else "is a directory") in exporter.stderr_text()
+
+
+# ---------------------------------------------------------------- a kubelet without GetAllocatableResources
+
+
+def test_a_kubelet_without_get_allocatable_resources_is_logged_naming_that_call(kubelet, run_exporter):
+    # A held time-slicing replica makes the exporter ask which replicas are offered; List itself works.
+    kubelet.set_devices([AllocatedDevice("ns", "p", "c", "nvidia.com/gpu", L4_UUID + "::1")])
+    kubelet.allocatable_unimplemented = True
+    exporter = run_exporter(["--dcgm.url", "http://127.0.0.1:1/metrics", "--kubelet.socket", kubelet.socket_path])
+    warning = wait_until(lambda: [line for line in exporter.stderr_text().splitlines()
+                                  if "GetAllocatableResources" in line and "level=warn" in line],
+                         describe="the warning about GetAllocatableResources")[0]
+    assert "GetAllocatableResources (unknown method GetAllocatableResources" in warning, warning
+    assert "neither v1 nor v1alpha1" not in warning and "PodResources List" not in warning, warning  # List works
+    assert gauge(get(exporter), "pod_gpu_exporter_kubelet_up") == "1"

@@ -10,7 +10,9 @@ request is counted (with its time and bearer token), so a test can prove that sc
 
 Hostile behaviours, for tests of the client's bounds: `watch_behaviour` makes every watch stall after
 its headers ("stall"), end at once ("end"), or answer 410 ("gone"); `send_raw(bytes)` puts raw bytes
-(a huge or never-ending line) into the next watch of a resource; `ignore_field_selector` serves every node's pods.
+(a huge or never-ending line) into the next watch of a resource; `corrupt_next_event(line)` sends `line` in
+place of the next object event a watch of a resource would send (a rewatch from before it gets the event);
+`ignore_field_selector` serves every node's pods.
 """
 
 from __future__ import annotations
@@ -75,6 +77,7 @@ class FakeKubeApi:
         self.ignore_field_selector = False  # as a proxy that drops the query's fieldSelector
         self.raw_for_next_watch: Dict[str, object] = {}  # plural → bytes, or an iterable of bytes, sent as-is
         self.raw_bytes_sent = 0
+        self.corrupt_for_next_event: Dict[str, bytes] = {}  # plural → the line sent instead of its next event
         # plural → "trickle" (headers, then one byte at a time for ever) or "oversized" (the object, padded
         # past any answer a working server sends): how every get of that resource is answered.
         self.hostile_gets: Dict[str, str] = {}
@@ -144,6 +147,12 @@ class FakeKubeApi:
         """The next watch of `plural` sends `data` (bytes, or an iterable of bytes chunks) before its events."""
         with self._cond:
             self.raw_for_next_watch[plural] = data
+
+    def corrupt_next_event(self, line: bytes, plural: str = "pods") -> None:
+        """The next ADDED, MODIFIED or DELETED event a watch of `plural` sends is replaced by `line` (cut JSON,
+        binary junk…; a newline is added); the event stays in the history, so a watch from before it gets it."""
+        with self._cond:
+            self.corrupt_for_next_event[plural] = line
 
     def put(self, api: str, plural: str, obj: dict) -> dict:
         """Create or replace an object (ADDED or MODIFIED event); returns it with its new resourceVersion."""
@@ -356,11 +365,17 @@ def _handler(api: FakeKubeApi):
                                        float(query.get("timeoutSeconds") or _MAX_WATCH_SECONDS))
             try:
                 for event in events:
-                    self._chunk(json.dumps(event).encode() + b"\n")
+                    self._chunk(self._line_of(plural, event))
                 self._chunk(b"")
             except (BrokenPipeError, ConnectionResetError):
                 pass
             self.close_connection = True
+
+        def _line_of(self, plural: str, event: dict) -> bytes:
+            with api._cond:
+                corrupt = api.corrupt_for_next_event.pop(plural, None) if event["type"] in (
+                    "ADDED", "MODIFIED", "DELETED") else None
+            return (json.dumps(event).encode() if corrupt is None else corrupt) + b"\n"
 
         def _hostile_watch(self, behaviour: str) -> None:
             """"stall": headers, then nothing until the client goes or the server stops; "end": no events."""

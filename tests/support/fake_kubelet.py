@@ -24,13 +24,15 @@ class FakeKubelet(demo.FakeKubelet):
     """The demo's kubelet, still a real gRPC server on a unix socket, told to misbehave.
 
     `fault` (None, "unimplemented", "unknown", "rate_limited", "hang") applies to every List of
-    every version. `pad_bytes` adds device-less pods until a response is at least that big;
+    every version; `allocatable_unimplemented` answers GetAllocatableResources UNIMPLEMENTED, as a
+    kubelet older than the call does, while List works. `pad_bytes` adds device-less pods until a response is at least that big;
     `last_response_bytes` is the size of the last response built. `list_calls` counts Lists.
     """
 
     def __init__(self, socket_path: str, versions: Sequence[str] = ("v1", "v1alpha1")):
         super().__init__(socket_path, versions)
         self.fault: str | None = None
+        self.allocatable_unimplemented = False
         self.last_response_bytes = 0
         self._pad_bytes = 0
         self._list_calls = 0
@@ -79,6 +81,12 @@ class FakeKubelet(demo.FakeKubelet):
             code, text = _FAULT_STATUS[fault]
             context.abort(code, text.format(service=f"{version}.PodResourcesLister"))
         return super()._answer(version, context)
+
+    def _answer_allocatable(self, context: grpc.ServicerContext):
+        if self.allocatable_unimplemented:  # grpc-go's words for a method its service does not have
+            context.abort(grpc.StatusCode.UNIMPLEMENTED,
+                          "unknown method GetAllocatableResources for service v1.PodResourcesLister")
+        return super()._answer_allocatable(context)
 
     def _build(self, version: str):
         response = super()._build(version)

@@ -15,6 +15,9 @@ from exporter.sources.dcgm.options import DcgmFileOptions
 # truncates, or writes over the old text, and pauses between its write() calls): it is read only once
 # it has been left alone this long. A file renamed into place is whole the moment it appears.
 SETTLE_SECONDS = 1.0
+# While a fresh file settles, how often the path is looked at again: a writer that renames a new file
+# over it shows itself by the inode changing, and that file is read at once rather than after the wait.
+RENAME_POLL_SECONDS = 0.02
 
 
 class _Version(NamedTuple):
@@ -33,10 +36,11 @@ class FileSource:
     can be caught half way, and no lock tells us when they are done. So a read is accepted only if
     fstat shows the same inode, size and mtime before and after it, it holds exactly that many
     bytes and ends with a newline (a write() stalled part way leaves a stable but cut file), and the
-    file is settled: a new inode since the last accepted version (renamed into place), the very
-    version accepted last, or left unchanged for SETTLE_SECONDS. A file changed in place more
-    recently is waited for until it settles, within --dcgm.timeout; one that never does is reported
-    (`timeout`). A torn or cut body is never handed on.
+    file is settled: the very version accepted last, a new inode at the path since an earlier look
+    (the last accepted version, or a fresh one seen while this fetch waited: renamed into place), or
+    left unchanged for SETTLE_SECONDS. A fresh file of unknown origin (at start-up, or the same inode
+    as before) is waited for until it settles or the path's inode changes, within --dcgm.timeout; one
+    that does neither is reported (`timeout`). A torn or cut body is never handed on.
     """
 
     _ATTEMPTS = 4
@@ -91,16 +95,18 @@ class FileSource:
         # not as a read that did not return.
         deadline = time.monotonic() + self.timeout_seconds * 0.95
         attempt = 0
+        seen: Optional[_Version] = None  # a whole read of this fetch that was too fresh to trust
         while attempt < self._ATTEMPTS:
             data, whole, version = self._read_once(deadline)
             if whole and data:
-                unsettled = self._unsettled_seconds(version)
-                if unsettled <= 0:
+                if self._trusted(version, seen):
                     self._accepted = version
                     return data
-                # Changed in place moments ago: perhaps mid-write. Read again once it has been left
-                # alone long enough (the deadline check of the next read ends a wait that is too long).
-                time.sleep(max(min(unsettled, deadline - time.monotonic()), 0.0))
+                # Written moments ago, and not known to be renamed into place: perhaps mid-write. Read
+                # again once it has been left alone long enough, or at once if a new file replaces it
+                # (the deadline check of the next read ends a wait that is too long).
+                seen = version
+                self._wait_for_settle_or_rename(version, deadline)
                 continue
             attempt += 1
             # Empty is retried too: an in-place rewrite shows it empty between truncate and write.
@@ -115,15 +121,35 @@ class FileSource:
                             "writing a temporary file and renaming it over this one avoids that",
                             reason="truncated")
 
-    def _unsettled_seconds(self, version: _Version) -> float:
-        """How much longer a whole read of `version` must wait before it can be trusted (<= 0: none)."""
+    def _trusted(self, version: _Version, seen: Optional[_Version]) -> bool:
+        """Whether a whole read of `version` is one whole version of the file, not a rewrite caught part way."""
         accepted = self._accepted
         if version == accepted:
-            return 0.0  # exactly what was handed on last: no write since
-        if accepted is not None and version.inode != accepted.inode:
-            return 0.0  # a new file renamed into place: written whole before it appeared
-        # Changed in place (or first seen): trusted once no write has touched it for SETTLE_SECONDS.
+            return True  # exactly what was handed on last: no write since
+        # The path's inode changed since an earlier look: a new file renamed into place, written whole
+        # before it appeared. Before any version was accepted (start-up) the earlier look is this
+        # fetch's own, so a writer renaming faster than SETTLE_SECONDS is read at its next rename.
+        if any(earlier is not None and version.inode != earlier.inode for earlier in (accepted, seen)):
+            return True
+        return self._unsettled_seconds(version) <= 0  # left alone long enough to have been finished
+
+    @staticmethod
+    def _unsettled_seconds(version: _Version) -> float:
+        """How much longer `version` must be left alone before it can be trusted (<= 0: none)."""
         return SETTLE_SECONDS - (time.time_ns() - version.mtime_ns) / 1e9
+
+    def _wait_for_settle_or_rename(self, version: _Version, deadline: float) -> None:
+        """Sleep until `version` has settled, the path names another inode, or the deadline comes."""
+        while True:
+            left = min(self._unsettled_seconds(version), deadline - time.monotonic())
+            if left <= 0:
+                return
+            time.sleep(min(left, RENAME_POLL_SECONDS))
+            try:
+                if os.stat(self.path).st_ino != version.inode:
+                    return
+            except OSError:
+                return  # gone or unreadable: the next read says which
 
     def _read_once(self, deadline: float) -> Tuple[bytes, bool, _Version]:
         """Returns (bytes, whether they are known to be one whole version of the file, that version)."""

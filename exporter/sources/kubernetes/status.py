@@ -11,7 +11,7 @@ class WatchStatus(NamedTuple):
 
     resource: str  # "pods", "resourceslices"
     requests: int  # list and watch requests made (a list's pages count once)
-    dropped: Mapping[str, int]  # reason → watch connections we closed (silent, too_large)
+    dropped: Mapping[str, int]  # reason → watch connections we closed (silent, too_large, undecodable)
     skipped: Mapping[str, int]  # reason → objects left out of the cache (malformed, other_node)
 
 

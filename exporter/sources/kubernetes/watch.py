@@ -100,7 +100,8 @@ def _status_code(exc: BaseException) -> Optional[int]:
 class ListWatch:
     """Runs list + watch for one resource in a daemon thread and keeps a WatchedStore in step.
 
-    Objects that fail `check` (or cannot be decoded) are skipped and counted in `skipped`. A 410 Gone
+    Objects that fail `check` (or cannot be decoded) are skipped and counted in `skipped`; a line that is no
+    event ends the watch, counted in `dropped`, and the next one starts from the last good version. A 410 Gone
     after a working watch relists at once; any other failure (after reporting it, once per kind) relists
     after a growing, jittered pause, reset by a watch that works. `healthy` (watch_health) says when the
     watch counts as up; `status()` is a snapshot of it and of the counters, for any thread.
@@ -128,8 +129,8 @@ class ListWatch:
         self._counts_lock = threading.Lock()  # the counters are written by the watch thread, copied by status()
         self.lists = 0
         self.skipped: Dict[str, int] = {}  # reason → objects left out of the cache
-        self.dropped: Dict[str, int] = {}  # reason → watch connections we closed (silent, too_large)
-        self._skips_logged = LogOnce()  # once per reason: a proxy that ignores fieldSelector sends many
+        self.dropped: Dict[str, int] = {}  # reason → watch connections we closed (silent, too_large, undecodable)
+        self._skips_logged = LogOnce()  # once per reason (a proxy that ignores fieldSelector sends many), and undecodable
 
     @property
     def requests(self) -> int:
@@ -231,8 +232,11 @@ class ListWatch:
                 try:
                     event_type, raw = decode_event(line)  # an ERROR event (410) is raised from here
                 except ValueError as exc:  # msgspec's errors are ValueErrors: a line that is no event
-                    self._skip("malformed", f"{type(exc).__name__}: {exc}")
-                    continue
+                    # The change it stood for is unknown: skipping it would lose that change until the
+                    # next relist. Ending the watch replays it from the last good version, as client-go's
+                    # StreamWatcher does (a 410 then relists).
+                    self._undecodable(exc)
+                    break
                 if not delivered:
                     delivered = True
                     self._health.line_arrived()
@@ -272,6 +276,12 @@ class ListWatch:
                 self._store.delete(obj)
         except Exception as exc:  # noqa: BLE001 - one odd object must never stop the watch
             self._skip("malformed", f"{type(exc).__name__}: {exc}")
+
+    def _undecodable(self, exc: BaseException) -> None:
+        self._count(self.dropped, "undecodable")
+        self._skips_logged.log("undecodable", "warn", "Kubernetes watch line is no event: watching again from the "
+                               "last version seen (counted in pod_gpu_exporter_kubernetes_watch_dropped_total)",
+                               resource=self.resource_name, detail=f"{type(exc).__name__}: {exc}"[:200])
 
     def _skip(self, reason: str, detail: str) -> None:
         self._count(self.skipped, reason)
