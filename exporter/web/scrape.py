@@ -13,6 +13,7 @@ from exporter.core.attribution import Attribution, Snapshot
 from exporter.core.mapping import Mapping
 from exporter.exposition import families
 from exporter.exposition.allocation import render_allocation_info
+from exporter.exposition.health import render_device_health
 from exporter.exposition.label_limit import LabelLimit
 from exporter.exposition.rewriter import Rewriter
 from exporter.exposition.series import RewriteResult
@@ -166,7 +167,7 @@ class Scraper:
             self._report_content(cached.result)
         else:
             # Without upstream samples there is nothing to join, but allocations are still known.
-            shared = (render_allocation_info(snapshot.mapping, frozenset(), self._style, self.label_limit).encode(),)
+            shared = (self._held_devices(snapshot.mapping, frozenset()),)
             shared_gzip = None
         with self._lock:
             self.scrapes += 1
@@ -225,8 +226,14 @@ class Scraper:
         if previous is not None and previous.mapping is mapping and previous.identities == result.identities:
             allocation_info = previous.allocation_info  # new values of the same GPUs, held by the same pods
         else:
-            allocation_info = render_allocation_info(mapping, result.identities, self._style, self.label_limit).encode()
+            allocation_info = self._held_devices(mapping, result.identities)
         return _Cached(body, mapping, result, allocation_info, _GzipPrefix((result.text, allocation_info)))
+
+    def _held_devices(self, mapping: Mapping, identities) -> bytes:
+        """The allocations, then the held devices' health and taints: all of them the mapping's, joined to
+        the identities the samples carried, and so kept with the rewrite they were made for."""
+        return (render_allocation_info(mapping, identities, self._style, self.label_limit)
+                + render_device_health(mapping, identities)).encode()
 
     def _status(self, dcgm_up: bool, snapshot: Snapshot, malformed: int, duration: float) -> str:
         values = [

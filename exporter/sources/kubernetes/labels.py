@@ -23,6 +23,8 @@ class PodInfo(NamedTuple):
     controller: Optional[Tuple[str, str, str]]  # (apiVersion, kind, name) of the controlling ownerReference
     containers: Tuple[Tuple[str, str], ...]  # (container name, "containerd://…"), once started
     ended: bool = False  # phase Succeeded or Failed: its containers have stopped for good
+    # The containers' status.allocatedResourcesStatus entries (core.health.ResourceHealth), for device health.
+    resource_health: tuple = ()
 
 
 @dataclass(frozen=True)
