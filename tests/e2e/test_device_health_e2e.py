@@ -160,6 +160,7 @@ def _alert(namespace, pod, container, uuid, gpu, reason):
                            "gpu": gpu, "reason": reason}}
 
 
+@pytest.mark.parametrize("api", ["v1"], indirect=True)  # the slices' version is the test above's concern
 def test_gpu_workload_on_unhealthy_gpu_alert_on_what_the_exporter_served(node, api, run_exporter, tmp_path):
     kubelet = node[0]
     _health_node(api, kubelet)
@@ -190,3 +191,18 @@ def test_gpu_workload_on_unhealthy_gpu_alert_on_what_the_exporter_served(node, a
     path.write_text(json.dumps(test, indent=1))
     result = subprocess.run([promtool, "test", "rules", str(path)], capture_output=True, text=True, timeout=120)
     assert result.returncode != 0 and "infer-1" in result.stdout + result.stderr
+
+
+@pytest.mark.parametrize("api", ["v1"], indirect=True)  # the slices' version is the test above's concern
+def test_without_the_api_neither_family_is_served_and_the_rest_is(node, api, run_exporter):
+    kubelet, dcgm, _ = node
+    _health_node(api, kubelet)
+    exporter = run_exporter(["--dcgm.url", dcgm.url, "--kubelet.socket", kubelet.socket_path, "--kubernetes.api",
+                             "off", "--kubelet.refresh-interval", "200ms"])
+    text = wait_until(lambda: (lambda t: t if t.count("pod_gpu_allocation_info{") == len(DEVICES) else None)(
+        scrape(exporter)))
+    for _ in range(3):  # several scrapes, several refreshes: nothing is logged for them
+        text = scrape(exporter)
+    assert "pod_gpu_device_health_status" not in text and "pod_gpu_device_taint" not in text
+    assert any(line.startswith("DCGM_") and 'pod="infer-2"' in line for line in text.splitlines())
+    assert "level=error" not in exporter.stderr_text() and "level=warn msg=\"Kubernetes" not in exporter.stderr_text()
