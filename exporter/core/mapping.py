@@ -6,8 +6,9 @@ import dataclasses
 from dataclasses import dataclass, field
 from typing import Dict, Iterable, List, NamedTuple, Optional, Protocol, Set, Tuple
 
-from exporter.core.hpc_jobs import NO_HPC_JOBS, HpcJobs
 from exporter.core.device_ids import is_gpu_device, key_for_device
+from exporter.core.health import DeviceTaint, ResourceHealth, device_health
+from exporter.core.hpc_jobs import NO_HPC_JOBS, HpcJobs
 from exporter.core.identity import GpuIdentity, GpuKey, MigResolver, Owner
 
 
@@ -50,6 +51,12 @@ class MappingContext(Protocol):
         """Those of the (namespace, pod) that are known to have ended (Succeeded, Failed, deleted): the
         kubelet can go on listing their devices, yet they hold none."""
 
+    def resource_health_for(self, pods: Iterable[Tuple[str, str]]) -> Dict[Tuple[str, str], Tuple[ResourceHealth, ...]]:
+        """(namespace, pod) → its containers' allocatedResourcesStatus entries, for the pods known."""
+
+    def device_taints(self) -> Tuple[DeviceTaint, ...]:
+        """The taints on this node's DRA devices whose keys are known, sorted."""
+
 
 class Allocation(NamedTuple):
     """One allocated GPU device and the key it resolved to (None when unresolved)."""
@@ -78,6 +85,10 @@ class Mapping:
     offered: dict = field(default_factory=dict)
     # The HPC jobs on each GPU (--hpc.job-mapping-dir), read on the same refresh as the List.
     hpc_jobs: HpcJobs = NO_HPC_JOBS
+    # GpuKey → "healthy", "unhealthy" or "unknown" from the holders' pod status, and the taints on this
+    # node's DRA devices: empty without the Kubernetes API.
+    health: dict = field(default_factory=dict)
+    taints: Tuple[DeviceTaint, ...] = ()
 
     def owners_for(self, key: GpuKey) -> tuple:
         return self.owners.get(key, ())
@@ -109,8 +120,11 @@ def build_mapping(devices: Iterable[DeviceLike], resolve_mig: MigResolver | None
         devices = [device for device in devices if (device.namespace, device.pod) not in ended]
     mapping = _group(devices, resolve_mig, context)
     context.retain_claims(devices)
-    extras = context.extra_labels_for(sorted({(a.owner.namespace, a.owner.pod) for a in mapping.allocations}))
-    return dataclasses.replace(mapping, extra_labels=extras) if extras else mapping
+    pods = sorted({(a.owner.namespace, a.owner.pod) for a in mapping.allocations})
+    return dataclasses.replace(
+        mapping, extra_labels=context.extra_labels_for(pods),
+        health=device_health(devices, mapping.allocations, context.resource_health_for(pods)),
+        taints=context.device_taints())
 
 
 def _group(devices: Iterable[DeviceLike], resolve_mig: MigResolver | None,

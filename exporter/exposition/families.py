@@ -85,6 +85,16 @@ ALLOCATION_INFO = _telemetry(
 ALLOCATED_GPUS = _telemetry(
     "pod_gpu_container_allocated_gpus", "GPUs a container holds: 1 per whole GPU, 1/N per replica of a GPU shared N "
     "ways, a MIG instance's share of its GPU's memory slices.", labels=OWNER, needs_samples=True)
+# /gpu/metrics, the held devices' health: after the allocations, from the holders' pod status and the ResourceSlices.
+DEVICE_HEALTH = _telemetry(
+    "pod_gpu_device_health_status", "Health of a GPU or MIG instance held on this node, as its holders' pod status "
+    "reports it (allocatedResourcesStatus): 1 for the status it is in; unhealthy when any holder says so.",
+    labels=_DEVICE + ("status",), optional_labels=("GPU_I_ID",), modes=frozenset({KUBERNETES_API}),
+    needs_samples=True)
+DEVICE_TAINT = _telemetry(
+    "pod_gpu_device_taint", "A taint its DRA driver put on a device of this node's ResourceSlices (1 per taint); "
+    "effect as published (None, NoSchedule, NoExecute).", labels=_DEVICE + ("key", "value", "effect"),
+    optional_labels=("GPU_I_ID",), modes=frozenset({KUBERNETES_API}), needs_samples=True)
 
 # /gpu/metrics with --hpc.job-mapping-dir: the jobs on each GPU, rows to join on, never copies of samples.
 HPC_JOB_INFO = _telemetry(

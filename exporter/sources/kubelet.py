@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 import stat
 import threading
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Callable, Iterator, Optional
 
 import grpc
@@ -50,6 +50,8 @@ class AllocatedDevice:
     dra: bool = False  # True when it came from v1 dynamic_resources
     claim: str = ""   # DRA only: "<claim_namespace>/<claim_name>"
     pool: str = ""    # DRA only: the ResourceSlice pool the device belongs to
+    # DRA only: the first CDI device ID, which pod status names the device by; not part of its identity.
+    cdi_id: str = field(default="", compare=False)
 
 
 @dataclass(frozen=True)
@@ -236,7 +238,8 @@ def _devices_v1(response: v1_pb2.ListPodResourcesResponse) -> Iterator[Allocated
                     if resource.driver_name and resource.device_name:
                         yield AllocatedDevice(pod.namespace, pod.name, container.name,
                                               resource.driver_name, resource.device_name,
-                                              dra=True, claim=ref, pool=resource.pool_name)
+                                              dra=True, claim=ref, pool=resource.pool_name,
+                                              cdi_id=resource.cdi_devices[0].name if resource.cdi_devices else "")
 
 
 def _translate(exc: grpc.RpcError, client: PodResourcesClient, call: str = "List") -> KubeletError:

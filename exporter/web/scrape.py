@@ -14,6 +14,7 @@ from exporter.core.mapping import Mapping
 from exporter.exposition import families
 from exporter.exposition.allocation import render_allocation_info
 from exporter.exposition.hpc_jobs import render_hpc_jobs
+from exporter.exposition.health import render_device_health
 from exporter.exposition.label_limit import LabelLimit
 from exporter.exposition.rewriter import Rewriter
 from exporter.exposition.series import RewriteResult
@@ -232,8 +233,11 @@ class Scraper:
         return _Cached(body, mapping, result, allocation_info, _GzipPrefix((result.text, allocation_info)))
 
     def _mapping_rows(self, mapping: Mapping, identities: frozenset) -> bytes:
-        """What the mapping adds to the samples: the allocation rows, then the HPC jobs' rows."""
+        """What the mapping adds to the samples: the allocations, the held devices' health and taints, the
+        HPC jobs; all of them joined to the identities the samples carried, and so kept with the rewrite
+        they were made for."""
         return (render_allocation_info(mapping, identities, self._style, self.label_limit)
+                + render_device_health(mapping, identities)
                 + render_hpc_jobs(mapping.hpc_jobs, identities)).encode()
 
     def _status(self, dcgm_up: bool, snapshot: Snapshot, malformed: int, duration: float) -> str:

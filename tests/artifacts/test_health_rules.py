@@ -1,51 +1,56 @@
-"""prometheus/rules/pod-gpu-health.rules.yml, checked and unit-tested by the real promtool."""
+"""prometheus/rules/pod-gpu-health.rules.yml and its promtool unit tests, checked by the real promtool."""
 
 from __future__ import annotations
 
 import shutil
 import subprocess
 
+import pytest
 import yaml
 
 from support.deploy_tools import PROMETHEUS_DIR, require_executable
 
-HEALTH_RULES = PROMETHEUS_DIR / "rules" / "pod-gpu-health.rules.yml"
-HEALTH_TESTS = PROMETHEUS_DIR / "rules" / "pod-gpu-health.rules.test.yml"
+RULES = PROMETHEUS_DIR / "rules" / "pod-gpu-health.rules.yml"
+RULES_TESTS = PROMETHEUS_DIR / "rules" / "pod-gpu-health.rules.test.yml"
 
 
 def _promtool(*args: str) -> subprocess.CompletedProcess:
-    binary = require_executable("promtool", "apt-get install -y prometheus (.ci/system-packages.sh does)")
-    return subprocess.run([binary, *args], capture_output=True, text=True, timeout=120)
+    promtool = require_executable("promtool", "apt-get install -y prometheus (.ci/system-packages.sh does)")
+    return subprocess.run([promtool, *args], capture_output=True, text=True, timeout=120)
 
 
 def _alerts():
-    return [rule for group in yaml.safe_load(HEALTH_RULES.read_text())["groups"] for rule in group["rules"]]
+    return [rule for group in yaml.safe_load(RULES.read_text())["groups"] for rule in group["rules"] if "alert" in rule]
 
 
 def test_health_rules_pass_promtool_check_and_their_unit_tests():
-    check = _promtool("check", "rules", str(HEALTH_RULES))
+    check = _promtool("check", "rules", str(RULES))
     assert check.returncode == 0 and f"SUCCESS: {len(_alerts())} rules found" in check.stdout, check.stdout + check.stderr
-    tests = _promtool("test", "rules", str(HEALTH_TESTS))
-    assert tests.returncode == 0, tests.stdout + tests.stderr
+    result = _promtool("test", "rules", str(RULES_TESTS))
+    assert result.returncode == 0, result.stdout + result.stderr
 
 
-def test_the_unit_tests_fail_on_a_wrong_expectation(tmp_path):
-    shutil.copy(HEALTH_RULES, tmp_path / HEALTH_RULES.name)
-    text = HEALTH_TESTS.read_text()
-    changed = text.replace("pod: intruder", "pod: someone-else", 1)
+@pytest.mark.parametrize("expected, wrong, alert", [
+    ("reason: lost", "reason: unhealthy", "GpuWorkloadOnUnhealthyGpu"),
+    ("pod: intruder", "pod: someone-else", "GpuUsedWithoutAllocation"),
+])
+def test_the_unit_tests_fail_on_a_wrong_expectation(tmp_path, expected, wrong, alert):
+    shutil.copy(RULES, tmp_path / RULES.name)
+    text = RULES_TESTS.read_text()
+    changed = text.replace(expected, wrong, 1)
     assert changed != text
-    (tmp_path / HEALTH_TESTS.name).write_text(changed)
-    result = _promtool("test", "rules", str(tmp_path / HEALTH_TESTS.name))
-    assert result.returncode != 0 and "GpuUsedWithoutAllocation" in result.stdout + result.stderr
+    (tmp_path / RULES_TESTS.name).write_text(changed)
+    result = _promtool("test", "rules", str(tmp_path / RULES_TESTS.name))
+    assert result.returncode != 0 and alert in result.stdout + result.stderr
 
 
-def test_every_alert_is_tested_firing_and_silent_and_documented():
-    cases = [test for case in yaml.safe_load(HEALTH_TESTS.read_text())["tests"] for test in case["alert_rule_test"]]
-    firing = {test["alertname"] for test in cases if test.get("exp_alerts")}
-    silent = {test["alertname"] for test in cases if not test.get("exp_alerts")}
+def test_every_alert_is_tested_firing_and_silent_and_documented_with_severity_and_annotations():
     docs = (PROMETHEUS_DIR.parent / "docs" / "health.md").read_text()
+    cases = [t for case in yaml.safe_load(RULES_TESTS.read_text())["tests"] for t in case.get("alert_rule_test", [])]
     for rule in _alerts():
-        assert rule["alert"] in firing and rule["alert"] in silent, rule["alert"]
+        tested = [case for case in cases if case["alertname"] == rule["alert"]]
+        assert any(case.get("exp_alerts") for case in tested), f"{rule['alert']} never tested firing"
+        assert any(not case.get("exp_alerts") for case in tested), f"{rule['alert']} never tested silent"
         assert rule["labels"]["severity"] in ("info", "warning", "critical"), rule["alert"]
         assert {"summary", "description"} <= set(rule["annotations"]), rule["alert"]
         assert f"`{rule['alert']}`" in docs, f"docs/health.md says nothing of what to do on {rule['alert']}"

@@ -52,8 +52,21 @@ def assert_served_as_catalogued(text: str, endpoint: str, modes: FrozenSet[str],
             assert set(family.labels) <= names <= set(family.labels + family.optional_labels), (name, sorted(names))
 
 
+def _report_health_and_a_taint(gpu_node, pod: dict) -> None:
+    """The pod's status reports its GPU's health, and the node's ResourceSlice taints that GPU."""
+    pod["status"]["containerStatuses"][0]["allocatedResourcesStatus"] = [
+        {"name": "nvidia.com/gpu", "resources": [{"resourceID": NODE_L4, "health": "Healthy"}]}]
+    gpu_node.api.put("v1", "pods", pod)
+    gpu_node.api.put("resource.k8s.io/v1", "resourceslices", {
+        "apiVersion": "resource.k8s.io/v1", "kind": "ResourceSlice", "metadata": {"name": "gpu-node-1-gpus"},
+        "spec": {"driver": "gpu.nvidia.com", "nodeName": "gpu-node-1", "pool": {"name": "gpu-node-1", "generation": 1,
+                 "resourceSliceCount": 1}, "devices": [{"name": "gpu-0", "attributes": {
+                     "type": {"string": "gpu"}, "uuid": {"string": NODE_L4}},
+                     "taints": [{"key": "gpu.nvidia.com/unmonitored", "effect": "None"}]}]}})
+
+
 def test_process_mode_with_the_api_serves_every_family(gpu_node):
-    gpu_node.add_pod("a")
+    _report_health_and_a_taint(gpu_node, gpu_node.add_pod("a"))
     gpu_node.kubelet.set_devices([AllocatedDevice("ml", "a", "main", "nvidia.com/gpu", NODE_L4)])
     gpu_node.nvml.gpu(0, NODE_L4).energy(NODE_L4, 5000).process(NODE_L4, 10, MIB).sample(NODE_L4, 10, 5)
     gpu_node.add_pod("outsider")  # holds no GPU but runs on a's: the unallocated families
@@ -61,7 +74,8 @@ def test_process_mode_with_the_api_serves_every_family(gpu_node):
     gpu_node.run_in(10, "a")
     gpu_node.run_in(20, "outsider")
     exporter = gpu_node.start()
-    telemetry = shares_served(exporter)
+    telemetry = wait_until(lambda: (lambda text: text if "pod_gpu_device_taint{" in text else None)(
+        shares_served(exporter)))
     modes = frozenset({PROCESS_MODE, KUBERNETES_API})
     assert_served_as_catalogued(telemetry, TELEMETRY, modes, fixture_bytes(L4_FIXTURE).decode())
     assert_served_as_catalogued(scrape(exporter, "/metrics").text, SELF, modes)

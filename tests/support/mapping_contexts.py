@@ -24,3 +24,9 @@ class StaticContext:
 
     def ended_pods(self, pods):
         return set()
+
+    def resource_health_for(self, pods):
+        return {}
+
+    def device_taints(self):
+        return ()

@@ -99,6 +99,18 @@ class KubernetesContext:
         synced watch nothing is known to have ended."""
         return self.store.ended_among(pods) if self._fresh() else set()
 
+    def resource_health_for(self, pods: Iterable[PodKey]) -> Dict[PodKey, tuple]:
+        """(namespace, pod) → its containers' allocatedResourcesStatus entries, while the store is fresh
+        (a stale store's health would be served as current)."""
+        if not self._fresh():
+            return {}
+        infos = {pod: self.store.get(pod) for pod in pods}
+        return {pod: info.resource_health for pod, info in infos.items() if info is not None and info.resource_health}
+
+    def device_taints(self) -> tuple:
+        """The taints on this node's DRA GPU devices, from its ResourceSlices."""
+        return self.dra.taints()
+
     # Read by the per-process shares, start-up and tests.
     def pods(self) -> Optional[Dict[PodKey, PodInfo]]:
         """A copy of the pod store while it is fresh (the same grace as the extra labels), else None."""

@@ -9,6 +9,7 @@ from typing import Callable, Dict, Iterable, NamedTuple, Optional, Tuple
 from exporter.base.cache import RetryingCache
 from exporter.base.logs import DependencyReporter
 from exporter.core.device_ids import DRA_GPU_DRIVER
+from exporter.core.health import DeviceTaint
 from exporter.core.identity import GpuKey, MigResolver
 from exporter.core.mapping import DraResolution
 from exporter.sources.kubernetes.stream import ANSWER_SECONDS, decode_object, read_answer
@@ -32,21 +33,27 @@ class SliceDevice(NamedTuple):
     uuid: str
     parent_uuid: str
     profile: str = ""  # a MIG device's profile ("1g.10gb"): what share of its GPU it is
+    taints: Tuple[Tuple[str, str, str], ...] = ()  # (key, value, effect) of each taint its driver put on it
 
 
 def slice_devices(resource_slice) -> Dict[DeviceRef, SliceDevice]:
-    """The devices of one ResourceSlice (v1 `attributes`, or v1beta1 `basic.attributes`)."""
+    """The devices of one ResourceSlice (v1 and v1beta2 `attributes` and `taints`, or v1beta1 `basic.…`)."""
     spec = resource_slice.spec
     pool = spec.pool.name if spec.pool is not None else ""
     found = {}
     for device in spec.devices or ():
-        basic = getattr(device, "basic", None)
-        attributes = (basic.attributes if basic is not None else getattr(device, "attributes", None)) or {}
+        fields = getattr(device, "basic", None) or device
+        attributes = getattr(fields, "attributes", None) or {}
         values = {_unqualified(name, spec.driver): _string_value(value) for name, value in attributes.items()}
         found[(spec.driver, pool, device.name)] = SliceDevice(
             values.get("type", ""), values.get("uuid", ""), values.get("parentUUID", ""),
-            values.get("profile", ""))
+            values.get("profile", ""), _taints(getattr(fields, "taints", None)))
     return found
+
+
+def _taints(taints) -> Tuple[Tuple[str, str, str], ...]:
+    # The effect is kept as published, an effect a newer API adds included: what is sick is the alert's call.
+    return tuple(sorted((taint.key, taint.value or "", taint.effect or "") for taint in taints or ()))
 
 
 def _unqualified(name: str, driver: str) -> str:
@@ -105,6 +112,18 @@ class DraDevices:
         if published is None or driver != DRA_GPU_DRIVER:
             return DraResolution(False, None, False)
         return DraResolution(False, self._key_for(published), True, published.profile)
+
+    def taints(self) -> Tuple[DeviceTaint, ...]:
+        """The taints on this node's GPU devices whose keys are known (MIG devices need NVML), sorted."""
+        with self._lock:
+            devices = [published for (driver, _, _), published in self._devices.items()
+                       if driver == DRA_GPU_DRIVER and published.taints]
+        found = set()
+        for published in devices:
+            key = self._key_for(published)
+            if key is not None:
+                found.update(DeviceTaint(key, *taint) for taint in published.taints)
+        return tuple(sorted(found))
 
     def _key_for(self, published: SliceDevice) -> Optional[GpuKey]:
         if published.kind == "mig" or published.uuid.startswith("MIG-"):

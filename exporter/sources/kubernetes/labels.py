@@ -33,6 +33,8 @@ class PodInfo(NamedTuple):
     containers: Tuple[Tuple[str, str], ...]  # (container name, "containerd://…"), once started
     ended: bool = False  # phase Succeeded or Failed: its containers have stopped for good
     queue: Optional[QueueHint] = None  # with --labels.extra queue: what the pod's own metadata says of its queue
+    # The containers' status.allocatedResourcesStatus entries (core.health.ResourceHealth), for device health.
+    resource_health: tuple = ()
 
 
 @dataclass(frozen=True)

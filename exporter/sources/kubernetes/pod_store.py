@@ -6,6 +6,7 @@ import threading
 from typing import Dict, Iterable, Optional, Set, Tuple
 
 from exporter.base.logs import LogOnce
+from exporter.core.health import ResourceHealth
 from exporter.sources.kubernetes.labels import LabelSpec, PodInfo, allowed_items
 from exporter.sources.kubernetes.queue_hints import queue_hint
 from exporter.sources.kubernetes.workloads import controller_of
@@ -30,7 +31,15 @@ def pod_info(pod, spec: LabelSpec) -> PodInfo:
         containers=tuple((s.name, s.containerID) for s in statuses if s.containerID),
         ended=status is not None and status.phase in _ENDED_PHASES,
         queue=queue_hint(meta.labels, meta.annotations) if spec.queue else None,
+        resource_health=_resource_health(status.containerStatuses or () if status is not None else ()),
     )
+
+
+def _resource_health(statuses) -> tuple:
+    """Each container's allocatedResourcesStatus entries; only containerStatuses carry them (KEP-4680)."""
+    return tuple(ResourceHealth(s.name, entry.name, resource.resourceID, resource.health or "")
+                 for s in statuses for entry in s.allocatedResourcesStatus or ()
+                 for resource in entry.resources or ())
 
 
 def _key(pod) -> PodKey:

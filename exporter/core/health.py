@@ -1,0 +1,75 @@
+"""Device health from the holders' pod status and DRA device taints, in the core's terms (pure)."""
+
+from __future__ import annotations
+
+from typing import Dict, Iterable, Mapping as MappingType, NamedTuple, Tuple
+
+from exporter.core.identity import GpuKey, Owner
+
+HEALTHY, UNHEALTHY, UNKNOWN = "healthy", "unhealthy", "unknown"
+# Two holders that disagree: unhealthy wins over anything; a holder's known answer beats another's
+# Unknown (a DRA driver that reports no health gets Unknown, and says nothing about the device).
+_RANK = {UNKNOWN: 0, HEALTHY: 1, UNHEALTHY: 2}
+_CLAIM_PREFIX = "claim:"  # a DRA entry's name: "claim:<claim>/<request>" or "claim:<claim>"
+
+
+class ResourceHealth(NamedTuple):
+    """One entry of a container's status.allocatedResourcesStatus[].resources[], as the kubelet wrote it."""
+
+    container: str
+    name: str  # the device plugin's resource ("nvidia.com/gpu"), or "claim:<claim>[/<request>]" for DRA
+    resource_id: str  # the device plugin's device ID; for DRA the first CDI ID, else "<driver>/<pool>/<device>"
+    health: str  # "Healthy", "Unhealthy" or (DRA only) "Unknown"
+
+
+class DeviceTaint(NamedTuple):
+    """One taint a DRA driver put on one device of this node's ResourceSlices."""
+
+    key: GpuKey
+    taint_key: str
+    value: str
+    effect: str  # as published: None, NoSchedule, NoExecute, or whatever a newer API adds
+
+
+def health_status(reported: str) -> str:
+    """The kubelet's Healthy/Unhealthy/Unknown as a label value; anything else is unknown."""
+    lowered = reported.lower()
+    return lowered if lowered in _RANK else UNKNOWN
+
+
+def resource_ids(device) -> Tuple[str, ...]:
+    """The resourceIDs the kubelet can write for one of its devices (a kubelet DeviceLike)."""
+    if not device.dra:
+        return (device.device_id,)
+    # The kubelet writes the device's first CDI ID when the driver gave any, else driver/pool/device.
+    # sources.kubelet.AllocatedDevice carries the CDI ID; a DeviceLike without one is matched by the latter.
+    cdi_id = getattr(device, "cdi_id", "")
+    return (f"{device.resource}/{device.pool}/{device.device_id}",) + ((cdi_id,) if cdi_id else ())
+
+
+def _names(report: ResourceHealth, device) -> bool:
+    if report.container != device.container or report.resource_id not in resource_ids(device):
+        return False
+    return report.name.startswith(_CLAIM_PREFIX) if device.dra else report.name == device.resource
+
+
+def device_health(devices: Iterable, allocations: Iterable,
+                  reports: MappingType[Tuple[str, str], Tuple[ResourceHealth, ...]]) -> Dict[GpuKey, str]:
+    """GpuKey → healthy/unhealthy/unknown of every held device some holder's pod status reports on.
+
+    `devices` are the kubelet's (they carry the IDs the pod status names), `allocations` the mapping's
+    (they carry the key each device resolved to, in any device-ID form), `reports` each pod's entries.
+    """
+    keys = {(a.owner, a.resource, a.device_id): a.key for a in allocations if a.key is not None}
+    health: Dict[GpuKey, str] = {}
+    for device in devices:
+        owner = Owner(device.namespace, device.pod, device.container)
+        key = keys.get((owner, device.resource, device.device_id))
+        if key is None:
+            continue
+        for report in reports.get((device.namespace, device.pod), ()):
+            if _names(report, device):
+                status = health_status(report.health)
+                if key not in health or _RANK[status] > _RANK[health[key]]:
+                    health[key] = status
+    return health

@@ -1,0 +1,161 @@
+"""Device health from pod status and DRA taints from ResourceSlices: decoding (each API version), matching
+pod status entries to held devices in every device-ID form, and the series written."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from exporter.core.health import DeviceTaint, ResourceHealth, device_health
+from exporter.core.identity import GpuIdentity, GpuKey
+from exporter.core.mapping import Mapping, build_mapping
+from exporter.exposition.health import render_device_health
+from exporter.sources.kubelet import AllocatedDevice
+from exporter.sources.kubernetes.dra import DraDevices, slice_devices
+from exporter.sources.kubernetes.labels import LabelSpec
+from exporter.sources.kubernetes.pod_store import pod_info
+from exporter.sources.kubernetes.stream import decode_object
+from support.fake_kube_api import make_pod
+
+GPU_A = "GPU-11111111-2222-3333-4444-555555555555"
+GPU_B = "GPU-66666666-7777-8888-9999-aaaaaaaaaaaa"
+MIG_A = "MIG-0b1c2d3e-4f50-5162-a3b4-c5d6e7f80912"
+CDI = "k8s.gpu.nvidia.com/claim=0e9f-gpu-0"
+TAINTS = [{"key": "gpu.nvidia.com/xid", "value": "79", "effect": "NoSchedule", "timeAdded": "2026-01-02T03:04:05Z"},
+          {"key": "gpu.nvidia.com/unmonitored", "effect": "None"},
+          {"key": "example.com/drain", "value": "soon", "effect": "Evict"}]  # an effect this API does not know
+
+
+def _slice(version: str, taints=TAINTS, uuid: str = GPU_A) -> object:
+    """A ResourceSlice in `version`'s shape (v1beta1 nests a device's fields under `basic`), decoded by lightkube."""
+    fields = {"attributes": {"type": {"string": "gpu"}, "uuid": {"string": uuid}}, "taints": taints}
+    device = {"name": "gpu-0", **({"basic": fields} if version == "v1beta1" else fields)}
+    published = {"apiVersion": f"resource.k8s.io/{version}", "kind": "ResourceSlice", "metadata": {"name": "s"},
+                 "spec": {"driver": "gpu.nvidia.com", "nodeName": "n", "pool": {"name": "n", "generation": 1,
+                          "resourceSliceCount": 1}, "devices": [device]}}
+    module = __import__(f"lightkube.resources.resource_{version}", fromlist=["ResourceSlice"])
+    return decode_object(json.dumps(published).encode(), module.ResourceSlice)
+
+
+@pytest.mark.parametrize("version", ["v1", "v1beta2", "v1beta1"])
+def test_slice_taints_are_read_in_every_api_version_with_their_effect_as_given(version):
+    dra = DraDevices(lambda namespace, name: None)
+    dra.replace([_slice(version)])
+    key = GpuKey("UUID", GPU_A, "")
+    assert dra.taints() == (DeviceTaint(key, "example.com/drain", "soon", "Evict"),
+                            DeviceTaint(key, "gpu.nvidia.com/unmonitored", "", "None"),
+                            DeviceTaint(key, "gpu.nvidia.com/xid", "79", "NoSchedule"))
+
+
+def test_an_untainted_slice_and_a_mig_device_without_nvml_give_no_taint():
+    assert slice_devices(_slice("v1", taints=None))[("gpu.nvidia.com", "n", "gpu-0")].taints == ()
+    dra = DraDevices(lambda namespace, name: None)
+    dra.replace([_slice("v1", uuid=MIG_A)])
+    assert dra.taints() == ()  # its GPU instance is NVML's to tell; never guessed
+    dra.resolve_mig = {MIG_A: (GPU_B, "13")}.get
+    assert {taint.key for taint in dra.taints()} == {GpuKey("UUID", GPU_B, "13")}
+
+
+def test_pod_info_keeps_each_containers_allocated_resources_status():
+    pod = make_pod("ml", "p", "n", containers=("main", "side"))
+    pod["status"]["containerStatuses"][0]["allocatedResourcesStatus"] = [
+        {"name": "nvidia.com/gpu", "resources": [{"resourceID": GPU_A, "health": "Unhealthy"},
+                                                 {"resourceID": GPU_B, "health": "Healthy"}]},
+        {"name": "claim:train/gpu", "resources": [{"resourceID": CDI, "health": "Unknown", "message": "no health"}]}]
+    from lightkube.resources.core_v1 import Pod
+
+    info = pod_info(decode_object(json.dumps(pod).encode(), Pod), LabelSpec())
+    assert info.resource_health == (ResourceHealth("main", "nvidia.com/gpu", GPU_A, "Unhealthy"),
+                                    ResourceHealth("main", "nvidia.com/gpu", GPU_B, "Healthy"),
+                                    ResourceHealth("main", "claim:train/gpu", CDI, "Unknown"))
+    assert pod_info(decode_object(json.dumps(make_pod("ml", "q", "n")).encode(), Pod), LabelSpec()).resource_health == ()
+
+
+class _Context:
+    """A MappingContext with pod status entries and taints; DRA devices resolved by their name rule."""
+
+    def __init__(self, reports, taints=()):
+        self.reports, self.taints = reports, taints
+
+    def resolve_dra(self, device):
+        from exporter.core.mapping import DraResolution
+
+        return DraResolution(False, None, False)
+
+    def extra_labels_for(self, pods):
+        return {}
+
+    def retain_claims(self, devices):
+        pass
+
+    def ended_pods(self, pods):
+        return set()
+
+    def resource_health_for(self, pods):
+        return {pod: self.reports[pod] for pod in pods if pod in self.reports}
+
+    def device_taints(self):
+        return self.taints
+
+
+DEVICES = [
+    AllocatedDevice("ml", "a", "main", "nvidia.com/gpu.shared", GPU_A + "::0"),
+    AllocatedDevice("ml", "b", "main", "nvidia.com/gpu.shared", GPU_A + "::1"),
+    AllocatedDevice("ml", "c", "main", "nvidia.com/gpu", "3"),
+    AllocatedDevice("ml", "d", "main", "nvidia.com/mig-1g.10gb", f"MIG-{GPU_B}/13/0"),
+    AllocatedDevice("dra", "e", "main", "gpu.nvidia.com", "gpu-0", dra=True, claim="dra/train", pool="n", cdi_id=CDI),
+    AllocatedDevice("dra", "f", "main", "gpu.nvidia.com", "gpu-1", dra=True, claim="dra/eval", pool="n"),
+    AllocatedDevice("ml", "g", "main", "nvidia.com/gpu", "4"),  # no status reported: no health series
+]
+REPORTS = {
+    ("ml", "a"): (ResourceHealth("main", "nvidia.com/gpu.shared", GPU_A + "::0", "Healthy"),
+                  # a device it does not hold, and one under another container's name: neither counts
+                  ResourceHealth("main", "nvidia.com/gpu", "4", "Unhealthy"),
+                  ResourceHealth("side", "nvidia.com/gpu.shared", GPU_A + "::1", "Unhealthy")),
+    ("ml", "b"): (ResourceHealth("main", "nvidia.com/gpu.shared", GPU_A + "::1", "Unhealthy"),),
+    ("ml", "c"): (ResourceHealth("main", "nvidia.com/gpu", "3", "Healthy"),),
+    ("ml", "d"): (ResourceHealth("main", "nvidia.com/mig-1g.10gb", f"MIG-{GPU_B}/13/0", "Healthy"),),
+    ("dra", "e"): (ResourceHealth("main", "claim:train/gpu", CDI, "Unknown"),),
+    ("dra", "f"): (ResourceHealth("main", "claim:eval", "gpu.nvidia.com/n/gpu-1", "Healthy"),),
+}
+
+
+def test_each_held_device_gets_its_holders_health_in_every_device_id_form():
+    mapping = build_mapping(DEVICES, context=_Context(REPORTS))
+    assert mapping.health == {
+        GpuKey("UUID", GPU_A, ""): "unhealthy",  # two replicas' holders disagree: unhealthy wins
+        GpuKey("gpu", "3", ""): "healthy",
+        GpuKey("UUID", GPU_B, "13"): "healthy",
+        GpuKey("device", "nvidia0", ""): "unknown",  # DRA, named by its CDI ID
+        GpuKey("device", "nvidia1", ""): "healthy",  # DRA, named <driver>/<pool>/<device>
+    }
+
+
+def test_a_known_answer_beats_unknown_and_anything_else_reads_unknown():
+    devices = DEVICES[:2]
+    reports = {("ml", "a"): (ResourceHealth("main", "nvidia.com/gpu.shared", GPU_A + "::0", "Unknown"),),
+               ("ml", "b"): (ResourceHealth("main", "nvidia.com/gpu.shared", GPU_A + "::1", "Healthy"),)}
+    allocations = build_mapping(devices).allocations
+    assert device_health(devices, allocations, reports) == {GpuKey("UUID", GPU_A, ""): "healthy"}
+    odd = {("ml", "a"): (ResourceHealth("main", "nvidia.com/gpu.shared", GPU_A + "::0", "Degraded"),)}
+    assert device_health(devices, allocations, odd) == {GpuKey("UUID", GPU_A, ""): "unknown"}
+
+
+def test_health_and_taints_are_written_with_the_identities_the_samples_carried():
+    taint = DeviceTaint(GpuKey("UUID", GPU_B, "13"), "gpu.nvidia.com/xid", "79", "NoSchedule")
+    mapping = Mapping(health={GpuKey("gpu", "3", ""): "healthy", GpuKey("UUID", GPU_A, ""): "unhealthy"},
+                      taints=(taint,))
+    identities = [GpuIdentity(GPU_A, "0", "nvidia0", ""), GpuIdentity("GPU-c", "3", "nvidia3", ""),
+                  GpuIdentity(GPU_B, "1", "nvidia1", "13")]
+    lines = render_device_health(mapping, identities).splitlines()
+    assert [line for line in lines if not line.startswith("#")] == [
+        f'pod_gpu_device_health_status{{UUID="{GPU_A}",gpu="0",status="unhealthy"}} 1',
+        'pod_gpu_device_health_status{UUID="GPU-c",gpu="3",status="healthy"} 1',
+        f'pod_gpu_device_taint{{UUID="{GPU_B}",gpu="1",GPU_I_ID="13",key="gpu.nvidia.com/xid",value="79",'
+        'effect="NoSchedule"} 1']
+    # No sample carried them (dcgm-exporter down, a GPU fallen off the bus): the name the key gives.
+    assert render_device_health(mapping, []).splitlines()[2:4] == [
+        f'pod_gpu_device_health_status{{UUID="{GPU_A}",gpu="",status="unhealthy"}} 1',
+        'pod_gpu_device_health_status{UUID="",gpu="3",status="healthy"} 1']
+    assert render_device_health(Mapping(), identities) == ""
