@@ -183,7 +183,7 @@ def build_parser() -> argparse.ArgumentParser:
         epilog=(
             "commands:\n"
             "  serve     (default) serve attributed metrics at --web.listen-address + --web.telemetry-path\n"
-            "  demo      serve a simulated GPU node (fake kubelet + fake dcgm-exporter), no cluster needed;\n"
+            "  demo      serve a simulated GPU node (kubelet, dcgm-exporter, NVML, API server), no cluster needed;\n"
             "            listens on 127.0.0.1:9400 unless --web.listen-address says otherwise\n"
             "  mapping   print this node's GPU -> pod table from --kubelet.socket and exit (-o json for JSON)\n"
         ),
@@ -249,12 +249,14 @@ def parse_config(argv: Sequence[str], environ: Mapping[str, str]) -> Config:
 # Settings a command would otherwise silently ignore: a user who passes one expects it to act.
 _OWN_KUBELET = "the demo runs its own simulated kubelet; leave out `demo` to serve a real node"
 _OWN_DCGM = "the demo runs its own simulated dcgm-exporter; leave out `demo` to serve a real node"
-_NO_API = "the demo's simulated pods exist on no API server, so it never asks one"
+_NO_API = "the demo runs its own simulated API server for its simulated pods"
+_OWN_PROCESSES = "the demo serves per-process shares of its own simulated processes"
 _MAPPING_ONLY = "it only shapes the output of `mapping`"
 _UNUSED_BY = {
     "demo": {"kubelet_socket": _OWN_KUBELET, "dcgm_url": _OWN_DCGM, "dcgm_file": _OWN_DCGM,
              **dict.fromkeys(("kubernetes_api", "kubernetes_kubeconfig", "kubernetes_node_name",
                               "kubernetes_watch_silence_seconds", "labels_extra", "labels_pod_labels", "labels_pod_annotations"), _NO_API),
+             **dict.fromkeys(("sharing_mode", "sharing_proc_root"), _OWN_PROCESSES),
              "output": _MAPPING_ONLY},
     "serve": {"output": _MAPPING_ONLY},
     # `mapping` asks the kubelet (and the API server, for its labels column) once and prints.
