@@ -25,6 +25,7 @@ ENV_PREFIX = "POD_GPU_EXPORTER_"
 COMMANDS = ("serve", "demo", "mapping")
 KUBERNETES_API_CHOICES = ("auto", "on", "off")
 SHARING_MODES = ("device", "process")
+DEMO_NVML_CHOICES = ("on", "off")
 # The fewest labels --labels.limit allows: pod_gpu_allocation_info's own (owner, resource, device_id,
 # UUID, gpu, GPU_I_ID, a DRA claim's name and namespace) must fit, as must a dcgm sample's ~9 and its owner's 3.
 MIN_LABELS_LIMIT = 12
@@ -61,6 +62,7 @@ class Config:
     log_level: str = "info"
     log_format: str = "logfmt"
     output: str = "table"
+    demo_nvml: str = "on"
 
     @property
     def listen_address(self) -> str:
@@ -101,6 +103,7 @@ _FLAGS: Tuple[Tuple[str, str, str, str], ...] = (
     ("--energy.idle-policy", "energy_idle_policy", IDLE_POLICIES, "In --sharing.mode process, where a shared GPU's energy that no holder's SM activity accounts for goes: split = evenly between its holders; unattributed = to pod_gpu_unattributed_energy_joules_total{reason=\"idle\"}."),
     ("--log.level", "log_level", LOG_LEVELS, "Only log messages at or above this level."),
     ("--log.format", "log_format", LOG_FORMATS, "Log line format."),
+    ("--demo.nvml", "demo_nvml", DEMO_NVML_CHOICES, "`demo` only: on = its node also simulates NVML, the host's processes and XIDs, and serves --sharing.mode process; off = device-level samples only."),
 )
 
 # Defaults decided at run time, where the Config field's own default (None) would read "none".
@@ -250,15 +253,14 @@ def parse_config(argv: Sequence[str], environ: Mapping[str, str]) -> Config:
 _OWN_KUBELET = "the demo runs its own simulated kubelet; leave out `demo` to serve a real node"
 _OWN_DCGM = "the demo runs its own simulated dcgm-exporter; leave out `demo` to serve a real node"
 _NO_API = "the demo runs its own simulated API server for its simulated pods"
-_OWN_PROCESSES = "the demo serves per-process shares of its own simulated processes"
 _MAPPING_ONLY = "it only shapes the output of `mapping`"
+_DEMO_ONLY = "only `demo` simulates NVML"
 _UNUSED_BY = {
     "demo": {"kubelet_socket": _OWN_KUBELET, "dcgm_url": _OWN_DCGM, "dcgm_file": _OWN_DCGM,
              **dict.fromkeys(("kubernetes_api", "kubernetes_kubeconfig", "kubernetes_node_name",
                               "kubernetes_watch_silence_seconds", "labels_extra", "labels_pod_labels", "labels_pod_annotations"), _NO_API),
-             **dict.fromkeys(("sharing_mode", "sharing_proc_root"), _OWN_PROCESSES),
              "output": _MAPPING_ONLY},
-    "serve": {"output": _MAPPING_ONLY},
+    "serve": {"output": _MAPPING_ONLY, "demo_nvml": _DEMO_ONLY},
     # `mapping` asks the kubelet (and the API server, for its labels column) once and prints.
     "mapping": {
         **dict.fromkeys(("listen_address", "telemetry_path", "web_config_file"), "it prints one table and exits, serving nothing"),
@@ -269,6 +271,7 @@ _UNUSED_BY = {
         **dict.fromkeys(("labels_style", "labels_mode", "labels_limit"), "it prints owners as columns, not as sample labels"),
         **dict.fromkeys(("sharing_mode", "sharing_proc_root", "energy_idle_policy"),
                         "per-process shares are served, never printed by it"),
+        "demo_nvml": _DEMO_ONLY,
     },
 }
 # A newcomer's demo stays on this machine unless --web.listen-address says otherwise, and

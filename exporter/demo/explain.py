@@ -17,12 +17,10 @@ QUERIES = (
 )
 
 
-def explain(url: str, socket_path: str, dcgm_url: str, mapping: str) -> None:
+def explain(url: str, socket_path: str, dcgm_url: str, mapping: str, nvml: bool = True) -> None:
     parts = urlsplit(url)
     root = f"{parts.scheme}://{parts.netloc}"
-    queries = "\n".join(f"  # {what}\n  {query}" for what, query in QUERIES)
-    print(
-        f"""
+    print(f"""
 pod-gpu-metrics-exporter demo: a simulated GPU node, no cluster needed.
 
   Open {url}
@@ -30,22 +28,24 @@ pod-gpu-metrics-exporter demo: a simulated GPU node, no cluster needed.
 
 Simulated: a kubelet PodResources gRPC server on {socket_path},
            dcgm-exporter at {dcgm_url}, serving 4 NVIDIA L4 GPUs from a real scrape, values moving,
-           NVML's per-process view of them, the host's /proc and a Kubernetes API server (--sharing.mode process):
+           a Kubernetes API server{_NVML_PARTS if nvml else ""}:
   GPU 0, 1  ml-team/trainer-0/pytorch                       (nvidia.com/gpu, whole GPUs;
             its pod status reports GPU {UNHEALTHY_GPU} Unhealthy)
   GPU 2     inference/llm-server-a + inference/llm-server-b  (nvidia.com/gpu.shared, time-sliced;
-            llm-server-a holds two replicas and still gets one series per sample;
-            llm-server-b holds its replica but runs nothing on it; a host service uses GPU 2 too,
-            and it reports an XID now and then)
-  GPU 3     idle: its samples pass unchanged, without owner labels
-  research/notebook-7 holds no GPU, yet its process runs on GPU 0
-
-Worth pasting into Prometheus once it scrapes {url}:
-{queries}
-
+            llm-server-a holds two replicas and still gets one series per sample{_GPU2_PROCESSES if nvml else ")"}
+  GPU 3     idle: its samples pass unchanged, without owner labels{_NOTEBOOK if nvml else ""}
+{_QUERIES_TEXT.format(url=url) if nvml else _WITHOUT_NVML}
 The table the exporter works from, as `mapping` prints it on a real node; from another terminal:
   {mapping}
 Press Ctrl+C to stop.
-""",
-        flush=True,
-    )
+""", flush=True)
+
+
+_NVML_PARTS = (", and NVML's per-process view of the GPUs with the host's /proc\n"
+               "           (so it serves --sharing.mode process; --demo.nvml off leaves that out)")
+_GPU2_PROCESSES = (";\n            llm-server-b holds its replica but runs nothing on it; a host service uses GPU 2 too,\n"
+                   "            and it reports an XID now and then)")
+_NOTEBOOK = "\n  research/notebook-7 holds no GPU, yet its process runs on GPU 0"
+_QUERIES_TEXT = "\nWorth pasting into Prometheus once it scrapes {url}:\n" + "\n".join(
+    f"  # {what}\n  {query}" for what, query in QUERIES) + "\n"
+_WITHOUT_NVML = "\n(--demo.nvml off: no per-process shares, energy split or XIDs)\n"

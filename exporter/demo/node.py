@@ -94,6 +94,7 @@ def run_demo(config: Config, serve: Callable[..., int]) -> int:
     kubelet.set_allocatable(simulated_offered())
     dcgm = FakeDcgmExporter(SimulatedDcgm(TEMPLATE.read_text()).render)
     nvml = SimulatedNvml(list(SIMULATED_PROCESSES))
+    simulate_nvml = config.demo_nvml == "on"
     api = None
     try:
         kubelet.start()
@@ -106,11 +107,12 @@ def run_demo(config: Config, serve: Callable[..., int]) -> int:
         demo_config = dataclasses.replace(
             config, command="serve", kubelet_socket=socket_path, dcgm_url=dcgm.url, dcgm_file=None,
             kubernetes_api="on", kubernetes_kubeconfig=str(workdir / "kubeconfig"), kubernetes_node_name=NODE_NAME,
-            sharing_mode="process", sharing_proc_root=str(workdir / "proc"),
+            # --demo.nvml off: device-level samples only, as a node without NVML serves them.
+            **(dict(sharing_mode="process", sharing_proc_root=str(workdir / "proc")) if simulate_nvml else {}),
         )
-        ready = functools.partial(explain, socket_path=socket_path, dcgm_url=dcgm.url,
+        ready = functools.partial(explain, socket_path=socket_path, dcgm_url=dcgm.url, nvml=simulate_nvml,
                                   mapping=mapping_command(_invoked_as(), socket_path))
-        return serve(demo_config, on_ready=ready, nvml=nvml)
+        return serve(demo_config, on_ready=ready, nvml=nvml if simulate_nvml else None)
     finally:
         nvml.close()
         if api is not None:

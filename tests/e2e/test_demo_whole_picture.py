@@ -7,6 +7,7 @@ from __future__ import annotations
 import requests
 
 from support.demo_process import samples, start_demo
+from support.exporter_process import start_exporter
 from support.waiting import wait_until
 
 # Every family the demo's simulated node feeds.
@@ -77,3 +78,14 @@ def _last_answer(problems, timeout_seconds: float) -> list:
     except AssertionError:
         pass
     return last
+
+
+def test_without_simulated_nvml_the_demo_serves_device_level_samples_only():
+    demo = start_exporter(["demo", "--demo.nvml", "off"])
+    try:
+        text = wait_until(lambda: (lambda t: t if 'pod="trainer-0"' in t else "")(requests.get(demo.url(), timeout=10).text))
+        names = {name for name, _ in samples(text)}
+        assert "pod_gpu_allocation_info" in names and "pod_gpu_exporter_nvml_up" not in names
+        assert not [name for name in names if name.startswith(("pod_gpu_container_energy", "pod_gpu_unattributed_"))]
+    finally:
+        assert demo.stop() == 0
