@@ -19,7 +19,7 @@ from exporter.demo.explain import explain
 from exporter.demo.fake_dcgm import FakeDcgmExporter
 from exporter.demo.fake_kubelet import FakeKubelet
 from exporter.demo.nvml import SimulatedNvml
-from exporter.demo.workload import (FB_MIB, GPU_COUNT, NODE_NAME, SIMULATED_PROCESSES,  # noqa: F401 - gpu_uuid
+from exporter.demo.workload import (FB_MIB, GPU_COUNT, NODE_NAME, SIMULATED_PROCESSES,
                                     gpu_energy_mj, gpu_load, gpu_uuid, simulated_allocations, simulated_offered)
 
 # A real scrape of one NVIDIA L4 node (dcgm-exporter 4.x, GPU operator defaults) is the template;
