@@ -22,6 +22,7 @@ XIDS = (13, 31)
 XID_GPU = 2
 FIRST_XID_AFTER_SECONDS = 3.0
 XID_EVERY_SECONDS = 12.0
+DRIVER_VERSION = "580.105.08"
 
 
 class NVMLError(Exception):
@@ -80,9 +81,26 @@ class SimulatedNvml:
     def _elapsed(self) -> float:
         return self._clock() - self._started
 
+    def __getattr__(self, name: str):
+        """Any other nvml* function answers NOT_SUPPORTED, as a driver without it does: the exporter
+        then serves what it can, as on such a node."""
+        if not name.startswith("nvml"):
+            raise AttributeError(name)
+
+        def not_supported(*_args, **_kwargs):
+            raise NVMLError(NVML_ERROR_NOT_SUPPORTED)
+
+        return not_supported
+
     # --- initialisation and devices -----------------------------------------------------------------
     def nvmlInit(self) -> None:  # noqa: N802 - pynvml's names throughout
         pass
+
+    def nvmlSystemGetDriverVersion(self) -> str:  # noqa: N802
+        return DRIVER_VERSION  # as the dcgm template's DCGM_FI_DRIVER_VERSION says
+
+    def nvmlDeviceGetName(self, handle: int) -> str:  # noqa: N802
+        return "NVIDIA L4"
 
     def nvmlShutdown(self) -> None:  # noqa: N802
         pass

@@ -46,3 +46,11 @@ def test_xids_come_on_the_shared_gpu_now_and_then_as_the_event_api_delivers_them
     assert (first.eventType, first.eventData, second.eventData) == (nvmlEventTypeXidCriticalError, 13, 31)
     assert (first.gpuInstanceId, first.computeInstanceId) == (NO_INSTANCE, NO_INSTANCE)
     nvml.nvmlEventSetFree(events)
+
+
+def test_a_function_the_simulation_lacks_answers_not_supported_as_an_older_driver_does():
+    nvml = SimulatedNvml([])
+    with pytest.raises(nvml.NVMLError) as raised:
+        nvml.nvmlDeviceGetPcieThroughput(0, 0)
+    assert raised.value.value == 3
+    assert not hasattr(nvml, "something_else")
