@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import threading
 from pathlib import Path
 
 from exporter.demo.kube_api import FakeKubeApi
@@ -13,9 +14,22 @@ from exporter.demo.workload import NODE_NAME, SIMULATED_PODS, SIMULATED_PROCESSE
 SERVED_APIS = ("v1", "apps/v1", "resource.k8s.io/v1")
 
 
-def start_api_server(kubeconfig: Path) -> FakeKubeApi:
+class DemoKubeApi(FakeKubeApi):
+    """The API server, telling the simulated node when the exporter has its pods: it lists them, then watches."""
+
+    def __init__(self):
+        super().__init__(served_versions=SERVED_APIS)
+        self.pods_watched = threading.Event()
+
+    def _answer_watch(self, handler, plural: str, since: int) -> bool:
+        if plural == "pods":
+            self.pods_watched.set()
+        return False
+
+
+def start_api_server(kubeconfig: Path) -> DemoKubeApi:
     """An API server on loopback holding the simulated pods and their controllers; `kubeconfig` points at it."""
-    api = FakeKubeApi(served_versions=SERVED_APIS).start()
+    api = DemoKubeApi().start()
     for pod in SIMULATED_PODS:
         kind, name = pod.owner
         if kind == "ReplicaSet":  # a Deployment's pod: ReplicaSet, then Deployment

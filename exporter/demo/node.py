@@ -93,14 +93,14 @@ def run_demo(config: Config, serve: Callable[..., int]) -> int:
     kubelet.set_devices(simulated_allocations())
     kubelet.set_allocatable(simulated_offered())
     dcgm = FakeDcgmExporter(SimulatedDcgm(TEMPLATE.read_text()).render)
-    nvml = SimulatedNvml(list(SIMULATED_PROCESSES))
     simulate_nvml = config.demo_nvml == "on"
-    api = None
+    api = nvml = None
     try:
         kubelet.start()
         dcgm.start()
         write_proc_tree(workdir / "proc")
         api = start_api_server(workdir / "kubeconfig")
+        nvml = SimulatedNvml(list(SIMULATED_PROCESSES), ready=api.pods_watched) if simulate_nvml else None
         # parse_config has refused --kubelet.socket, --dcgm.* and --kubernetes.* for the demo, so nothing
         # the user asked for is overridden here; its short refresh interval is a default there, which
         # --kubelet.refresh-interval replaces.
@@ -112,9 +112,10 @@ def run_demo(config: Config, serve: Callable[..., int]) -> int:
         )
         ready = functools.partial(explain, socket_path=socket_path, dcgm_url=dcgm.url, nvml=simulate_nvml,
                                   mapping=mapping_command(_invoked_as(), socket_path))
-        return serve(demo_config, on_ready=ready, nvml=nvml if simulate_nvml else None)
+        return serve(demo_config, on_ready=ready, nvml=nvml)
     finally:
-        nvml.close()
+        if nvml is not None:
+            nvml.close()
         if api is not None:
             api.stop()
         dcgm.stop()

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import threading
 import time
-from typing import Callable, List, NamedTuple
+from typing import Callable, List, NamedTuple, Optional
 
 from exporter.demo.workload import GPU_COUNT, SimulatedProcess, gpu_energy_mj, gpu_load, gpu_uuid
 
@@ -23,6 +23,7 @@ XID_GPU = 2
 FIRST_XID_AFTER_SECONDS = 3.0
 XID_EVERY_SECONDS = 12.0
 DRIVER_VERSION = "580.105.08"
+INIT_WAIT_SECONDS = 2.0
 
 
 class NVMLError(Exception):
@@ -67,8 +68,10 @@ class SimulatedNvml:
 
     NVMLError = NVMLError
 
-    def __init__(self, processes: List[SimulatedProcess], clock: Callable[[], float] = time.monotonic):
+    def __init__(self, processes: List[SimulatedProcess], clock: Callable[[], float] = time.monotonic,
+                 ready: Optional[threading.Event] = None):
         self._processes = processes
+        self._ready = ready
         self._clock = clock
         self._started = clock()
         self._stopped = threading.Event()
@@ -94,7 +97,10 @@ class SimulatedNvml:
 
     # --- initialisation and devices -----------------------------------------------------------------
     def nvmlInit(self) -> None:  # noqa: N802 - pynvml's names throughout
-        pass
+        # As a real nvmlInit waking the GPUs takes a moment, this one waits (briefly) for `ready`: the
+        # exporter's first pod list, without which its first refresh would warn that the pod index is missing.
+        if self._ready is not None:
+            self._ready.wait(INIT_WAIT_SECONDS)
 
     def nvmlSystemGetDriverVersion(self) -> str:  # noqa: N802
         return DRIVER_VERSION  # as the dcgm template's DCGM_FI_DRIVER_VERSION says
