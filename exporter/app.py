@@ -9,7 +9,7 @@ import platform
 import signal
 import sys
 import threading
-from typing import TYPE_CHECKING, Callable, NamedTuple, Optional, Union
+from typing import TYPE_CHECKING, Any, Callable, NamedTuple, Optional, Union
 
 from exporter import __version__
 from exporter.base.errors import ConfigError, KubeletError
@@ -36,8 +36,9 @@ EXIT_OK, EXIT_FAILURE, EXIT_USAGE = 0, 1, 2
 API_FIRST_LIST_WAIT_SECONDS = 2.0
 
 
-def serve(config: Config, on_ready: Optional[Callable[[str], None]] = None) -> int:
-    """Serve until SIGTERM/SIGINT; returns the process exit code."""
+def serve(config: Config, on_ready: Optional[Callable[[str], None]] = None, nvml: Any = None) -> int:
+    """Serve until SIGTERM/SIGINT; returns the process exit code. `nvml` is an NVML binding to use instead
+    of pynvml: the demo's simulated one (a real node always loads the driver's library)."""
     # gRPC's C core logs transport chatter (e.g. "Got goaway" when the kubelet restarts) to stderr,
     # outside our log format; our own logs already say what matters.
     os.environ.setdefault("GRPC_VERBOSITY", "ERROR")
@@ -53,7 +54,7 @@ def serve(config: Config, on_ready: Optional[Callable[[str], None]] = None) -> i
         return EXIT_USAGE
     log("info", "starting pod-gpu-metrics-exporter", version=__version__, python=platform.python_version())
     tune_malloc()
-    core = _build_core(config, sources)
+    core = _build_core(config, sources, nvml)
     server = _listen(config, sources, core)
     if server is None:
         core.client.close()
@@ -104,14 +105,14 @@ def _build_sources(config: Config) -> _Sources:
     return _Sources(web_config, source, kubernetes)
 
 
-def _build_core(config: Config, sources: _Sources) -> _Core:
+def _build_core(config: Config, sources: _Sources, nvml: Any = None) -> _Core:
     """The kubelet refresher, the share refresher and the scraper, wired but not started."""
     from exporter.sources.hpc_jobs import make_hpc_job_reader
     from exporter.sources.kubelet import KubeletOptions, PodResourcesClient
     from exporter.web.scrape import Scraper
 
     kubernetes = sources.kubernetes
-    resolve_mig = _mig_resolver()
+    resolve_mig = _mig_resolver(nvml)
     hpc_jobs = make_hpc_job_reader(config.hpc_job_mapping_dir)
     client = PodResourcesClient(KubeletOptions(config.kubelet_socket, config.kubelet_timeout_seconds))
     attribution = Attribution(
@@ -126,7 +127,7 @@ def _build_core(config: Config, sources: _Sources) -> _Core:
     )
     # One limit for every series written about a pod, so its count covers them all.
     label_limit = LabelLimit(config.labels_limit)
-    shares = _process_shares(config, attribution, kubernetes, label_limit)
+    shares = _process_shares(config, attribution, kubernetes, label_limit, nvml)
     scraper = Scraper(sources.dcgm, attribution, config.labels_style,
                       kubernetes_up=(lambda: kubernetes.up) if kubernetes else None,
                       process_shares=shares.text if shares else None,
@@ -232,7 +233,7 @@ def _prepare_kubernetes(config: Config):
     ))
 
 
-def _process_shares(config: Config, attribution: Attribution, kubernetes, label_limit: LabelLimit):
+def _process_shares(config: Config, attribution: Attribution, kubernetes, label_limit: LabelLimit, nvml: Any = None):
     """The per-process share refresher for --sharing.mode process, else None."""
     if config.sharing_mode != "process":
         return None
@@ -241,15 +242,16 @@ def _process_shares(config: Config, attribution: Attribution, kubernetes, label_
 
     options = ProcessSharesOptions(config.sharing_proc_root, config.kubelet_refresh_interval_seconds,
                                    config.labels_style, config.energy_idle_policy)
-    return ProcessShares(options, open_nvml, lambda: attribution.current().mapping, pod_index_source(kubernetes),
+    return ProcessShares(options, functools.partial(open_nvml, nvml), lambda: attribution.current().mapping, pod_index_source(kubernetes),
                          label_limit=label_limit)
 
 
-def _mig_resolver():
-    """Resolves MIG-<uuid> device IDs through NVML, opened (and its outcome logged) at the first such ID."""
+def _mig_resolver(nvml: Any = None):
+    """Resolves MIG-<uuid> device IDs through NVML (`nvml`, else pynvml), opened (and its outcome logged) at
+    the first such ID."""
     from exporter.sources.nvml.library import LazyMigResolver
 
-    return LazyMigResolver()
+    return LazyMigResolver(nvml)
 
 
 def _stop_on_signals(stopping: threading.Event, listening: list) -> None:

@@ -25,6 +25,7 @@ ENV_PREFIX = "POD_GPU_EXPORTER_"
 COMMANDS = ("serve", "demo", "mapping")
 KUBERNETES_API_CHOICES = ("auto", "on", "off")
 SHARING_MODES = ("device", "process")
+DEMO_NVML_CHOICES = ("on", "off")
 # The fewest labels --labels.limit allows: pod_gpu_allocation_info's own (owner, resource, device_id,
 # UUID, gpu, GPU_I_ID, a DRA claim's name and namespace) must fit, as must a dcgm sample's ~9 and its owner's 3.
 MIN_LABELS_LIMIT = 12
@@ -62,6 +63,7 @@ class Config:
     log_level: str = "info"
     log_format: str = "logfmt"
     output: str = "table"
+    demo_nvml: str = "on"
 
     @property
     def listen_address(self) -> str:
@@ -103,6 +105,7 @@ _FLAGS: Tuple[Tuple[str, str, str, str], ...] = (
     ("--hpc.job-mapping-dir", "hpc_job_mapping_dir", "text", "Directory of HPC job-mapping files as dcgm-exporter reads them (a file per GPU named <gpu> or <gpu>.<GPU_I_ID>, one job ID per line, e.g. written by a Slurm prolog): serves pod_gpu_hpc_job_info per job per device."),
     ("--log.level", "log_level", LOG_LEVELS, "Only log messages at or above this level."),
     ("--log.format", "log_format", LOG_FORMATS, "Log line format."),
+    ("--demo.nvml", "demo_nvml", DEMO_NVML_CHOICES, "`demo` only: on = its node also simulates NVML, the host's processes and XIDs, and serves --sharing.mode process; off = device-level samples only."),
 )
 
 # Defaults decided at run time, where the Config field's own default (None) would read "none".
@@ -185,7 +188,7 @@ def build_parser() -> argparse.ArgumentParser:
         epilog=(
             "commands:\n"
             "  serve     (default) serve attributed metrics at --web.listen-address + --web.telemetry-path\n"
-            "  demo      serve a simulated GPU node (fake kubelet + fake dcgm-exporter), no cluster needed;\n"
+            "  demo      serve a simulated GPU node (kubelet, dcgm-exporter, NVML, API server), no cluster needed;\n"
             "            listens on 127.0.0.1:9400 unless --web.listen-address says otherwise\n"
             "  mapping   print this node's GPU -> pod table from --kubelet.socket and exit (-o json for JSON)\n"
         ),
@@ -252,14 +255,15 @@ def parse_config(argv: Sequence[str], environ: Mapping[str, str]) -> Config:
 # Settings a command would otherwise silently ignore: a user who passes one expects it to act.
 _OWN_KUBELET = "the demo runs its own simulated kubelet; leave out `demo` to serve a real node"
 _OWN_DCGM = "the demo runs its own simulated dcgm-exporter; leave out `demo` to serve a real node"
-_NO_API = "the demo's simulated pods exist on no API server, so it never asks one"
+_NO_API = "the demo runs its own simulated API server for its simulated pods"
 _MAPPING_ONLY = "it only shapes the output of `mapping`"
+_DEMO_ONLY = "only `demo` simulates NVML"
 _UNUSED_BY = {
     "demo": {"kubelet_socket": _OWN_KUBELET, "dcgm_url": _OWN_DCGM, "dcgm_file": _OWN_DCGM,
              **dict.fromkeys(("kubernetes_api", "kubernetes_kubeconfig", "kubernetes_node_name",
                               "kubernetes_watch_silence_seconds", "labels_extra", "labels_pod_labels", "labels_pod_annotations"), _NO_API),
              "output": _MAPPING_ONLY},
-    "serve": {"output": _MAPPING_ONLY},
+    "serve": {"output": _MAPPING_ONLY, "demo_nvml": _DEMO_ONLY},
     # `mapping` asks the kubelet (and the API server, for its labels column) once and prints.
     "mapping": {
         **dict.fromkeys(("listen_address", "telemetry_path", "web_config_file"), "it prints one table and exits, serving nothing"),
@@ -271,6 +275,7 @@ _UNUSED_BY = {
         **dict.fromkeys(("sharing_mode", "sharing_proc_root", "energy_idle_policy"),
                         "per-process shares are served, never printed by it"),
         "hpc_job_mapping_dir": "HPC jobs are served as pod_gpu_hpc_job_info, never printed by it",
+        "demo_nvml": _DEMO_ONLY,
     },
 }
 # A newcomer's demo stays on this machine unless --web.listen-address says otherwise, and

@@ -1,9 +1,9 @@
-"""`demo`: a whole simulated GPU node — a real gRPC kubelet on a temp socket and a moving dcgm-exporter."""
+"""`demo`: a whole simulated GPU node — a gRPC kubelet, a moving dcgm-exporter, NVML, /proc and an API server."""
 
 from __future__ import annotations
 
 import dataclasses
-import math
+import functools
 import re
 import shlex
 import shutil
@@ -12,46 +12,20 @@ import tempfile
 import time
 from pathlib import Path
 from typing import Callable, Dict, List, Tuple
-from urllib.parse import urlsplit
 
 from exporter.config import Config
+from exporter.demo.cluster import start_api_server, write_proc_tree
+from exporter.demo.explain import explain
 from exporter.demo.fake_dcgm import FakeDcgmExporter
 from exporter.demo.fake_kubelet import FakeKubelet
-from exporter.sources.kubelet import AllocatedDevice
+from exporter.demo.nvml import SimulatedNvml
+from exporter.demo.workload import (FB_MIB, GPU_COUNT, NODE_NAME, SIMULATED_PROCESSES,
+                                    gpu_energy_mj, gpu_load, gpu_uuid, simulated_allocations, simulated_offered)
 
 # A real scrape of one NVIDIA L4 node (dcgm-exporter 4.x, GPU operator defaults) is the template;
 # the simulated node has four such GPUs.
 TEMPLATE = Path(__file__).with_name("data") / "l4-aws-gpu-operator-default-counters.prom"
 TEMPLATE_UUID = "GPU-c2f76b33-7953-256e-8f33-1343419b1a1c"
-GPU_COUNT = 4
-
-
-def gpu_uuid(index: int) -> str:
-    return f"GPU-5e1f0c3a-{index:04d}-4d2b-9a61-0demo0000{index:03d}"
-
-
-def simulated_allocations() -> List[AllocatedDevice]:
-    """Who holds what on the simulated node; GPU 3 is idle."""
-    return [
-        # A training job holding two whole GPUs.
-        AllocatedDevice("ml-team", "trainer-0", "pytorch", "nvidia.com/gpu", gpu_uuid(0)),
-        AllocatedDevice("ml-team", "trainer-0", "pytorch", "nvidia.com/gpu", gpu_uuid(1)),
-        # GPU 2 time-sliced between two inference pods; one of them holds two replicas.
-        AllocatedDevice("inference", "llm-server-a", "vllm", "nvidia.com/gpu.shared", gpu_uuid(2) + "::0"),
-        AllocatedDevice("inference", "llm-server-a", "vllm", "nvidia.com/gpu.shared", gpu_uuid(2) + "::3"),
-        AllocatedDevice("inference", "llm-server-b", "vllm", "nvidia.com/gpu.shared", gpu_uuid(2) + "::1"),
-    ]
-
-
-def simulated_offered() -> List[Tuple[str, str]]:
-    """What the device plugins offer, held or free (GetAllocatableResources): GPU 2 as 4 time-slicing
-    replicas, the others whole."""
-    whole = [("nvidia.com/gpu", gpu_uuid(index)) for index in range(GPU_COUNT) if index != 2]
-    return whole + [("nvidia.com/gpu.shared", f"{gpu_uuid(2)}::{replica}") for replica in range(4)]
-
-
-# How busy each simulated GPU is, on average (0..1); GPU 3 is idle.
-_LOAD = {0: 0.85, 1: 0.8, 2: 0.45, 3: 0.0}
 
 
 class SimulatedDcgm:
@@ -75,20 +49,18 @@ class SimulatedDcgm:
     @staticmethod
     def _value(labels: str, template_value: str, gpu: int, elapsed: float) -> str:
         name = labels.split("{", 1)[0]
-        # Each GPU swings around its own load on a two-minute cycle, shifted so curves differ.
-        load = _LOAD[gpu] * (0.8 + 0.2 * math.sin(elapsed / 20.0 + gpu)) if _LOAD[gpu] else 0.0
+        load = gpu_load(gpu, elapsed)
         moving: Dict[str, str] = {
             "DCGM_FI_DEV_GPU_UTIL": f"{round(100 * load)}",
             "DCGM_FI_DEV_MEM_COPY_UTIL": f"{round(60 * load)}",
             "DCGM_FI_DEV_SM_CLOCK": f"{round(210 + 1830 * load)}",
             "DCGM_FI_DEV_GPU_TEMP": f"{round(31 + 45 * load)}",
             "DCGM_FI_DEV_POWER_USAGE": f"{16.365 + 55.0 * load:f}",
-            "DCGM_FI_DEV_FB_USED": f"{round(18000 * load)}",
-            "DCGM_FI_DEV_FB_FREE": f"{22563 - round(18000 * load)}",
+            "DCGM_FI_DEV_FB_USED": f"{round(FB_MIB * load)}",
+            "DCGM_FI_DEV_FB_FREE": f"{22563 - round(FB_MIB * load)}",
             "DCGM_FI_PROF_GR_ENGINE_ACTIVE": f"{load:f}",
             "DCGM_FI_PROF_PIPE_TENSOR_ACTIVE": f"{0.6 * load:f}",
-            # Energy is a counter in mJ: it only grows, at the simulated power draw.
-            "DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION": f"{int(4742776 + elapsed * (16365 + 55000 * _LOAD[gpu]))}",
+            "DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION": f"{gpu_energy_mj(gpu, elapsed)}",
         }
         return moving.get(name, template_value)
 
@@ -121,18 +93,31 @@ def run_demo(config: Config, serve: Callable[..., int]) -> int:
     kubelet.set_devices(simulated_allocations())
     kubelet.set_allocatable(simulated_offered())
     dcgm = FakeDcgmExporter(SimulatedDcgm(TEMPLATE.read_text()).render)
+    simulate_nvml = config.demo_nvml == "on"
+    api = nvml = None
     try:
         kubelet.start()
         dcgm.start()
-        # parse_config has refused --kubelet.socket, --dcgm.*, --kubernetes.* and the API's --labels.*
-        # for the demo, so nothing the user asked for is overridden here; its short refresh interval
-        # is a default there, which --kubelet.refresh-interval replaces.
+        write_proc_tree(workdir / "proc")
+        api = start_api_server(workdir / "kubeconfig")
+        nvml = SimulatedNvml(list(SIMULATED_PROCESSES), ready=api.pods_watched) if simulate_nvml else None
+        # parse_config has refused --kubelet.socket, --dcgm.* and --kubernetes.* for the demo, so nothing
+        # the user asked for is overridden here; its short refresh interval is a default there, which
+        # --kubelet.refresh-interval replaces.
         demo_config = dataclasses.replace(
             config, command="serve", kubelet_socket=socket_path, dcgm_url=dcgm.url, dcgm_file=None,
-            kubernetes_api="off",  # the simulated pods exist on no API server, even when run inside a pod
+            kubernetes_api="on", kubernetes_kubeconfig=str(workdir / "kubeconfig"), kubernetes_node_name=NODE_NAME,
+            # --demo.nvml off: device-level samples only, as a node without NVML serves them.
+            **(dict(sharing_mode="process", sharing_proc_root=str(workdir / "proc")) if simulate_nvml else {}),
         )
-        return serve(demo_config, on_ready=lambda url: _explain(url, socket_path, dcgm.url))
+        ready = functools.partial(explain, socket_path=socket_path, dcgm_url=dcgm.url, nvml=simulate_nvml,
+                                  mapping=mapping_command(_invoked_as(), socket_path))
+        return serve(demo_config, on_ready=ready, nvml=nvml)
     finally:
+        if nvml is not None:
+            nvml.close()
+        if api is not None:
+            api.stop()
         dcgm.stop()
         kubelet.stop()
         shutil.rmtree(workdir, ignore_errors=True)
@@ -149,28 +134,3 @@ def _invoked_as() -> str:
     if Path(program).name == "__main__.py":  # python -m exporter: argv[0] is the module's file
         return f"{shlex.quote(sys.executable)} -m exporter"
     return shlex.quote(program)
-
-
-def _explain(url: str, socket_path: str, dcgm_url: str) -> None:
-    parts = urlsplit(url)
-    root = f"{parts.scheme}://{parts.netloc}"
-    print(
-        f"""
-pod-gpu-metrics-exporter demo: a simulated GPU node, no cluster needed.
-
-  Open {url}
-  (also {root}/ for the index, {root}/metrics for the exporter's own metrics)
-
-Simulated: a kubelet PodResources gRPC server on {socket_path}
-           and dcgm-exporter at {dcgm_url}, serving 4 NVIDIA L4 GPUs from a real scrape, values moving:
-  GPU 0, 1  ml-team/trainer-0/pytorch                       (nvidia.com/gpu, whole GPUs)
-  GPU 2     inference/llm-server-a + inference/llm-server-b  (nvidia.com/gpu.shared, time-sliced;
-            llm-server-a holds two replicas and still gets one series per sample)
-  GPU 3     idle: its samples pass unchanged, without owner labels
-
-The table the exporter works from, as `mapping` prints it on a real node; from another terminal:
-  {mapping_command(_invoked_as(), socket_path)}
-Press Ctrl+C to stop.
-""",
-        flush=True,
-    )

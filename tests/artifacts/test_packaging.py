@@ -67,7 +67,7 @@ def test_license_is_an_spdx_expression_with_its_file():
 
 def test_the_wheel_holds_every_package_and_no_test_double_but_the_demos(tmp_path):
     """Built as users get it (pip, build isolation): every module of exporter/, the demo's fakes and data,
-    and nothing from tests/ (the fake Kubernetes API server is a test double only)."""
+    and nothing from tests/ (the faults the tests inject into the demo's servers are test doubles only)."""
     import shutil
     import subprocess
     import sys

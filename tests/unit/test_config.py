@@ -284,3 +284,12 @@ def test_label_budget_flags_and_their_environment_variables():
 def test_bad_label_budget_settings(args, env, says):
     with pytest.raises(ConfigError, match=re.escape(says)):
         parse_config(args, env)
+
+
+def test_demo_nvml_is_on_by_default_and_only_for_the_demo():
+    assert parse_config(["demo"], {}).demo_nvml == "on"
+    assert parse_config(["demo"], {"POD_GPU_EXPORTER_DEMO_NVML": "off"}).demo_nvml == "off"
+    with pytest.raises(ConfigError, match=r"^--demo.nvml is not used by `serve` "):
+        parse_config(["--demo.nvml", "off"], {})
+    with pytest.raises(ConfigError, match=r"^--demo.nvml: invalid choice 'maybe'"):
+        parse_config(["demo", "--demo.nvml", "maybe"], {})

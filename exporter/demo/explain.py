@@ -1,0 +1,51 @@
+"""What the demo prints once it answers: where to look, what is simulated, and queries worth pasting into Prometheus."""
+
+from __future__ import annotations
+
+from urllib.parse import urlsplit
+
+from exporter.demo.workload import UNHEALTHY_GPU
+
+# Three questions the per-process series answer and device-level metrics cannot.
+QUERIES = (
+    ("each pod's own share of its GPUs' SM time (0-1 per GPU)",
+     "sum by (namespace, pod) (pod_gpu_container_sm_utilization_ratio)"),
+    ("each pod's power draw in watts, from its share of the boards' energy",
+     "sum by (namespace, pod) (rate(pod_gpu_container_energy_joules_total[5m]))"),
+    ("GPUs held but left idle most of the last 5 minutes",
+     "rate(pod_gpu_container_idle_seconds_total[5m]) > 0.5"),
+)
+
+
+def explain(url: str, socket_path: str, dcgm_url: str, mapping: str, nvml: bool = True) -> None:
+    parts = urlsplit(url)
+    root = f"{parts.scheme}://{parts.netloc}"
+    print(f"""
+pod-gpu-metrics-exporter demo: a simulated GPU node, no cluster needed.
+
+  Open {url}
+  (also {root}/ for the index, {root}/metrics for the exporter's own metrics)
+
+Simulated: a kubelet PodResources gRPC server on {socket_path},
+           dcgm-exporter at {dcgm_url}, serving 4 NVIDIA L4 GPUs from a real scrape, values moving,
+           a Kubernetes API server{_NVML_PARTS if nvml else ""}:
+  GPU 0, 1  ml-team/trainer-0/pytorch                       (nvidia.com/gpu, whole GPUs;
+            its pod status reports GPU {UNHEALTHY_GPU} Unhealthy)
+  GPU 2     inference/llm-server-a + inference/llm-server-b  (nvidia.com/gpu.shared, time-sliced;
+            llm-server-a holds two replicas and still gets one series per sample{_GPU2_PROCESSES if nvml else ")"}
+  GPU 3     idle: its samples pass unchanged, without owner labels{_NOTEBOOK if nvml else ""}
+{_QUERIES_TEXT.format(url=url) if nvml else _WITHOUT_NVML}
+The table the exporter works from, as `mapping` prints it on a real node; from another terminal:
+  {mapping}
+Press Ctrl+C to stop.
+""", flush=True)
+
+
+_NVML_PARTS = (", and NVML's per-process view of the GPUs with the host's /proc\n"
+               "           (so it serves --sharing.mode process; --demo.nvml off leaves that out)")
+_GPU2_PROCESSES = (";\n            llm-server-b holds its replica but runs nothing on it; a host service uses GPU 2 too,\n"
+                   "            and it reports an XID now and then)")
+_NOTEBOOK = "\n  research/notebook-7 holds no GPU, yet its process runs on GPU 0"
+_QUERIES_TEXT = "\nWorth pasting into Prometheus once it scrapes {url}:\n" + "\n".join(
+    f"  # {what}\n  {query}" for what, query in QUERIES) + "\n"
+_WITHOUT_NVML = "\n(--demo.nvml off: no per-process shares, energy split or XIDs)\n"

@@ -1,0 +1,226 @@
+"""A Kubernetes API server on loopback speaking the real REST + watch protocol: the demo's, and the core of the tests' fake.
+
+Lists are JSON with metadata.resourceVersion (paged with limit/continue); `?watch=1` streams
+newline-delimited events (ADDED, MODIFIED, DELETED, BOOKMARK, ERROR) over chunked HTTP/1.1; a watch
+from a compacted version gets 410 Gone (an ERROR event with a Status object); `fieldSelector=
+spec.nodeName=X` filters. Discovery (`/api/v1`, `/apis/<group>/<version>`) lists the kinds served;
+a group/version not served answers 404, as on a cluster without it. A get with
+`Accept: …;as=PartialObjectMetadata;g=meta.k8s.io;v=v1` is answered with the metadata alone.
+
+Tests add faults through the hooks `_admit`, `_answer_get`, `_answer_watch` and `_watch_bookmarks`.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+import uuid
+from http.server import ThreadingHTTPServer
+from typing import Dict, List, Optional, Tuple
+
+from exporter.demo.kube_api_http import MAX_WATCH_SECONDS, handler_class, status_object
+from exporter.demo.kube_objects import BUILT_IN_KINDS, owner_reference
+
+BOOKMARK_INTERVAL_SECONDS = 1.0
+
+
+class FakeKubeApi:
+    """Objects by (api version path, plural) → {(namespace, name): object}; one resourceVersion counter."""
+
+    gone_as_http = False  # the tests' fake may answer a watch from a compacted version with HTTP 410
+
+    def __init__(self, served_versions=("v1", "apps/v1", "batch/v1", "resource.k8s.io/v1")):
+        self.served = set(served_versions)
+        self.kinds = dict(BUILT_IN_KINDS)
+        self._cond = threading.Condition()
+        self._objects: Dict[Tuple[str, str], Dict[Tuple[str, str], dict]] = {}
+        self._events: List[Tuple[int, str, str, dict]] = []  # (rv, group path + plural, type, object)
+        self._version = 1
+        self._compacted = 0  # watches from a version below this get 410 Gone
+        self._generation = 0  # bumped to end every open watch
+        self._server: Optional[ThreadingHTTPServer] = None
+        self._stopped = False
+
+    # --- the owner's side ------------------------------------------------------------------------
+    def start(self, port: int = 0) -> "FakeKubeApi":
+        """Serve on loopback; a stopped server can be started again on its old port (`port`)."""
+        server = ThreadingHTTPServer(("127.0.0.1", port), handler_class(self))
+        server.daemon_threads = True
+        self._server, self._stopped = server, False
+        threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.1}, daemon=True).start()
+        return self
+
+    def stop(self) -> None:
+        if self._server is not None:
+            # Stop accepting first: a watch ended before that would be re-opened at once and outlive us.
+            self._server.shutdown()
+            self._server.server_close()
+            self._stopped = True  # a watch accepted just before the shutdown ends too
+            self.close_watches()
+            self._server = None
+
+    @property
+    def port(self) -> int:
+        return self._server.server_address[1]
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def serve_kind(self, api: str, plural: str, kind: str, namespaced: bool = True) -> None:
+        """Serve one more kind (a CRD installed): listed by discovery, readable by get."""
+        self.served.add(api)
+        self.kinds[(api, plural)] = (kind, namespaced)
+
+    def put_owner(self, api: str, plural: str, namespace: str, name: str, owner=None, controller: bool = True) -> dict:
+        """An object of any kind (a ReplicaSet, a Rollout, a leader Pod…) with `owner` (apiVersion, kind,
+        name) as its ownerReference; a spec of some size, as real ones have, that a metadata read skips."""
+        kind, namespaced = self.kinds[(api, plural)]
+        meta = {"name": name, **({"namespace": namespace} if namespaced else {})}
+        if owner is not None:
+            meta["ownerReferences"] = [owner_reference(*owner, controller=controller)]
+        return self.put(api, plural, {"apiVersion": api, "kind": kind, "metadata": meta,
+                                      "spec": {"selector": {"matchLabels": {"app": name}},
+                                               "template": {"metadata": {"labels": {"app": name}},
+                                                            "spec": {"containers": [{"name": "main"}] * 20}}}})
+
+    def put(self, api: str, plural: str, obj: dict) -> dict:
+        """Create or replace an object (ADDED or MODIFIED event); returns it with its new resourceVersion."""
+        meta = obj.setdefault("metadata", {})
+        meta.setdefault("uid", str(uuid.uuid4()))
+        key = (meta.get("namespace", ""), meta["name"])
+        with self._cond:
+            store = self._objects.setdefault((api, plural), {})
+            kind = "MODIFIED" if key in store else "ADDED"
+            self._version += 1
+            meta["resourceVersion"] = str(self._version)
+            store[key] = obj
+            self._events.append((self._version, f"{api}/{plural}", kind, obj))
+            self._cond.notify_all()
+        return obj
+
+    def delete(self, api: str, plural: str, namespace: str, name: str) -> None:
+        with self._cond:
+            obj = self._objects.get((api, plural), {}).pop((namespace, name), None)
+            if obj is None:
+                return
+            self._version += 1
+            obj = json.loads(json.dumps(obj))
+            obj["metadata"]["resourceVersion"] = str(self._version)
+            self._events.append((self._version, f"{api}/{plural}", "DELETED", obj))
+            self._cond.notify_all()
+
+    def compact(self) -> None:
+        """Forget every event so far, as etcd compaction does: open watches get an ERROR 410 event."""
+        with self._cond:
+            self._compacted = self._version + 1
+            self._events.clear()
+            self._generation += 1
+            self._cond.notify_all()
+
+    def close_watches(self) -> None:
+        """End every open watch cleanly, as an API server does when timeoutSeconds runs out."""
+        with self._cond:
+            self._generation += 1
+            self._cond.notify_all()
+
+    # --- hooks for the tests' faults (here: a well-behaved server) ---------------------------------
+    def _admit(self, verb: str, plural: str, group: str, namespace: Optional[str], name: Optional[str],
+               authorization: Optional[str]) -> Optional[Tuple[int, dict]]:
+        """(status code, Status) to refuse a request with, or None to serve it; discovery's verb is "discover"."""
+        return None
+
+    def _served_selector(self, selector: Optional[Tuple[str, str]]) -> Optional[Tuple[str, str]]:
+        return selector
+
+    def _answer_get(self, handler, plural: str, obj: Optional[dict]) -> bool:
+        """True when the get has been answered here (not as the object)."""
+        return False
+
+    def _counted_metadata_get(self) -> None:
+        pass
+
+    def _answer_watch(self, handler, plural: str, since: int) -> bool:
+        """Called before a watch's first event (headers sent when `handler.headers_sent`); True: answered."""
+        return False
+
+    def _watch_bookmarks(self, query: dict) -> bool:
+        return query.get("allowWatchBookmarks") == "true"
+
+    def _event_line(self, plural: str, event: dict) -> bytes:
+        """One watch event as the line sent."""
+        return json.dumps(event).encode() + b"\n"
+
+    def _bookmark_sent(self, plural: str) -> None:
+        pass
+
+    # --- the server's side -----------------------------------------------------------------------
+    def _list(self, api: str, plural: str, namespace: Optional[str], selector, limit: int, offset: int) -> dict:
+        with self._cond:
+            items = [o for (ns, _), o in sorted(self._objects.get((api, plural), {}).items())
+                     if (namespace is None or ns == namespace) and _selected(o, selector)]
+            version = str(self._version)
+        page = items[offset:offset + limit] if limit else items[offset:]
+        more = limit and offset + limit < len(items)
+        meta = {"resourceVersion": version, **({"continue": str(offset + limit)} if more else {})}
+        kind = self.kinds.get((api, plural), ("Object",))[0]
+        return {"kind": kind + "List", "apiVersion": api, "metadata": meta, "items": page}
+
+    def _discovery(self, api: str) -> dict:
+        """The APIResourceList of one group/version, subresources included, as the API server lists them."""
+        resources = []
+        for (version, plural), (kind, namespaced) in sorted(self.kinds.items()):
+            if version == api:
+                resources += [{"name": plural, "singularName": kind.lower(), "namespaced": namespaced, "kind": kind,
+                               "verbs": ["get", "list", "watch"]},
+                              {"name": f"{plural}/status", "singularName": "", "namespaced": namespaced, "kind": kind,
+                               "verbs": ["get"]}]
+        return {"kind": "APIResourceList", "apiVersion": "v1", "groupVersion": api, "resources": resources}
+
+    def _get(self, api: str, plural: str, namespace: str, name: str) -> Optional[dict]:
+        with self._cond:
+            return self._objects.get((api, plural), {}).get((namespace or "", name))
+
+    def _watch_events(self, api: str, plural: str, namespace, selector, since: int, bookmarks: bool, seconds: float):
+        """Yield event dicts after `since` until the watch ends; the first may be a 410 ERROR."""
+        deadline = time.monotonic() + min(seconds, MAX_WATCH_SECONDS)
+        path = f"{api}/{plural}"
+        with self._cond:
+            if since < self._compacted - 1:
+                yield {"type": "ERROR", "object": status_object(410, "Expired", f"too old resource version: {since}")}
+                return
+            generation = self._generation
+        sent, last_bookmark = since, time.monotonic()
+        while time.monotonic() < deadline:
+            with self._cond:
+                ended = self._stopped or self._generation != generation
+                expired = ended and not self._stopped and self._compacted > sent and not self.gone_as_http
+                pending = [] if ended else [e for e in self._events if e[0] > sent and e[1] == path]
+                current = self._version
+                if not ended and not pending:
+                    self._cond.wait(0.2)  # then look again: the watch may have been ended meanwhile
+            if expired:
+                yield {"type": "ERROR", "object": status_object(410, "Expired", "too old resource version")}
+            if ended:
+                return
+            for version, _, kind, obj in pending:
+                sent = version
+                if (namespace is None or obj["metadata"].get("namespace") == namespace) and _selected(obj, selector):
+                    yield {"type": kind, "object": obj}
+            if bookmarks and time.monotonic() - last_bookmark > BOOKMARK_INTERVAL_SECONDS:
+                last_bookmark, sent = time.monotonic(), max(sent, current)
+                self._bookmark_sent(plural)
+                yield {"type": "BOOKMARK", "object": {"kind": self.kinds.get((api, plural), ("Object",))[0], "apiVersion": api,
+                                                      "metadata": {"resourceVersion": str(sent)}}}
+
+
+def _selected(obj: dict, selector: Optional[Tuple[str, str]]) -> bool:
+    if selector is None:
+        return True
+    field, value = selector
+    current = obj
+    for part in field.split("."):
+        current = current.get(part, {}) if isinstance(current, dict) else {}
+    return current == value
+

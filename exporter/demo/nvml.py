@@ -1,0 +1,189 @@
+"""The demo's NVML: a Python object with the nvidia-ml-py functions the exporter calls, answering for the simulated node."""
+
+from __future__ import annotations
+
+import threading
+import time
+from typing import Callable, List, NamedTuple, Optional
+
+from exporter.demo.workload import GPU_COUNT, SimulatedProcess, gpu_energy_mj, gpu_load, gpu_uuid
+
+# nvml.h return codes, as pynvml's NVMLError carries them in .value.
+NVML_ERROR_INVALID_ARGUMENT = 2
+NVML_ERROR_NOT_SUPPORTED = 3
+NVML_ERROR_NOT_FOUND = 6
+NVML_ERROR_TIMEOUT = 10
+nvmlEventTypeXidCriticalError = 0x8  # noqa: N816 - pynvml's name
+# An XID not tied to a MIG instance carries this as its GPU and compute instance IDs.
+NO_INSTANCE = 0xFFFFFFFF
+# The XIDs the simulated node raises in turn: 13 (graphics engine exception, an application's fault)
+# and 31 (GPU memory page fault), the two most often seen on busy nodes; on GPU 2, the shared one.
+XIDS = (13, 31)
+XID_GPU = 2
+FIRST_XID_AFTER_SECONDS = 3.0
+XID_EVERY_SECONDS = 12.0
+DRIVER_VERSION = "580.105.08"
+INIT_WAIT_SECONDS = 2.0
+
+
+class NVMLError(Exception):
+    """pynvml's exception: `value` is the NVML return code."""
+
+    def __init__(self, value: int):
+        super().__init__(f"NVML error {value}")
+        self.value = value
+
+
+class ProcessInfo(NamedTuple):  # nvmlProcessInfo_t's fields the exporter reads
+    pid: int
+    usedGpuMemory: int  # noqa: N815 - pynvml's name
+
+
+class ProcessUtilizationSample(NamedTuple):  # nvmlProcessUtilizationSample_t
+    pid: int
+    timeStamp: int  # noqa: N815
+    smUtil: int  # noqa: N815
+    memUtil: int  # noqa: N815
+    encUtil: int = 0  # noqa: N815
+    decUtil: int = 0  # noqa: N815
+
+
+class EventData(NamedTuple):  # nvmlEventData_t
+    device: int  # the GPU's handle
+    eventType: int  # noqa: N815
+    eventData: int  # noqa: N815 - the XID
+    gpuInstanceId: int  # noqa: N815
+    computeInstanceId: int  # noqa: N815
+
+
+class _EventSet:
+    def __init__(self):
+        self.handles: List[int] = []
+
+
+class SimulatedNvml:
+    """Answers as the driver of the demo's four L4 GPUs would: no MIG, processes whose use follows each
+    GPU's load curve (the same one the simulated dcgm-exporter serves), a growing energy counter, and
+    an XID on GPU 2 now and then. A handle is the GPU's index."""
+
+    NVMLError = NVMLError
+
+    def __init__(self, processes: List[SimulatedProcess], clock: Callable[[], float] = time.monotonic,
+                 ready: Optional[threading.Event] = None):
+        self._processes = processes
+        self._ready = ready
+        self._clock = clock
+        self._started = clock()
+        self._stopped = threading.Event()
+        self._xids_delivered = 0
+
+    def close(self) -> None:
+        """Ends every event wait at once (as a timeout): the demo is stopping."""
+        self._stopped.set()
+
+    def _elapsed(self) -> float:
+        return self._clock() - self._started
+
+    def __getattr__(self, name: str):
+        """Any other nvml* function answers NOT_SUPPORTED, as a driver without it does: the exporter
+        then serves what it can, as on such a node."""
+        if not name.startswith("nvml"):
+            raise AttributeError(name)
+
+        def not_supported(*_args, **_kwargs):
+            raise NVMLError(NVML_ERROR_NOT_SUPPORTED)
+
+        return not_supported
+
+    # --- initialisation and devices -----------------------------------------------------------------
+    def nvmlInit(self) -> None:  # noqa: N802 - pynvml's names throughout
+        # As a real nvmlInit waking the GPUs takes a moment, this one waits (briefly) for `ready`: the
+        # exporter's first pod list, without which its first refresh would warn that the pod index is missing.
+        if self._ready is not None:
+            self._ready.wait(INIT_WAIT_SECONDS)
+
+    def nvmlSystemGetDriverVersion(self) -> str:  # noqa: N802
+        return DRIVER_VERSION  # as the dcgm template's DCGM_FI_DRIVER_VERSION says
+
+    def nvmlDeviceGetName(self, handle: int) -> str:  # noqa: N802
+        return "NVIDIA L4"
+
+    def nvmlShutdown(self) -> None:  # noqa: N802
+        pass
+
+    def nvmlDeviceGetCount(self) -> int:  # noqa: N802
+        return GPU_COUNT
+
+    def nvmlDeviceGetHandleByIndex(self, index: int) -> int:  # noqa: N802
+        if not 0 <= index < GPU_COUNT:
+            raise NVMLError(NVML_ERROR_INVALID_ARGUMENT)
+        return index
+
+    def nvmlDeviceGetHandleByUUID(self, uuid) -> int:  # noqa: N802
+        text = uuid.decode() if isinstance(uuid, bytes) else uuid
+        for index in range(GPU_COUNT):
+            if gpu_uuid(index) == text:
+                return index
+        raise NVMLError(NVML_ERROR_NOT_FOUND)  # no MIG-<uuid> on L4s
+
+    def nvmlDeviceGetUUID(self, handle: int) -> str:  # noqa: N802
+        return gpu_uuid(handle)
+
+    def nvmlDeviceGetIndex(self, handle: int) -> int:  # noqa: N802
+        return handle
+
+    def nvmlDeviceGetMinorNumber(self, handle: int) -> int:  # noqa: N802
+        return handle
+
+    def nvmlDeviceGetMigMode(self, handle: int):  # noqa: N802
+        raise NVMLError(NVML_ERROR_NOT_SUPPORTED)  # an L4 has no MIG
+
+    def nvmlDeviceGetTotalEnergyConsumption(self, handle: int) -> int:  # noqa: N802
+        return gpu_energy_mj(handle, self._elapsed())
+
+    # --- processes ----------------------------------------------------------------------------------
+    def nvmlDeviceGetComputeRunningProcesses(self, handle: int) -> List[ProcessInfo]:  # noqa: N802
+        elapsed = self._elapsed()
+        return [ProcessInfo(p.pid, p.memory_bytes(elapsed)) for p in self._processes if p.gpu == handle]
+
+    def nvmlDeviceGetGraphicsRunningProcesses(self, handle: int) -> List[ProcessInfo]:  # noqa: N802
+        return []
+
+    def nvmlDeviceGetMPSComputeRunningProcesses(self, handle: int) -> List[ProcessInfo]:  # noqa: N802
+        return []
+
+    def nvmlDeviceGetProcessUtilization(self, handle: int, since_us: int) -> List[ProcessUtilizationSample]:  # noqa: N802
+        elapsed = self._elapsed()
+        load = gpu_load(handle, elapsed)
+        now_us = int(time.time() * 1_000_000)
+        samples = [ProcessUtilizationSample(p.pid, now_us, round(100 * load * p.sm_part), round(60 * load * p.sm_part))
+                   for p in self._processes if p.gpu == handle]
+        if not samples:
+            raise NVMLError(NVML_ERROR_NOT_FOUND)  # as the driver says when no process ran in the window
+        return samples
+
+    # --- events (XIDs) ------------------------------------------------------------------------------
+    def nvmlEventSetCreate(self) -> _EventSet:  # noqa: N802
+        return _EventSet()
+
+    def nvmlDeviceRegisterEvents(self, handle: int, event_types: int, event_set: _EventSet) -> None:  # noqa: N802
+        self.nvmlDeviceGetHandleByIndex(handle)
+        if event_types & nvmlEventTypeXidCriticalError:
+            event_set.handles.append(handle)
+
+    def nvmlEventSetWait_v2(self, event_set: _EventSet, timeout_ms: int) -> EventData:  # noqa: N802
+        """The next XID of a registered GPU when it falls within `timeout_ms`, else NVMLError TIMEOUT."""
+        due = self._next_xid_at()
+        wait = min(timeout_ms / 1000.0, max(due - self._elapsed(), 0.0))
+        if self._stopped.wait(wait) or XID_GPU not in event_set.handles or self._elapsed() < due:
+            raise NVMLError(NVML_ERROR_TIMEOUT)
+        xid = XIDS[self._xids_delivered % len(XIDS)]
+        self._xids_delivered += 1
+        return EventData(XID_GPU, nvmlEventTypeXidCriticalError, xid, NO_INSTANCE, NO_INSTANCE)
+
+    def _next_xid_at(self) -> float:
+        return FIRST_XID_AFTER_SECONDS + self._xids_delivered * XID_EVERY_SECONDS
+
+    def nvmlEventSetFree(self, event_set: _EventSet) -> None:  # noqa: N802
+        event_set.handles.clear()
+

@@ -1,0 +1,93 @@
+"""`pod-gpu-metrics-exporter demo`, run as the README runs it, serves every family a real node in
+--sharing.mode process serves (per-holder shares, energy, idle time, waste, allocation, health, XIDs),
+and its counters move."""
+
+from __future__ import annotations
+
+import requests
+
+from support.demo_process import samples, start_demo
+from support.exporter_process import start_exporter
+from support.waiting import wait_until
+
+# Every family the demo's simulated node feeds.
+FAMILIES = (
+    "pod_gpu_container_memory_used_bytes", "pod_gpu_container_sm_utilization_ratio",
+    "pod_gpu_container_energy_joules_total", "pod_gpu_container_idle_seconds_total",
+    "pod_gpu_unattributed_memory_used_bytes", "pod_gpu_unattributed_sm_utilization_ratio",
+    "pod_gpu_unattributed_energy_joules_total", "pod_gpu_allocation_info", "pod_gpu_container_allocated_gpus",
+    "pod_gpu_device_health_status", "pod_gpu_device_xid_errors_total", "pod_gpu_container_xid_errors_total",
+)
+# The notebook pod's process on a GPU it was never given.
+UNALLOCATED_PREFIX = "pod_gpu_unallocated_"
+# Counters that grow on the simulated node between two scrapes a few seconds apart (an XID comes
+# 3 s after start, then every 12 s), and gauges whose processes' use moves.
+MOVING = (
+    "pod_gpu_container_energy_joules_total", "pod_gpu_container_idle_seconds_total",
+    "pod_gpu_unattributed_energy_joules_total", "pod_gpu_device_xid_errors_total",
+    "pod_gpu_container_xid_errors_total", "pod_gpu_container_memory_used_bytes",
+    "pod_gpu_container_sm_utilization_ratio",
+)
+
+
+def _totals(text: str) -> dict:
+    """family → sum of its samples' values in one scrape."""
+    totals: dict = {}
+    for (name, _labels), value in samples(text).items():
+        totals[name] = totals.get(name, 0.0) + value
+    return totals
+
+
+def _missing(text: str) -> list:
+    names = {name for name, _ in samples(text)}
+    missing = [family for family in FAMILIES if family not in names]
+    if not any(name.startswith(UNALLOCATED_PREFIX) for name in names):
+        missing.append(UNALLOCATED_PREFIX + "*")
+    return missing
+
+
+def test_the_demo_serves_every_family_and_its_counters_move():
+    demo = start_demo()
+    try:
+        def scrape() -> str:
+            return requests.get(demo.url(), timeout=10).text
+
+        # The shares come with the first NVML refresh after the API's first pod list.
+        first = wait_until(lambda: (lambda text: text if "pod_gpu_container_energy_joules_total{" in text else "")(scrape()),
+                           timeout_seconds=30, describe="the first per-process shares")
+        # A newcomer's first run logs nothing that looks like a problem.
+        assert not [line for line in demo.stderr_text().splitlines() if "level=warn" in line or "level=error" in line]
+        missing = _last_answer(lambda: _missing(scrape()), timeout_seconds=15)
+        assert not missing, f"families the demo does not serve: {missing}"
+        before = _totals(first)
+        unmoved = _last_answer(lambda: [name for name in MOVING if _totals(scrape()).get(name) == before.get(name)],
+                               timeout_seconds=40)
+        assert not unmoved, f"served, but did not move in 40 s: {unmoved}"
+    finally:
+        assert demo.stop() == 0
+
+
+def _last_answer(problems, timeout_seconds: float) -> list:
+    """Polls `problems()` until it is empty or time runs out; its last answer."""
+    last: list = []
+
+    def solved() -> bool:
+        last[:] = problems()
+        return not last
+
+    try:
+        wait_until(solved, timeout_seconds=timeout_seconds, interval=0.5)
+    except AssertionError:
+        pass
+    return last
+
+
+def test_without_simulated_nvml_the_demo_serves_device_level_samples_only():
+    demo = start_exporter(["demo", "--demo.nvml", "off"])
+    try:
+        text = wait_until(lambda: (lambda t: t if 'pod="trainer-0"' in t else "")(requests.get(demo.url(), timeout=10).text))
+        names = {name for name, _ in samples(text)}
+        assert "pod_gpu_allocation_info" in names and "pod_gpu_exporter_nvml_up" not in names
+        assert not [name for name in names if name.startswith(("pod_gpu_container_energy", "pod_gpu_unattributed_"))]
+    finally:
+        assert demo.stop() == 0
