@@ -25,6 +25,7 @@ ENV_PREFIX = "POD_GPU_EXPORTER_"
 COMMANDS = ("serve", "demo", "mapping")
 KUBERNETES_API_CHOICES = ("auto", "on", "off")
 SHARING_MODES = ("device", "process")
+XID_EVENTS_CHOICES = ("auto", "on", "off")
 # The fewest labels --labels.limit allows: pod_gpu_allocation_info's own (owner, resource, device_id,
 # UUID, gpu, GPU_I_ID, a DRA claim's name and namespace) must fit, as must a dcgm sample's ~9 and its owner's 3.
 MIN_LABELS_LIMIT = 12
@@ -58,6 +59,7 @@ class Config:
     sharing_mode: str = "device"
     sharing_proc_root: str = "/proc"
     energy_idle_policy: str = "split"
+    health_xid_events: str = "auto"
     log_level: str = "info"
     log_format: str = "logfmt"
     output: str = "table"
@@ -99,6 +101,7 @@ _FLAGS: Tuple[Tuple[str, str, str, str], ...] = (
     ("--sharing.mode", "sharing_mode", SHARING_MODES, "device = values are device-level; process = also serve each holding container's own memory and SM share of its GPU, from NVML's per-process data (needs NVML, hostPID and the Kubernetes API)."),
     ("--sharing.proc-root", "sharing_proc_root", "path", "Where the host's processes are seen, for --sharing.mode process: /proc with hostPID: true, or the host's /proc mounted elsewhere (e.g. /host/proc)."),
     ("--energy.idle-policy", "energy_idle_policy", IDLE_POLICIES, "In --sharing.mode process, where a shared GPU's energy that no holder's SM activity accounts for goes: split = evenly between its holders; unattributed = to pod_gpu_unattributed_energy_joules_total{reason=\"idle\"}."),
+    ("--health.xid-events", "health_xid_events", XID_EVENTS_CHOICES, "Count NVML's XID error events per GPU and per holding container (needs NVML): auto = in --sharing.mode process; on; off."),
     ("--log.level", "log_level", LOG_LEVELS, "Only log messages at or above this level."),
     ("--log.format", "log_format", LOG_FORMATS, "Log line format."),
 )
@@ -267,6 +270,7 @@ _UNUSED_BY = {
         **dict.fromkeys(("labels_style", "labels_mode", "labels_limit"), "it prints owners as columns, not as sample labels"),
         **dict.fromkeys(("sharing_mode", "sharing_proc_root", "energy_idle_policy"),
                         "per-process shares are served, never printed by it"),
+        "health_xid_events": "XID events are counted while serving, never printed by it",
     },
 }
 # A newcomer's demo stays on this machine unless --web.listen-address says otherwise, and
