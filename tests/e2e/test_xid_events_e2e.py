@@ -121,8 +121,8 @@ def test_an_event_wait_that_hangs_blocks_nothing_served(gpu_node):
     exporter = gpu_node.start()
     wait_until(lambda: "nvmlEventSetWait" in node.hanging())
     # While the wait hangs, the shares follow NVML and the dcgm samples are served.
-    node.lines = [line.replace("300", "700") if line.startswith("process") else line for line in node.lines]
-    node.write()
+    node.lines = [line for line in node.lines if not line.startswith("process")]
+    node.process(L4, 11, 700 * MIB).write()
     text = wait_until(lambda: (lambda t: t if series(t, "pod_gpu_container_memory_used_bytes").get(
         holder_labels("a")) == str(700 * MIB) else None)(scrape(exporter).text))
     assert "pod_gpu_exporter_nvml_up 1" in text and "DCGM_FI_DEV_GPU_UTIL{" in text
