@@ -108,3 +108,18 @@ def test_kubernetes_sd_promtool_rejects_a_broken_scrape_config(tmp_path):
     broken.write_text(configmap_data()["prometheus.yml"].replace("role: pod", "role: pods"))
     result = _promtool("check", "config", "--syntax-only", str(broken), promtool=promtool)
     assert result.returncode != 0
+
+
+HEALTH_RULES = RULES.with_name("pod-gpu-health.rules.yml")
+HEALTH_RULES_TESTS = RULES.with_name("pod-gpu-health.rules.test.yml")
+
+
+def test_health_rules_pass_promtool_check_and_their_unit_tests():
+    checked = _promtool("check", "rules", str(HEALTH_RULES))
+    assert checked.returncode == 0, checked.stdout + checked.stderr
+    tested = _promtool("test", "rules", str(HEALTH_RULES_TESTS))
+    assert tested.returncode == 0, tested.stdout + tested.stderr
+    alerts = {r["alert"] for g in yaml.safe_load(HEALTH_RULES.read_text())["groups"] for r in g["rules"]}
+    cases = [t for case in yaml.safe_load(HEALTH_RULES_TESTS.read_text())["tests"] for t in case["alert_rule_test"]]
+    assert alerts <= {t["alertname"] for t in cases if t.get("exp_alerts")}, "an alert never tested firing"
+    assert alerts <= {t["alertname"] for t in cases if not t.get("exp_alerts")}, "an alert never tested silent"

@@ -4,10 +4,13 @@ moment, a lost GPU shown, a GPU without events left out, and a wait that hangs b
 
 from __future__ import annotations
 
+import json
 import re
+import subprocess
 
 from exporter.sources.kubelet import AllocatedDevice
-from support.scrape_checks import assert_parses, scrape
+from support.deploy_tools import PROMETHEUS_DIR, require_executable
+from support.scrape_checks import assert_parses, sample_lines, scrape, split_sample
 from support.share_invariants import check_memory_and_sm, parse_samples
 from support.shared_node import A800_FIXTURE, A800_GPU0, L4, MIB, MIG_GI3, holder_labels, series, shares_served
 from support.waiting import wait_until
@@ -38,7 +41,40 @@ def xid(labels: str, number: int) -> str:
     return f'{labels},xid="{number}"'
 
 
-def test_xids_on_a_whole_gpu_count_on_every_holder_then_and_stay_after_one_leaves(gpu_node):
+# The meanings the alert gives, from NVIDIA's XID catalog.
+MEANINGS = {"13": "graphics engine exception: usually the application", "79": "GPU has fallen off the bus: drain the node"}
+
+
+def _expected_alert(labels: dict) -> dict:
+    holder = f"{labels['namespace']}/{labels['pod']}"
+    return {"exp_labels": {**labels, "instance": "node-a:9400", "job": "pod-gpu-metrics", "severity": "warning"},
+            "exp_annotations": {
+                "summary": f"XID {labels['xid']} on GPU {labels['gpu']} of node-a:9400, held by {holder} "
+                           f"({labels['container']}).",
+                "description": f"NVML reported XID {labels['xid']} ({MEANINGS[labels['xid']]}) on GPU {labels['UUID']} "
+                               f"while {holder}, container {labels['container']}, held it. See docs/health.md, "
+                               '"On GpuXidError", for what to do.'}}
+
+
+def assert_xid_alert_fires_on(tmp_path, text: str) -> None:
+    """GpuXidError, run by promtool on the container counters this scrape served (born 2m into the test,
+    as a counter first served with an XID is), fires once per series with the series' own labels."""
+    served = [split_sample(line) for line in sample_lines(text) if line.startswith(CONTAINER + "{")]
+    target = 'instance="node-a:9400",job="pod-gpu-metrics"'
+    inputs = [{"series": f"{CONTAINER}{{{labels},{target}}}", "values": f"_ _ {value.split()[0]}x10"}
+              for _, labels, value in served]
+    alerts = [_expected_alert(dict(re.findall(r'(\w+)="([^"]*)"', labels))) for _, labels, _ in served]
+    test = {"rule_files": [str(PROMETHEUS_DIR / "rules" / "pod-gpu-health.rules.yml")], "evaluation_interval": "1m",
+            "tests": [{"interval": "1m", "input_series": inputs,
+                       "alert_rule_test": [{"eval_time": "5m", "alertname": "GpuXidError", "exp_alerts": alerts}]}]}
+    path = tmp_path / "health-rules.test.yml"
+    path.write_text(json.dumps(test))  # JSON is YAML
+    promtool = require_executable("promtool", "apt-get install -y prometheus (.ci/system-packages.sh does)")
+    result = subprocess.run([promtool, "test", "rules", str(path)], capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0 and len(alerts) == 4, result.stdout + result.stderr
+
+
+def test_xids_on_a_whole_gpu_count_on_every_holder_then_and_stay_after_one_leaves(gpu_node, tmp_path):
     for pod in ("a", "b"):
         gpu_node.add_pod(pod)
     held = [AllocatedDevice("ml", pod, "main", "nvidia.com/gpu", f"{L4}::{i}") for i, pod in enumerate(("a", "b"))]
@@ -57,6 +93,7 @@ def test_xids_on_a_whole_gpu_count_on_every_holder_then_and_stay_after_one_leave
     check_memory_and_sm(parse_samples(text), {(L4, ""): 800 * MIB})  # the shares stay exact beside them
     assert "pod_gpu_device_lost" not in text
     assert_parses(text)
+    assert_xid_alert_fires_on(tmp_path, text)
     # b leaves the GPU: a later XID is a's alone, and b's counters stay as they were (never reset).
     gpu_node.kubelet.set_devices(held[:1])
     wait_until(lambda: holder_labels("b") not in series(scrape(exporter).text, "pod_gpu_container_memory_used_bytes")
