@@ -115,7 +115,8 @@ class XidEventWatcher:
             log("warn", "NVML reports a GPU lost (fallen off the bus or unreachable)", UUID=gpu.uuid, gpu=gpu.gpu)
         for gpu in sorted(self._status.lost - outcome.lost):
             log("info", "a GPU NVML reported lost registers for events again", UUID=gpu.uuid, gpu=gpu.gpu)
-        self._status = EventsStatus(outcome.registered > 0, outcome.lost)
+        # Up only once a wait answers: a set that is registered may still not deliver.
+        self._status = EventsStatus(self._status.up and outcome.registered > 0, outcome.lost)
         retry = bool(outcome.lost or outcome.failed)
         self._register_again_at = time.monotonic() + self._retry_seconds if retry else None
         if outcome.failed:

@@ -485,6 +485,7 @@ typedef struct { void *device; unsigned long long eventType, eventData; unsigned
 struct event_set { int used; int count; char uuids[MAX_DEVICES][96]; };
 static struct event_set sets[MAX_SETS];
 static long events_read;  /* bytes of the events file delivered (or dropped) so far */
+static char events_path[4096];  /* the file they were read from: another file (another test) starts at 0 */
 
 nvmlReturn_t nvmlEventSetCreate(void **set) {
     CHECK("nvmlEventSetCreate");
@@ -536,6 +537,10 @@ static int next_event(const struct event_set *s, nvmlEventData_t *data) {
     const char *node = getenv("FAKE_NVML_NODE");
     char path[4096], line[512], uuid[96];
     if (!node || snprintf(path, sizeof path, "%s.events", node) >= (int)sizeof path) return 0;
+    if (strcmp(path, events_path) != 0) {
+        strcpy(events_path, path);
+        events_read = 0;
+    }
     FILE *file = fopen(path, "r");
     if (!file) return 0;
     int found = 0;
