@@ -130,7 +130,8 @@ CONTAINER_XID_ERRORS = _telemetry(
     "held it (an XID naming no MIG instance counts on every holder of the GPU), by XID.", type="counter",
     labels=_DEVICE + OWNER + ("xid",), **_XID)
 DEVICE_LOST = _telemetry("pod_gpu_device_lost", "1 while NVML answers that this GPU is lost (fallen off the bus or "
-                         "otherwise unreachable) when it is registered for events.", labels=_DEVICE, **_XID)
+                         "otherwise unreachable) when it is registered for events.", labels=_DEVICE,
+                         modes=frozenset({XID_EVENTS}), needs_samples=True)
 XID_EVENTS_UP = _telemetry("pod_gpu_exporter_xid_events_up", "1 while the GPUs are registered for NVML's XID events "
                            "and the last wait answered, else 0 (--health.xid-events).", modes=frozenset({XID_EVENTS}))
 
