@@ -107,7 +107,7 @@ class XidEventWatcher:
             nvml, problem = self._runner.run(self._open_nvml)
             if nvml is None:
                 self._status = EventsStatus(False, frozenset())
-                self._reporter.failed("unavailable", "NVML unavailable: XID events are not counted", error=problem)
+                self._reporter.failed("unavailable", "XID events are not counted: NVML is unavailable", error=problem)
                 return False
             self._registry = EventRegistry(nvml)
         outcome = self._runner.run(self._registry.register, XID_CRITICAL_ERROR)
