@@ -167,3 +167,18 @@ def test_an_event_wait_that_hangs_blocks_nothing_served(gpu_node):
     wait_until(lambda: re.search(r"(?m)^pod_gpu_exporter_nvml_timeouts_total [1-9]", scrape(exporter, "/metrics").text))
     text = scrape(exporter).text
     assert "pod_gpu_exporter_xid_events_up 0" in text and "pod_gpu_exporter_nvml_up 1" in text
+
+
+def test_the_flag_turns_events_on_in_device_mode_and_off_in_process_mode(gpu_node):
+    gpu_node.add_pod("a")
+    gpu_node.kubelet.set_devices([AllocatedDevice("ml", "a", "main", "nvidia.com/gpu", L4)])
+    gpu_node.nvml.gpu(0, L4).write()
+    exporter = gpu_node.start(mode=None, extra=("--health.xid-events", "on"))  # device mode
+    events_up(exporter)
+    gpu_node.nvml.xid(L4, 94)
+    text = counted(exporter, CONTAINER, xid(holder_labels("a"), 94), "1")
+    assert "pod_gpu_container_memory_used_bytes" not in text  # no shares: device mode
+    exporter.stop()
+    off = gpu_node.start(extra=("--health.xid-events", "off"))  # process mode
+    text = shares_served(off)
+    assert "pod_gpu_exporter_xid_events_up" not in text and "_xid_errors_total" not in text

@@ -284,3 +284,16 @@ def test_label_budget_flags_and_their_environment_variables():
 def test_bad_label_budget_settings(args, env, says):
     with pytest.raises(ConfigError, match=re.escape(says)):
         parse_config(args, env)
+
+
+def test_xid_events_flag_and_its_environment_variable():
+    assert Config().health_xid_events == "auto"
+    assert parse_config(["--health.xid-events", "on"], {}).health_xid_events == "on"
+    environ = {"POD_GPU_EXPORTER_HEALTH_XID_EVENTS": "off"}
+    assert parse_config([], environ).health_xid_events == "off"
+    assert parse_config(["--health.xid-events", "on"], environ).health_xid_events == "on"  # the flag wins
+    with pytest.raises(ConfigError, match=re.escape("--health.xid-events: invalid choice 'yes' (choose from auto, on, off)")):
+        parse_config(["--health.xid-events", "yes"], {})
+    with pytest.raises(ConfigError, match=re.escape("--health.xid-events is not used by `mapping`")):
+        parse_config(["mapping", "--health.xid-events", "on"], {})
+    assert parse_config(["mapping"], environ).command == "mapping"  # a serving container's environment
