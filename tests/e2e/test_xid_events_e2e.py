@@ -83,6 +83,7 @@ def test_xids_on_a_whole_gpu_count_on_every_holder_then_and_stay_after_one_leave
     gpu_node.run_in(11, "a")
     gpu_node.run_in(12, "b")
     exporter = gpu_node.start()
+    shares_served(exporter, count=2)  # the holders are known, and their shares served
     events_up(exporter)
     gpu_node.nvml.xid(L4, 79).xid(L4, 79).xid(L4, 13)
     device = f'UUID="{L4}",gpu="0"'
@@ -136,6 +137,7 @@ def test_a_lost_gpu_is_shown_until_it_registers_again_and_one_without_events_is_
     node.fail("nvmlDeviceRegisterEvents", 15, LOST).fail("nvmlDeviceRegisterEvents", 3, NO_EVENTS).write()
     gpu_node.run_in(11, "a")
     exporter = gpu_node.start()
+    shares_served(exporter)  # the mapping and the pod index are in
     text = wait_until(lambda: (lambda t: t if "pod_gpu_device_lost{" in t else None)(scrape(exporter).text))
     assert series(text, "pod_gpu_device_lost") == {f'UUID="{LOST}",gpu="1"': "1"}
     assert "pod_gpu_exporter_xid_events_up 1" in text  # the other GPUs' events still come

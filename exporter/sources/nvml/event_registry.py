@@ -75,8 +75,12 @@ class EventRegistry:
 
     def free(self) -> None:
         event_set, self._set = self._set, None
-        if event_set is not None:
+        if event_set is None:
+            return
+        try:
             self.nvml.nvmlEventSetFree(event_set)
+        except self.nvml.NVMLError as exc:  # a set the driver cannot free (GPU lost) is dropped, not retried
+            log("debug", "NVML could not free an event set", error=str(exc))
 
 
 def _text(value) -> str:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import threading
 import time
-from typing import Any, Callable, Dict, FrozenSet, NamedTuple, Optional
+from typing import Any, Callable, FrozenSet, NamedTuple, Optional
 
 from exporter.base.bounded import BoundedRunner, CallTimeout
 from exporter.base.logs import DependencyReporter, LogOnce, log
@@ -57,6 +57,8 @@ class XidEventWatcher:
         self._status = EventsStatus(False, frozenset())  # replaced whole: read without a lock
         self._reporter = DependencyReporter("nvml-events")
         self._odd_events = LogOnce()
+        self._seen_xids = LogOnce(most=1024)
+        self._nvml: Any = None  # the binding, opened once (nvmlInit is reference-counted: never again)
 
     def status(self) -> EventsStatus:
         return self._status
@@ -103,13 +105,15 @@ class XidEventWatcher:
         return True
 
     def _register(self) -> bool:
-        if self._registry is None:
+        if self._nvml is None:
             nvml, problem = self._runner.run(self._open_nvml)
             if nvml is None:
                 self._status = EventsStatus(False, frozenset())
                 self._reporter.failed("unavailable", "XID events are not counted: NVML is unavailable", error=problem)
                 return False
-            self._registry = EventRegistry(nvml)
+            self._nvml = nvml
+        if self._registry is None:
+            self._registry = EventRegistry(self._nvml)
         outcome = self._runner.run(self._registry.register, XID_CRITICAL_ERROR)
         for gpu in sorted(outcome.lost - self._status.lost):
             log("warn", "NVML reports a GPU lost (fallen off the bus or unreachable)", UUID=gpu.uuid, gpu=gpu.gpu)
@@ -134,15 +138,15 @@ class XidEventWatcher:
             return
         instance = "" if data.gpuInstanceId == NO_INSTANCE else str(data.gpuInstanceId)
         event = XidEvent(gpu._replace(instance=instance), str(data.eventData))
-        log("warn", "XID event", UUID=gpu.uuid, gpu=gpu.gpu, GPU_I_ID=instance, xid=event.xid)
+        # The first of each XID on each device is worth a warning; a storm of them is not a log line each.
+        fields = dict(UUID=gpu.uuid, gpu=gpu.gpu, GPU_I_ID=instance, xid=event.xid)
+        if not self._seen_xids.log((gpu.uuid, instance, event.xid), "warn", "XID event", **fields):
+            log("debug", "XID event", **fields)
         self._on_event(event)
 
     def _failed(self, reason: str, message: str, exc: Exception) -> None:
         self._status = self._status._replace(up=False)
         self._reporter.failed(reason, message, error=str(exc) or type(exc).__name__)
-        registry, self._registry = self._registry, None
-        if registry is not None and not self._runner.busy:
-            try:
-                self._runner.run(registry.free)
-            except Exception:  # noqa: BLE001 - a set that cannot be freed is dropped with its GPU
-                pass
+        # After the backoff every GPU is registered on a new set (registering frees the old one), by the
+        # same registry: it remembers each GPU's name, for one that is lost by then.
+        self._register_again_at = 0.0
