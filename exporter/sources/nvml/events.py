@@ -14,6 +14,7 @@ from exporter.sources.nvml.event_registry import EventRegistry
 XID_CRITICAL_ERROR = 0x8  # nvmlEventTypeXidCriticalError
 NO_INSTANCE = 0xFFFFFFFF  # gpuInstanceId of an event tied to no MIG instance
 _TIMEOUT = 10  # NVML_ERROR_TIMEOUT: the wait's time ran out with nothing to report
+_GPU_IS_LOST = 15  # NVML_ERROR_GPU_IS_LOST: a registered GPU fell off the bus (which one, registering again tells)
 # A wait returns on time on a healthy driver (1 s waits answer in 1.001 s on an H200): this much longer
 # and the driver is wedged; the thread then waits on nothing else until that call returns.
 _WAIT_SLACK_SECONDS = 5.0
@@ -81,8 +82,9 @@ class XidEventWatcher:
             except CallTimeout as exc:
                 self._failed("timeout", "NVML did not answer an event call in time: XID events are not counted "
                              "until it does", exc)
-            except Exception as exc:  # NVMLError, or a driver gone away
-                self._failed("error", "NVML event wait failed: XID events are not counted until the GPUs are "
+            except Exception as exc:  # NVMLError (GPU_IS_LOST among them), or a driver gone away
+                reason = "gpu_lost" if getattr(exc, "value", None) == _GPU_IS_LOST else "error"
+                self._failed(reason, "NVML event wait failed: XID events are not counted until the GPUs are "
                              "registered again", exc)
             self._stopping.wait(self._backoff)
             self._backoff = min(self._backoff * 2, self._max_backoff)
