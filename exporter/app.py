@@ -87,6 +87,7 @@ class _Core(NamedTuple):
     attribution: Attribution
     shares: Optional[ProcessShares]  # in --sharing.mode process only
     scraper: Scraper
+    xid_events: object  # the XID event watcher and its counters (--health.xid-events), or None
 
 
 def _build_sources(config: Config) -> _Sources:
@@ -107,6 +108,7 @@ def _build_sources(config: Config) -> _Sources:
 
 def _build_core(config: Config, sources: _Sources, nvml: Any = None) -> _Core:
     """The kubelet refresher, the share refresher and the scraper, wired but not started."""
+    from exporter.shares.xid_events import appended_text
     from exporter.sources.hpc_jobs import make_hpc_job_reader
     from exporter.sources.kubelet import KubeletOptions, PodResourcesClient
     from exporter.web.scrape import Scraper
@@ -128,11 +130,12 @@ def _build_core(config: Config, sources: _Sources, nvml: Any = None) -> _Core:
     # One limit for every series written about a pod, so its count covers them all.
     label_limit = LabelLimit(config.labels_limit)
     shares = _process_shares(config, attribution, kubernetes, label_limit, nvml)
+    xid_events = _xid_events(config, attribution, label_limit, nvml)
     scraper = Scraper(sources.dcgm, attribution, config.labels_style,
                       kubernetes_up=(lambda: kubernetes.up) if kubernetes else None,
-                      process_shares=shares.text if shares else None,
+                      process_shares=appended_text(shares, xid_events),
                       labels_mode=config.labels_mode, label_limit=label_limit, hpc_jobs=hpc_jobs is not None)
-    return _Core(client, resolve_mig, attribution, shares, scraper)
+    return _Core(client, resolve_mig, attribution, shares, scraper, xid_events)
 
 
 def _listen(config: Config, sources: _Sources, core: _Core):
@@ -171,6 +174,8 @@ def _start(config: Config, sources: _Sources, core: _Core) -> None:
                            first_wait_seconds=api_wait + config.kubelet_timeout_seconds + OPEN_TIMEOUT_SECONDS)
     if core.shares is not None:
         core.shares.start()
+    if core.xid_events is not None:
+        core.xid_events.start()
 
 
 def _announce(config: Config, sources: _Sources, server, on_ready: Optional[Callable[[str], None]]) -> None:
@@ -189,6 +194,8 @@ def _stop(sources: _Sources, core: _Core, server) -> None:
     core.attribution.stop(timeout_seconds=0.2)
     if core.shares is not None:
         core.shares.stop(timeout_seconds=0.2)
+    if core.xid_events is not None:
+        core.xid_events.stop()
     if sources.kubernetes is not None:
         sources.kubernetes.stop()
     core.client.close(wait_seconds=0.3)
@@ -244,6 +251,17 @@ def _process_shares(config: Config, attribution: Attribution, kubernetes, label_
                                    config.labels_style, config.energy_idle_policy)
     return ProcessShares(options, functools.partial(open_nvml, nvml), lambda: attribution.current().mapping, pod_index_source(kubernetes),
                          label_limit=label_limit)
+
+
+def _xid_events(config: Config, attribution: Attribution, label_limit: LabelLimit, nvml: Any = None):
+    """NVML's XID events counted (--health.xid-events; auto: in --sharing.mode process), else None. `nvml`:
+    the binding to use instead of pynvml (the demo's simulation)."""
+    if config.health_xid_events == "off" or (config.health_xid_events == "auto" and config.sharing_mode != "process"):
+        return None
+    from exporter.shares.xid_events import XidEvents
+    from exporter.sources.nvml.library import open_nvml
+
+    return XidEvents(lambda: open_nvml(nvml), lambda: attribution.current().mapping, config.labels_style, label_limit)
 
 
 def _mig_resolver(nvml: Any = None):

@@ -26,6 +26,7 @@ COMMANDS = ("serve", "demo", "mapping")
 KUBERNETES_API_CHOICES = ("auto", "on", "off")
 SHARING_MODES = ("device", "process")
 DEMO_NVML_CHOICES = ("on", "off")
+XID_EVENTS_CHOICES = ("auto", "on", "off")
 # The fewest labels --labels.limit allows: pod_gpu_allocation_info's own (owner, resource, device_id,
 # UUID, gpu, GPU_I_ID, a DRA claim's name and namespace) must fit, as must a dcgm sample's ~9 and its owner's 3.
 MIN_LABELS_LIMIT = 12
@@ -60,6 +61,7 @@ class Config:
     sharing_proc_root: str = "/proc"
     energy_idle_policy: str = "split"
     hpc_job_mapping_dir: Optional[str] = None
+    health_xid_events: str = "auto"
     log_level: str = "info"
     log_format: str = "logfmt"
     output: str = "table"
@@ -103,6 +105,7 @@ _FLAGS: Tuple[Tuple[str, str, str, str], ...] = (
     ("--sharing.proc-root", "sharing_proc_root", "path", "Where the host's processes are seen, for --sharing.mode process: /proc with hostPID: true, or the host's /proc mounted elsewhere (e.g. /host/proc)."),
     ("--energy.idle-policy", "energy_idle_policy", IDLE_POLICIES, "In --sharing.mode process, where a shared GPU's energy that no holder's SM activity accounts for goes: split = evenly between its holders; unattributed = to pod_gpu_unattributed_energy_joules_total{reason=\"idle\"}."),
     ("--hpc.job-mapping-dir", "hpc_job_mapping_dir", "text", "Directory of HPC job-mapping files as dcgm-exporter reads them (a file per GPU named <gpu> or <gpu>.<GPU_I_ID>, one job ID per line, e.g. written by a Slurm prolog): serves pod_gpu_hpc_job_info per job per device."),
+    ("--health.xid-events", "health_xid_events", XID_EVENTS_CHOICES, "Count NVML's XID error events per GPU and per holding container (needs NVML): auto = in --sharing.mode process; on; off."),
     ("--log.level", "log_level", LOG_LEVELS, "Only log messages at or above this level."),
     ("--log.format", "log_format", LOG_FORMATS, "Log line format."),
     ("--demo.nvml", "demo_nvml", DEMO_NVML_CHOICES, "`demo` only: on = its node also simulates NVML, the host's processes and XIDs, and serves --sharing.mode process; off = device-level samples only."),
@@ -276,6 +279,7 @@ _UNUSED_BY = {
                         "per-process shares are served, never printed by it"),
         "hpc_job_mapping_dir": "HPC jobs are served as pod_gpu_hpc_job_info, never printed by it",
         "demo_nvml": _DEMO_ONLY,
+        "health_xid_events": "XID events are counted while serving, never printed by it",
     },
 }
 # A newcomer's demo stays on this machine unless --web.listen-address says otherwise, and

@@ -16,6 +16,7 @@ SELF = "/metrics"  # the process's own registry, written by prometheus_client fr
 PROCESS_MODE = "--sharing.mode process"
 KUBERNETES_API = "--kubernetes.api in use"
 HPC_JOBS = "--hpc.job-mapping-dir set"
+XID_EVENTS = "--health.xid-events on"  # by default in --sharing.mode process
 
 # An owner's labels as --labels.style kubernetes names them (legacy: pod_name, pod_namespace,
 # container_name), followed on every series that carries them by the pod's extras from the
@@ -147,6 +148,20 @@ NVML_UP = _telemetry("pod_gpu_exporter_nvml_up", "1 when NVML answered the last 
 PROCESS_SHARES_REFRESH_DURATION = _telemetry(
     "pod_gpu_exporter_process_shares_refresh_duration_seconds", "Time the last per-process refresh took: NVML, /proc "
     "and the shares (--sharing.mode process).", modes=frozenset({PROCESS_MODE}), needs_samples=True)
+# XID events (--health.xid-events): counters only once an XID came, device_lost only while a GPU is lost.
+_XID = dict(optional_labels=("GPU_I_ID",), modes=frozenset({XID_EVENTS}), needs_samples=True)
+DEVICE_XID_ERRORS = _telemetry(
+    "pod_gpu_device_xid_errors_total", "XID errors NVML reported on this GPU (GPU_I_ID: on this MIG instance) "
+    "since the exporter started, by XID.", type="counter", labels=_DEVICE + ("xid",), **_XID)
+CONTAINER_XID_ERRORS = _telemetry(
+    "pod_gpu_container_xid_errors_total", "XID errors NVML reported on this GPU or MIG instance while the container "
+    "held it (an XID naming no MIG instance counts on every holder of the GPU), by XID.", type="counter",
+    labels=_DEVICE + OWNER + ("xid",), **_XID)
+DEVICE_LOST = _telemetry("pod_gpu_device_lost", "1 while NVML answers that this GPU is lost (fallen off the bus or "
+                         "otherwise unreachable) when it is registered for events.", labels=_DEVICE,
+                         modes=frozenset({XID_EVENTS}), needs_samples=True)
+XID_EVENTS_UP = _telemetry("pod_gpu_exporter_xid_events_up", "1 while the GPUs are registered for NVML's XID events "
+                           "and the last wait answered, else 0 (--health.xid-events).", modes=frozenset({XID_EVENTS}))
 
 # /metrics, the process's own counters, in the order written.
 SCRAPES = _self("pod_gpu_exporter_scrapes_total", "counter", "Scrapes of the telemetry path answered.")
@@ -178,7 +193,7 @@ KUBERNETES_OBJECTS_SKIPPED = _self(
     "cache: not of the shape read (malformed), or bound to another node (other_node).", ("resource", "reason"),
     modes=frozenset({KUBERNETES_API}))
 NVML_TIMEOUTS = _self("pod_gpu_exporter_nvml_timeouts_total", "counter", "NVML calls (nvmlInit, MIG lookups, "
-                      "per-process reads) that did not return within their bound, or were refused while one still "
+                      "per-process reads, XID event waits) that did not return within their bound, or were refused while one still "
                       "had not.")
 # These two count the listening server's connection slots: served whenever a server serves /metrics.
 HTTP_CONNECTIONS_REFUSED = _self("pod_gpu_exporter_http_connections_refused_total", "counter", "New connections "

@@ -7,7 +7,7 @@ import re
 from typing import Dict, FrozenSet, Set, Tuple
 
 from exporter.exposition.families import (CATALOGUE, HPC_JOBS, KUBERNETES_API, OWNER, PROCESS_MODE, SELF,
-                                          STANDARD_COLLECTOR_PREFIXES, TELEMETRY)
+                                          STANDARD_COLLECTOR_PREFIXES, TELEMETRY, XID_EVENTS)
 from exporter.sources.kubelet import AllocatedDevice
 from support.fixtures import fixture_bytes
 from support.scrape_checks import FAST_REFRESH, L4, L4_UUID, scrape
@@ -15,6 +15,7 @@ from support.shared_node import L4 as NODE_L4
 from support.shared_node import L4_FIXTURE, MIB, shares_served
 from support.waiting import wait_until
 
+LOST_GPU = "GPU-0b0b0b0b-1111-4222-8333-000000000001"
 _TYPE = re.compile(r"^# TYPE (\S+) (\S+)$", re.MULTILINE)
 _HELP = re.compile(r"^# HELP (\S+) (.*)$", re.MULTILINE)
 _SAMPLE = re.compile(r"^([a-zA-Z_:][a-zA-Z0-9_:]*)(?:\{(.*)\})? \S+$", re.MULTILINE)
@@ -70,13 +71,19 @@ def test_process_mode_with_the_api_serves_every_family(gpu_node):
     gpu_node.kubelet.set_devices([AllocatedDevice("ml", "a", "main", "nvidia.com/gpu", NODE_L4)])
     gpu_node.nvml.gpu(0, NODE_L4).energy(NODE_L4, 5000).process(NODE_L4, 10, MIB).sample(NODE_L4, 10, 5)
     gpu_node.add_pod("outsider")  # holds no GPU but runs on a's: the unallocated families
-    gpu_node.nvml.process(NODE_L4, 20, MIB).sample(NODE_L4, 20, 5).write()
+    gpu_node.nvml.process(NODE_L4, 20, MIB).sample(NODE_L4, 20, 5)
+    # XID events are on in process mode: an XID on the held GPU, and a second GPU that NVML finds lost.
+    gpu_node.nvml.gpu(1, LOST_GPU).fail("nvmlDeviceRegisterEvents", 15, LOST_GPU).write()
     gpu_node.run_in(10, "a")
     gpu_node.run_in(20, "outsider")
     exporter = gpu_node.start()
-    telemetry = wait_until(lambda: (lambda text: text if "pod_gpu_device_taint{" in text else None)(
-        shares_served(exporter)))
-    modes = frozenset({PROCESS_MODE, KUBERNETES_API})
+    shares_served(exporter)  # the mapping is in: the XID counts on its holder
+    gpu_node.nvml.xid(NODE_L4, 79)
+    shares_served(exporter, "pod_gpu_container_xid_errors_total")
+    served = ("pod_gpu_device_lost{", "pod_gpu_device_taint{", "pod_gpu_unallocated_memory_used_bytes{")
+    telemetry = wait_until(lambda: (lambda text: text if all(name in text for name in served) else None)(
+        scrape(exporter).text))
+    modes = frozenset({PROCESS_MODE, KUBERNETES_API, XID_EVENTS})
     assert_served_as_catalogued(telemetry, TELEMETRY, modes, fixture_bytes(L4_FIXTURE).decode())
     assert_served_as_catalogued(scrape(exporter, "/metrics").text, SELF, modes)
 

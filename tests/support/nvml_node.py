@@ -71,6 +71,14 @@ class FakeNode:
         self.lines.append(f"hang {function} {milliseconds}")
         return self
 
+    def xid(self, gpu_uuid: str, xid: int, gpu_instance: int = None) -> "FakeNode":
+        """An XID event on that GPU (on one of its MIG instances with `gpu_instance`), delivered at once to
+        a wait of a set that registered the GPU: appended to the events file, never rewritten."""
+        line = f"xid {gpu_uuid} {xid}" + ("" if gpu_instance is None else f" {gpu_instance}")
+        with self.path.with_name(self.path.name + ".events").open("a") as events:
+            events.write(line + "\n")
+        return self
+
     def hanging(self) -> List[str]:
         """The entry points whose injected hang has begun, in order (the fake notes each as it starts)."""
         try:

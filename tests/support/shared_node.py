@@ -30,6 +30,9 @@ SHARE_FAMILIES = ("pod_gpu_container_memory_used_bytes", "pod_gpu_container_sm_u
                   "pod_gpu_exporter_unattributed_processes", "pod_gpu_container_energy_joules_total",
                   "pod_gpu_unattributed_energy_joules_total", "pod_gpu_container_idle_seconds_total",
                   "pod_gpu_exporter_nvml_up", "pod_gpu_exporter_process_shares_refresh_duration_seconds")
+# What --health.xid-events adds (on by default in process mode): XID counters, lost GPUs, its status.
+XID_FAMILIES = ("pod_gpu_device_xid_errors_total", "pod_gpu_container_xid_errors_total", "pod_gpu_device_lost",
+                "pod_gpu_exporter_xid_events_up")
 # Values that differ from one scrape to the next whatever the mode.
 _PER_SCRAPE = re.compile(r"^pod_gpu_exporter_(scrape_duration_seconds|mapping_age_seconds) ")
 
@@ -99,7 +102,7 @@ def holder_labels(pod: str, uuid_: str = L4, gpu: str = "0", instance: str = "",
 
 def without_shares(text: str) -> List[str]:
     return [line for line in text.splitlines()
-            if not any(family in line for family in SHARE_FAMILIES) and not _PER_SCRAPE.match(line)]
+            if not any(family in line for family in SHARE_FAMILIES + XID_FAMILIES) and not _PER_SCRAPE.match(line)]
 
 
 def shares_served(exporter, family="pod_gpu_container_memory_used_bytes", count=1):

@@ -293,3 +293,16 @@ def test_demo_nvml_is_on_by_default_and_only_for_the_demo():
         parse_config(["--demo.nvml", "off"], {})
     with pytest.raises(ConfigError, match=r"^--demo.nvml: invalid choice 'maybe'"):
         parse_config(["demo", "--demo.nvml", "maybe"], {})
+
+
+def test_xid_events_flag_and_its_environment_variable():
+    assert Config().health_xid_events == "auto"
+    assert parse_config(["--health.xid-events", "on"], {}).health_xid_events == "on"
+    environ = {"POD_GPU_EXPORTER_HEALTH_XID_EVENTS": "off"}
+    assert parse_config([], environ).health_xid_events == "off"
+    assert parse_config(["--health.xid-events", "on"], environ).health_xid_events == "on"  # the flag wins
+    with pytest.raises(ConfigError, match=re.escape("--health.xid-events: invalid choice 'yes' (choose from auto, on, off)")):
+        parse_config(["--health.xid-events", "yes"], {})
+    with pytest.raises(ConfigError, match=re.escape("--health.xid-events is not used by `mapping`")):
+        parse_config(["mapping", "--health.xid-events", "on"], {})
+    assert parse_config(["mapping"], environ).command == "mapping"  # a serving container's environment

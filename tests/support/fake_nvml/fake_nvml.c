@@ -23,6 +23,14 @@
  *   hang <function name> <ms>                          that entry point takes this long to answer;
  *                                                      as each such call begins, its name is added
  *                                                      as a line to the node file's name + ".hanging"
+ * XID events (nvmlEventSetCreate, nvmlDeviceRegisterEvents, nvmlEventSetWait_v2, nvmlEventSetFree) come
+ * from the node file's name + ".events", which a test appends to; each line is delivered once, in order,
+ * to the first wait of a set that registered its GPU (lines for a GPU no set registered are dropped):
+ *   xid <gpu uuid> <xid> [<gpu instance id> [<compute instance id>]]   (ids default to 0xFFFFFFFF: the
+ *                                                      event is tied to no MIG instance)
+ * Registering a MIG device's handle answers NOT_SUPPORTED, as the driver does; `fail
+ * nvmlDeviceRegisterEvents <code> <uuid>` refuses one GPU (NOT_SUPPORTED 3, GPU_IS_LOST 15), `fail
+ * nvmlEventSetWait 15` makes every wait answer GPU_IS_LOST, and `hang nvmlEventSetWait <ms>` a wait that hangs.
  * A missing FAKE_NVML_NODE file makes nvmlInit answer NVML_ERROR_DRIVER_NOT_LOADED, as on a node
  * without the driver. Built at test time: cc -shared -fPIC -o libnvidia-ml.so.1 fake_nvml.c
  */
@@ -36,7 +44,7 @@ typedef int nvmlReturn_t;
 enum {
     NVML_SUCCESS = 0, NVML_ERROR_UNINITIALIZED = 1, NVML_ERROR_INVALID_ARGUMENT = 2,
     NVML_ERROR_NOT_SUPPORTED = 3, NVML_ERROR_NOT_FOUND = 6, NVML_ERROR_INSUFFICIENT_SIZE = 7,
-    NVML_ERROR_DRIVER_NOT_LOADED = 9, NVML_ERROR_GPU_IS_LOST = 15, NVML_ERROR_UNKNOWN = 999,
+    NVML_ERROR_DRIVER_NOT_LOADED = 9, NVML_ERROR_TIMEOUT = 10, NVML_ERROR_GPU_IS_LOST = 15, NVML_ERROR_UNKNOWN = 999,
 };
 
 /* The layouts nvidia-ml-py declares: c_nvmlProcessInfo_v2_t (= _v3_t) and c_nvmlProcessUtilizationSample_t. */
@@ -244,6 +252,7 @@ const char *nvmlErrorString(nvmlReturn_t result) {
     case NVML_ERROR_NOT_FOUND: return "Not Found";
     case NVML_ERROR_INSUFFICIENT_SIZE: return "Insufficient Size";
     case NVML_ERROR_DRIVER_NOT_LOADED: return "Driver Not Loaded";
+    case NVML_ERROR_TIMEOUT: return "Timeout";
     case NVML_ERROR_GPU_IS_LOST: return "GPU is lost";
     default: return "Unknown Error";
     }
@@ -467,4 +476,106 @@ nvmlReturn_t nvmlGpuInstanceGetInfo(void *instance, nvmlGpuInstanceInfo_t *info)
     info->placement.start = 0;
     info->placement.size = d->memory_slices;
     return NVML_SUCCESS;
+}
+
+/* XID events. A set is the UUIDs of the GPUs registered on it; the event file's read position is the
+ * process's, so an event is delivered once even when the exporter frees its set and makes another. */
+#define MAX_SETS 16
+typedef struct { void *device; unsigned long long eventType, eventData; unsigned int gpuInstanceId, computeInstanceId; } nvmlEventData_t;
+struct event_set { int used; int count; char uuids[MAX_DEVICES][96]; };
+static struct event_set sets[MAX_SETS];
+static long events_read;  /* bytes of the events file delivered (or dropped) so far */
+static char events_path[4096];  /* the file they were read from: another file (another test) starts at 0 */
+
+nvmlReturn_t nvmlEventSetCreate(void **set) {
+    CHECK("nvmlEventSetCreate");
+    for (int i = 0; i < MAX_SETS; i++) {
+        if (sets[i].used) continue;
+        memset(&sets[i], 0, sizeof sets[i]);
+        sets[i].used = 1;
+        *set = &sets[i];
+        return NVML_SUCCESS;
+    }
+    return NVML_ERROR_UNKNOWN;
+}
+
+static struct event_set *set_of(void *handle) {
+    struct event_set *s = handle;
+    return (s >= sets && s < sets + MAX_SETS && s->used) ? s : NULL;
+}
+
+nvmlReturn_t nvmlEventSetFree(void *set) {
+    CHECK("nvmlEventSetFree");
+    struct event_set *s = set_of(set);
+    if (!s) return NVML_ERROR_INVALID_ARGUMENT;
+    s->used = 0;
+    return NVML_SUCCESS;
+}
+
+nvmlReturn_t nvmlDeviceRegisterEvents(void *handle, unsigned long long types, void *set) {
+    CHECK("nvmlDeviceRegisterEvents");
+    struct device *d = device_of(handle);
+    struct event_set *s = set_of(set);
+    if (!d || !s || types == 0) return NVML_ERROR_INVALID_ARGUMENT;
+    int code = injected_for("nvmlDeviceRegisterEvents", d);
+    if (code != NVML_SUCCESS) return code;
+    if (d->is_mig) return NVML_ERROR_NOT_SUPPORTED;  /* events are registered on the parent GPU */
+    for (int i = 0; i < s->count; i++)
+        if (strcmp(s->uuids[i], d->uuid) == 0) return NVML_SUCCESS;
+    if (s->count < MAX_DEVICES) strcpy(s->uuids[s->count++], d->uuid);
+    return NVML_SUCCESS;
+}
+
+static int registered(const struct event_set *s, const char *uuid) {
+    for (int i = 0; i < s->count; i++)
+        if (strcmp(s->uuids[i], uuid) == 0) return 1;
+    return 0;
+}
+
+/* The next undelivered event for this set: 1 and *data filled, or 0 when the file holds none yet. */
+static int next_event(const struct event_set *s, nvmlEventData_t *data) {
+    const char *node = getenv("FAKE_NVML_NODE");
+    char path[4096], line[512], uuid[96];
+    if (!node || snprintf(path, sizeof path, "%s.events", node) >= (int)sizeof path) return 0;
+    if (strcmp(path, events_path) != 0) {
+        strcpy(events_path, path);
+        events_read = 0;
+    }
+    FILE *file = fopen(path, "r");
+    if (!file) return 0;
+    int found = 0;
+    if (fseek(file, events_read, SEEK_SET) == 0) {
+        while (!found && fgets(line, sizeof line, file) && strchr(line, '\n')) {
+            unsigned long long xid;
+            unsigned int gi = NO_INSTANCE, ci = NO_INSTANCE;
+            events_read = ftell(file);
+            if (sscanf(line, "xid %95s %llu %u %u", uuid, &xid, &gi, &ci) < 2 || !registered(s, uuid)) continue;
+            int slot = find_device(uuid);
+            if (slot < 0) continue;
+            data->device = &devices[slot];
+            data->eventType = 0x8;  /* nvmlEventTypeXidCriticalError */
+            data->eventData = xid;
+            data->gpuInstanceId = gi;
+            data->computeInstanceId = ci;
+            found = 1;
+        }
+    }
+    fclose(file);
+    return found;
+}
+
+nvmlReturn_t nvmlEventSetWait_v2(void *set, nvmlEventData_t *data, unsigned int timeout_ms) {
+    CHECK("nvmlEventSetWait");
+    struct event_set *s = set_of(set);
+    if (!s || !data) return NVML_ERROR_INVALID_ARGUMENT;
+    /* Polls the events file every 10 ms until the timeout, as a blocking wait seen from outside. */
+    for (unsigned int waited = 0;; waited += 10) {
+        if (next_event(s, data)) return NVML_SUCCESS;
+        if (waited >= timeout_ms) return NVML_ERROR_TIMEOUT;
+        struct timespec pause = {0, 10 * 1000000L};
+        nanosleep(&pause, NULL);
+    }
+}
+nvmlReturn_t nvmlEventSetWait(void *set, nvmlEventData_t *data, unsigned int timeout_ms) {
+    return nvmlEventSetWait_v2(set, data, timeout_ms);
 }

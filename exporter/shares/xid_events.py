@@ -1,0 +1,37 @@
+"""--health.xid-events: the event thread and the XID counters it feeds, started and stopped together."""
+
+from __future__ import annotations
+
+from typing import Callable, Optional
+
+from exporter.core.mapping import Mapping
+from exporter.exposition.label_limit import LabelLimit
+from exporter.shares.xid_counters import XidCounters
+from exporter.sources.nvml.events import XidEventWatcher
+
+
+class XidEvents:
+    """NVML's XID events counted on their devices and holders; `text` is what a scrape appends."""
+
+    def __init__(self, open_nvml: Callable[[], tuple], current_mapping: Callable[[], Mapping], style: str,
+                 label_limit: Optional[LabelLimit] = None):
+        self._watcher = XidEventWatcher(open_nvml, self._record)
+        self._counters = XidCounters(current_mapping, self._watcher.status, style, label_limit)
+
+    def _record(self, event) -> None:
+        self._counters.record(event)
+
+    def text(self) -> bytes:
+        return self._counters.text()
+
+    def start(self) -> None:
+        self._watcher.start()
+
+    def stop(self) -> None:
+        self._watcher.stop()
+
+
+def appended_text(*parts) -> Optional[Callable[[], bytes]]:
+    """One callable for the scrape joining the `text()` of each part that is on (None when none is)."""
+    texts = [part.text for part in parts if part is not None]
+    return (lambda: b"".join(text() for text in texts)) if texts else None
