@@ -21,6 +21,7 @@ from exporter.core.mapping import build_mapping
 from exporter.core.offered import OfferedReplicas
 from exporter.exposition.label_limit import LabelLimit
 from exporter.mapping_report import print_report
+from exporter.nvml_wiring import mig_resolver, process_shares, xid_events
 
 if TYPE_CHECKING:  # for the annotations only: serve imports these when it runs (see _build_sources)
     from exporter.shares.process_shares import ProcessShares
@@ -114,7 +115,7 @@ def _build_core(config: Config, sources: _Sources, nvml: Any = None) -> _Core:
     from exporter.web.scrape import Scraper
 
     kubernetes = sources.kubernetes
-    resolve_mig = _mig_resolver(nvml)
+    resolve_mig = mig_resolver(nvml)
     hpc_jobs = make_hpc_job_reader(config.hpc_job_mapping_dir)
     client = PodResourcesClient(KubeletOptions(config.kubelet_socket, config.kubelet_timeout_seconds))
     attribution = Attribution(
@@ -129,13 +130,13 @@ def _build_core(config: Config, sources: _Sources, nvml: Any = None) -> _Core:
     )
     # One limit for every series written about a pod, so its count covers them all.
     label_limit = LabelLimit(config.labels_limit)
-    shares = _process_shares(config, attribution, kubernetes, label_limit, nvml)
-    xid_events = _xid_events(config, attribution, label_limit, nvml)
+    shares = process_shares(config, attribution, kubernetes, label_limit, nvml)
+    xids = xid_events(config, attribution, label_limit, nvml)
     scraper = Scraper(sources.dcgm, attribution, config.labels_style,
                       kubernetes_up=(lambda: kubernetes.up) if kubernetes else None,
-                      process_shares=appended_text(shares, xid_events),
+                      process_shares=appended_text(shares, xids),
                       labels_mode=config.labels_mode, label_limit=label_limit, hpc_jobs=hpc_jobs is not None)
-    return _Core(client, resolve_mig, attribution, shares, scraper, xid_events)
+    return _Core(client, resolve_mig, attribution, shares, scraper, xids)
 
 
 def _listen(config: Config, sources: _Sources, core: _Core):
@@ -240,38 +241,6 @@ def _prepare_kubernetes(config: Config):
     ))
 
 
-def _process_shares(config: Config, attribution: Attribution, kubernetes, label_limit: LabelLimit, nvml: Any = None):
-    """The per-process share refresher for --sharing.mode process, else None."""
-    if config.sharing_mode != "process":
-        return None
-    from exporter.shares.process_shares import ProcessShares, ProcessSharesOptions, pod_index_source
-    from exporter.sources.nvml.library import open_nvml
-
-    options = ProcessSharesOptions(config.sharing_proc_root, config.kubelet_refresh_interval_seconds,
-                                   config.labels_style, config.energy_idle_policy)
-    return ProcessShares(options, functools.partial(open_nvml, nvml), lambda: attribution.current().mapping, pod_index_source(kubernetes),
-                         label_limit=label_limit)
-
-
-def _xid_events(config: Config, attribution: Attribution, label_limit: LabelLimit, nvml: Any = None):
-    """NVML's XID events counted (--health.xid-events; auto: in --sharing.mode process), else None. `nvml`:
-    the binding to use instead of pynvml (the demo's simulation)."""
-    if config.health_xid_events == "off" or (config.health_xid_events == "auto" and config.sharing_mode != "process"):
-        return None
-    from exporter.shares.xid_events import XidEvents
-    from exporter.sources.nvml.library import open_nvml
-
-    return XidEvents(lambda: open_nvml(nvml), lambda: attribution.current().mapping, config.labels_style, label_limit)
-
-
-def _mig_resolver(nvml: Any = None):
-    """Resolves MIG-<uuid> device IDs through NVML (`nvml`, else pynvml), opened (and its outcome logged) at
-    the first such ID."""
-    from exporter.sources.nvml.library import LazyMigResolver
-
-    return LazyMigResolver(nvml)
-
-
 def _stop_on_signals(stopping: threading.Event, listening: list) -> None:
     """SIGTERM/SIGINT: log, set `stopping`, and stop the server once there is one (`listening`)."""
     def stop(signum, _frame):
@@ -304,7 +273,7 @@ def print_mapping(config: Config) -> int:
         return EXIT_USAGE if isinstance(exc, ConfigError) else EXIT_FAILURE
     finally:
         client.close()
-    resolve_mig = _mig_resolver()
+    resolve_mig = mig_resolver()
     if kubernetes is not None:
         from exporter.sources.kubernetes.startup import start_and_wait
 

@@ -12,6 +12,7 @@ from urllib.parse import unquote, urlsplit
 from exporter.base.errors import ConfigError
 from exporter.base.flag_values import format_seconds, format_size, parse_duration, parse_listen_address, parse_size
 from exporter.base.logs import LOG_FORMATS, LOG_LEVELS
+from exporter.command_settings import ENV_PREFIX, refuse_unused_settings
 from exporter.exposition.labels import LABEL_STYLE_NAMES
 from exporter.exposition.series import LABEL_MODES
 from exporter.shares.energy import IDLE_POLICIES
@@ -21,7 +22,6 @@ from exporter.sources.dcgm.options import DcgmEndpoint
 from exporter.sources.kubernetes.labels import compile_key_pattern, parse_extra
 from exporter.web.routes import BUILT_IN_PATHS
 
-ENV_PREFIX = "POD_GPU_EXPORTER_"
 COMMANDS = ("serve", "demo", "mapping")
 KUBERNETES_API_CHOICES = ("auto", "on", "off")
 SHARING_MODES = ("device", "process")
@@ -237,7 +237,7 @@ def parse_config(argv: Sequence[str], environ: Mapping[str, str]) -> Config:
     if values.get("telemetry_path") in BUILT_IN_PATHS:
         raise ConfigError(f"--web.telemetry-path: {values['telemetry_path']} is a built-in route "
                           f"({', '.join(BUILT_IN_PATHS)}); choose another path, e.g. /gpu/metrics")
-    _refuse_unused_settings(args.command, sources)
+    refuse_unused_settings(args.command, sources)
     timeout = values.get("dcgm_timeout_seconds", Config.dcgm_timeout_seconds)
     if values.get("dcgm_file") and timeout < SETTLE_SECONDS:
         # A textfile changed in place is read once left alone that long: every scrape in the second
@@ -255,46 +255,9 @@ def parse_config(argv: Sequence[str], environ: Mapping[str, str]) -> Config:
     return Config(**values)
 
 
-# Settings a command would otherwise silently ignore: a user who passes one expects it to act.
-_OWN_KUBELET = "the demo runs its own simulated kubelet; leave out `demo` to serve a real node"
-_OWN_DCGM = "the demo runs its own simulated dcgm-exporter; leave out `demo` to serve a real node"
-_NO_API = "the demo runs its own simulated API server for its simulated pods"
-_MAPPING_ONLY = "it only shapes the output of `mapping`"
-_DEMO_ONLY = "only `demo` simulates NVML"
-_UNUSED_BY = {
-    "demo": {"kubelet_socket": _OWN_KUBELET, "dcgm_url": _OWN_DCGM, "dcgm_file": _OWN_DCGM,
-             **dict.fromkeys(("kubernetes_api", "kubernetes_kubeconfig", "kubernetes_node_name",
-                              "kubernetes_watch_silence_seconds", "labels_extra", "labels_pod_labels", "labels_pod_annotations"), _NO_API),
-             "output": _MAPPING_ONLY},
-    "serve": {"output": _MAPPING_ONLY, "demo_nvml": _DEMO_ONLY},
-    # `mapping` asks the kubelet (and the API server, for its labels column) once and prints.
-    "mapping": {
-        **dict.fromkeys(("listen_address", "telemetry_path", "web_config_file"), "it prints one table and exits, serving nothing"),
-        **dict.fromkeys(("dcgm_url", "dcgm_file", "dcgm_timeout_seconds", "dcgm_max_body_bytes"),
-                        "it reads the kubelet, never dcgm-exporter"),
-        **dict.fromkeys(("kubelet_refresh_interval_seconds", "mapping_max_age_seconds"), "it asks the kubelet once"),
-        "kubernetes_watch_silence_seconds": "it lists the API server once, keeping no watch open",
-        **dict.fromkeys(("labels_style", "labels_mode", "labels_limit"), "it prints owners as columns, not as sample labels"),
-        **dict.fromkeys(("sharing_mode", "sharing_proc_root", "energy_idle_policy"),
-                        "per-process shares are served, never printed by it"),
-        "hpc_job_mapping_dir": "HPC jobs are served as pod_gpu_hpc_job_info, never printed by it",
-        "demo_nvml": _DEMO_ONLY,
-        "health_xid_events": "XID events are counted while serving, never printed by it",
-    },
-}
 # A newcomer's demo stays on this machine unless --web.listen-address says otherwise, and
 # refreshes often enough for changes to show quickly.
 _DEMO_DEFAULTS = {"listen_host": "127.0.0.1", "kubelet_refresh_interval_seconds": 2.0}
-
-
-def _refuse_unused_settings(command: str, sources: Mapping[str, str]) -> None:
-    for field, why in _UNUSED_BY.get(command, {}).items():
-        # `kubectl exec` into a serving container runs `mapping` with that container's environment:
-        # its serving variables are the deployment's configuration, not a mistake, so only flags
-        # given to `mapping` itself are refused.
-        from_environment = sources.get(field, "").startswith(ENV_PREFIX)
-        if field in sources and not (command == "mapping" and from_environment):
-            raise ConfigError(f"{sources[field]} is not used by `{command}` ({why}): drop it")
 
 
 def _check_dcgm_endpoint(command: str, values: Mapping[str, object]) -> None:

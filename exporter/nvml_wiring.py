@@ -1,0 +1,45 @@
+"""Wiring what reads NVML from a Config: the per-process shares, the XID event counters and the MIG resolver.
+
+Each takes `nvml`, a binding to use instead of pynvml: the demo passes its simulation; a real node, None.
+"""
+
+from __future__ import annotations
+
+import functools
+from typing import Any
+
+from exporter.config import Config
+from exporter.core.attribution import Attribution
+from exporter.exposition.label_limit import LabelLimit
+
+
+def process_shares(config: Config, attribution: Attribution, kubernetes, label_limit: LabelLimit, nvml: Any = None):
+    """The per-process share refresher for --sharing.mode process, else None."""
+    if config.sharing_mode != "process":
+        return None
+    from exporter.shares.process_shares import ProcessShares, ProcessSharesOptions, pod_index_source
+    from exporter.sources.nvml.library import open_nvml
+
+    options = ProcessSharesOptions(config.sharing_proc_root, config.kubelet_refresh_interval_seconds,
+                                   config.labels_style, config.energy_idle_policy)
+    return ProcessShares(options, functools.partial(open_nvml, nvml), lambda: attribution.current().mapping,
+                         pod_index_source(kubernetes), label_limit=label_limit)
+
+
+def xid_events(config: Config, attribution: Attribution, label_limit: LabelLimit, nvml: Any = None):
+    """NVML's XID events counted (--health.xid-events; auto: in --sharing.mode process), else None. `nvml`:
+    the binding to use instead of pynvml (the demo's simulation)."""
+    if config.health_xid_events == "off" or (config.health_xid_events == "auto" and config.sharing_mode != "process"):
+        return None
+    from exporter.shares.xid_events import XidEvents
+    from exporter.sources.nvml.library import open_nvml
+
+    return XidEvents(functools.partial(open_nvml, nvml), lambda: attribution.current().mapping, config.labels_style, label_limit)
+
+
+def mig_resolver(nvml: Any = None):
+    """Resolves MIG-<uuid> device IDs through NVML (`nvml`, else pynvml), opened (and its outcome logged) at
+    the first such ID."""
+    from exporter.sources.nvml.library import LazyMigResolver
+
+    return LazyMigResolver(nvml)
