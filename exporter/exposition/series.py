@@ -210,8 +210,6 @@ def copy_comment(line: str, record: FamilyRecord, out: List[str]) -> int:
         # Prometheus, but prometheus_client 0.17's parser (our declared floor) fails the whole
         # text on it: dropped like any line that breaks a parser.
         return 1
-    elif "\x00" in line:
-        return 1  # Prometheus' lexer reads a NUL byte as the end of the input: the rest would be lost
     else:
         out.append(line)  # any other comment is allowed by the format and harmless
         return 0

@@ -14,9 +14,8 @@ from typing import Iterable, List, Optional, Tuple
 # one bad value at the end of thousands of good ones kept the regular expression engine busy for good.
 VALUE = r"(?:[-+]?(?:(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+)(?:[eE][-+]?[0-9]+)?|(?i:inf|infinity))|(?i:nan))"
 METRIC_NAME = re.compile(r"[a-zA-Z_:][a-zA-Z0-9_:]*")
-# A label pair; values allow only the three escapes the format defines (\\, \", \n), which is all
-# expfmt reads, and no NUL: Prometheus' lexer takes a NUL byte for the end of the input.
-_LABEL_PAIR = re.compile(r'[ \t]*([a-zA-Z_][a-zA-Z0-9_]*)[ \t]*=[ \t]*"((?:[^"\\\n\x00]|\\[\\"n])*)"[ \t]*(,|$)')
+# A label pair; values allow only the three escapes the format defines (\\, \", \n), all that expfmt reads.
+_LABEL_PAIR = re.compile(r'[ \t]*([a-zA-Z_][a-zA-Z0-9_]*)[ \t]*=[ \t]*"((?:[^"\\\n]|\\[\\"n])*)"[ \t]*(,|$)')
 # ` value[ timestamp]`, with nothing after: expfmt reads a blank after the value as the start of a
 # timestamp and one after the timestamp as spurious text. A timestamp is digits only: Prometheus'
 # lexer has no sign for it (`-2` fails the scrape). re.ASCII: otherwise case-insensitive inf/nan
@@ -26,8 +25,8 @@ _GO_FLOAT = re.compile(VALUE, re.ASCII)
 _INT64_MAX = 2**63 - 1
 # Shorter plain integers are always finite doubles (the largest double has 309 digits).
 _SHORT_NUMBER = 300
-# HELP text allows only the escapes \\ and \n (expfmt refuses any other), and no NUL (see _LABEL_PAIR).
-HELP_LINE = re.compile(r"# HELP[ \t]+([a-zA-Z_:][a-zA-Z0-9_:]*)(?:[ \t](?:[^\\\x00]|\\[\\n])*)?")
+# HELP text allows only the escapes \\ and \n; anything else makes expfmt reject the text.
+HELP_LINE = re.compile(r"# HELP[ \t]+([a-zA-Z_:][a-zA-Z0-9_:]*)(?:[ \t](?:[^\\]|\\[\\n])*)?")
 # Exactly one blank between the name and the type, and nothing after it: Prometheus takes all that
 # follows the name's first blank as the type (" gauge" and "gauge " are unknown types to it).
 TYPE_LINE = re.compile(r"# TYPE[ \t]+([a-zA-Z_:][a-zA-Z0-9_:]*)[ \t](counter|gauge|histogram|summary|untyped)")

@@ -30,8 +30,6 @@ REFUSED = {
     "TYPE in capitals": "# TYPE DCGM_X GAUGE",
     "HELP with a quote escaped": '# HELP DCGM_X say \\"hi\\"',
     "HELP ending in a backslash": "# HELP DCGM_X text \\",
-    "HELP with a NUL": "# HELP DCGM_X a\x00b",
-    "comment with a NUL": "# a comment \x00 here",
     "value followed by a blank": f"{SAMPLE} 1 ",
     "value followed by a tab": f"{SAMPLE} 1\t",
     "timestamp followed by a blank": f"{SAMPLE} 1 1700000000000 ",
@@ -46,7 +44,6 @@ REFUSED = {
     "value of 400 digits": f"{SAMPLE} {'9' * 400}",
     "hex value": f"{SAMPLE} 0x1p3",
     "__name__ label": f'DCGM_X{{__name__="DCGM_Y",gpu="0",UUID="{UUID0}"}} 1',
-    "label value with a NUL": f'DCGM_X{{gpu="0",UUID="{UUID0}",x="a\x00b"}} 1',
 }
 
 ACCEPTED = {
@@ -59,6 +56,9 @@ ACCEPTED = {
     "Infinity": f"{SAMPLE} +infinity",
     "value that underflows to 0": f"{SAMPLE} 1e-400",
     "largest double": f"{SAMPLE} 1.7976931348623157e308",
+    "HELP with a NUL": "# HELP DCGM_X a\x00b",
+    "comment with a NUL": "# a comment \x00 here",
+    "label value with a NUL": f'DCGM_X{{gpu="0",UUID="{UUID0}",x="a\x00b"}} 1',
     "quantile of an untyped family": f'DCGM_X{{gpu="0",UUID="{UUID0}",quantile="x"}} 1',
 }
 
