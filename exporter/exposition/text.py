@@ -47,7 +47,8 @@ def decode(body: bytes) -> Tuple[str, bool]:
 def is_value(text: str) -> bool:
     """Whether text after the labels is ` value[ timestamp]`; most dcgm values are plain integers,
     which are recognised without the regular expression (the same answer, ~3x faster)."""
-    if text[:1] == " " and text[1:].isdigit() and text.isascii() and len(text) < _SHORT_NUMBER:
+    # Under 300 characters (_SHORT_NUMBER, written out: this runs once a line) an integer cannot overflow.
+    if text[:1] == " " and text[1:].isdigit() and text.isascii() and len(text) < 300:
         return True
     match = _VALUE_AND_TIMESTAMP.fullmatch(text)
     if match is None:

@@ -94,7 +94,7 @@ PROMTOOL = shutil.which("promtool")
 
 
 @pytest.mark.skipif(PROMTOOL is None and not os.environ.get("CI"), reason="promtool is not installed")
-@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+@settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
 @given(upstream_bodies())
 def test_every_served_body_parses_with_client_golang(body):
     assert PROMTOOL is not None, "promtool is required in CI (apt-get install prometheus)"
