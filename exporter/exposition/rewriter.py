@@ -13,6 +13,7 @@ from typing import Dict, List, Optional, Tuple
 
 from exporter.core.mapping import Mapping
 from exporter.exposition.label_limit import LabelLimit
+from exporter.exposition.metadata import FamilyRecord
 from exporter.exposition.series import (LabelSet, RewriteResult, Series, SeriesBuilder, copy_comment, replace_copy,
                                         split_unlabelled)
 from exporter.exposition.streamed import rewrite_streamed
@@ -54,6 +55,7 @@ class Rewriter:
         self.style = style
         self._label_sets: Dict[str, Optional[LabelSet]] = {}
         self._series: Dict[str, Optional[Series]] = {}
+        self._odd_series: Dict[str, Series] = {}  # see _series_for
         self._template: Optional[BodyTemplate] = None
         # How rewrites were made. A refill gives the very bytes a line-by-line rewrite would, at a
         # fraction of the cost, so only these counts tell the two apart: benchmarks/perf.py checks
@@ -110,8 +112,8 @@ class Rewriter:
         ends: List[int] = []  # for each input line, len(out) once it was done
         rests: List[Optional[str]] = []  # for each input line that is a sample, the text after its series
         malformed = 0
-        described: set = set()  # (kind, name) of HELP/TYPE lines already written
-        sampled: set = set()  # metric names with samples written
+        record = FamilyRecord()  # what the lines written so far said about their families
+        sampled = record.sampled  # metric names with samples written
         written: Dict[str, Series] = {}  # the series written so far, by key
         known = self._series
         self._replaced = False
@@ -137,7 +139,7 @@ class Rewriter:
                 if line[0] in " \t":
                     line = line.lstrip(" \t")  # the format allows leading blanks; Prometheus skips them
                 if line[0] == "#":
-                    malformed += copy_comment(line, described, sampled, out)
+                    malformed += copy_comment(line, record, out)
                 else:
                     # The fast path of this loop: a series seen in an earlier scrape, not yet written
                     # in this one, with a valid value. Anything else takes _copy_sample, which handles
@@ -148,11 +150,12 @@ class Rewriter:
                     if series is not None and series.key not in written and is_value(rest):
                         written[series.key] = series
                         name = series.name
-                        sampled.add(name)
+                        if name not in sampled:
+                            record.note_sample(name)
                         for labels in series.variants:  # cached series always have labels
                             out.append(f"{name}{{{labels}}}{rest}")
                     else:
-                        dropped, rest = self._copy_sample(line, head, rest, out, written, sampled)
+                        dropped, rest = self._copy_sample(line, head, rest, out, written, record)
                         malformed += dropped
             ends.append(len(out))
             rests.append(rest)
@@ -176,12 +179,13 @@ class Rewriter:
         """Cut the caches back to the series of this rewrite once they hold twice as many entries as
         it had lines: bounded by what one answer needs, whatever label values do from scrape to
         scrape. (By lines, not series: per-pod copies from dcgm-exporter -k are heads of their own.)"""
-        if len(self._series) > 2 * lines + _CACHE_SLACK_ENTRIES:
-            self._series = {series.head: series for series in written.values()}
+        if len(self._series) + len(self._odd_series) > 2 * lines + _CACHE_SLACK_ENTRIES:
+            self._series = {series.head: series for series in written.values() if not series.odd_bounds}
+            self._odd_series = {}
             self._label_sets = {}
 
     def _copy_sample(self, line: str, head: str, rest: str, out: List[str], written: Dict[str, Series],
-                     sampled: set) -> Tuple[int, str]:
+                     record: FamilyRecord) -> Tuple[int, str]:
         """Copy one sample line (once per owner); return (1 when it must be dropped as malformed, else
         0; the text after its series: value and timestamp).
 
@@ -192,6 +196,8 @@ class Rewriter:
         else:
             series, rest = split_unlabelled(line)
         if series is None or not is_value(rest):
+            return 1, rest
+        if series.odd_bounds and record.refuses_bounds(series.name, series.odd_bounds):
             return 1, rest
         # The text format allows each series (name + labels) once; Prometheus rejects repeats within a
         # scrape. A repeated line (an upstream sending a family twice) is malformed; lines that differ
@@ -208,7 +214,8 @@ class Rewriter:
                 return 0, rest
             return int(first.dropped == series.dropped), rest  # the same line again, or a copy (Series.dropped)
         written[series.key] = series
-        sampled.add(series.name)
+        if series.name not in record.sampled:
+            record.note_sample(series.name)
         out.extend(series.lines(rest))
         return 0, rest
 
@@ -216,9 +223,14 @@ class Rewriter:
         # From one collection to the next only values change, so all the work on a line's head
         # (checks, owner lookup, rendering) is done once and looked up after, in rewrite().
         series = self._series.get(head, _UNSEEN)
+        if series is _UNSEEN:
+            series = self._odd_series.get(head, _UNSEEN)
         if series is not _UNSEEN:
             return series
-        series = self._series[head] = self._builder.build_series(head, self._label_set)
+        series = self._builder.build_series(head, self._label_set)
+        # A series whose quantile or le is not a number is written or not by what came before it in
+        # the body (FamilyRecord), so it is kept out of the fast path's cache.
+        (self._odd_series if series is not None and series.odd_bounds else self._series)[head] = series
         return series
 
     def _label_set(self, label_text: str) -> Optional[LabelSet]:

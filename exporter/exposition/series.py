@@ -10,7 +10,8 @@ from exporter.exposition.allocation import ALLOCATION_INFO
 from exporter.exposition.label_limit import LabelLimit
 from exporter.exposition.labels import (LABEL_STYLES, UPSTREAM_OWNER_LABELS, check_label_style, owner_label_pairs,
                                         render_owner_labels)
-from exporter.exposition.text import HELP_LINE, METRIC_NAME, TYPE_LINE, parse_label_pairs, render_label_pairs
+from exporter.exposition.metadata import FamilyRecord
+from exporter.exposition.text import HELP_LINE, METRIC_NAME, TYPE_LINE, is_float, parse_label_pairs, render_label_pairs
 
 SELF_METRIC_PREFIX = "pod_gpu_exporter_"
 
@@ -32,6 +33,7 @@ class LabelSet(NamedTuple):
     # Whether upstream attributed it (carries one of UPSTREAM_OWNER_LABELS): see Series.attributed.
     attributed: bool = False
     dropped: str = ""  # the upstream pairs ours replace, sorted: see Series.dropped
+    odd_bounds: Tuple[str, ...] = ()  # see Series.odd_bounds
 
 
 class Series(NamedTuple):
@@ -56,6 +58,9 @@ class Series(NamedTuple):
     # The upstream pairs that ours replace, sorted: two lines of one key are the same line again (a
     # repeat, malformed) when these are equal too, and copies (dropped silently) when they differ.
     dropped: str = ""
+    # Which of its `quantile` and `le` labels are not numbers: expfmt refuses the line if its family
+    # is then a summary (histogram), which only the lines before it in the body tell (FamilyRecord).
+    odd_bounds: Tuple[str, ...] = ()
 
     def lines(self, rest: str) -> List[str]:
         """The output lines of one sample whose text after the series is `rest`."""
@@ -119,7 +124,7 @@ class SeriesBuilder:
         if label_set is None:
             return None
         return Series(label_set.variants, label_set.identity, (name, label_set.key_text), head, name,
-                      label_set.attributed, label_set.dropped)
+                      label_set.attributed, label_set.dropped, label_set.odd_bounds)
 
     def build_label_set(self, label_text: str) -> Optional[LabelSet]:
         """The text between a head's braces checked, stripped of the labels ours replace and given ours."""
@@ -141,20 +146,21 @@ class SeriesBuilder:
         key_text = ",".join(sorted(f'{name}="{value}"' for name, value, _ in pairs if name not in replaced))
         dropped = ",".join(sorted(f'{name}="{value}"' for name, value, _ in pairs if name in replaced))
         attributed = any(name in UPSTREAM_OWNER_LABELS for name, _, _ in pairs)
+        odd = tuple(name for name in ("quantile", "le") if name in values and not is_float(values[name]))
         if not any(identity[:3]):
-            return LabelSet((kept,), None, key_text, attributed, dropped)
+            return LabelSet((kept,), None, key_text, attributed, dropped, odd)
         if not owners:
-            return LabelSet((kept,), identity, key_text, attributed, dropped)
+            return LabelSet((kept,), identity, key_text, attributed, dropped, odd)
         if self._limit is None:
             texts = [self._owner_text[owner] for owner in owners]
         else:
             upstream = sum(1 for name, _, _ in pairs if name not in replaced)
             texts = [self._owner_text_within_limit(owner, upstream) for owner in owners]
             if texts[0] is None:  # not even the owner labels fit (the same for every owner)
-                return LabelSet((kept,), identity, key_text, attributed, dropped)
+                return LabelSet((kept,), identity, key_text, attributed, dropped, odd)
         separator = "," if kept else ""
         variants = tuple(kept + separator + text for text in texts)
-        return LabelSet(variants, identity, key_text + "|" + texts[0], attributed, dropped)
+        return LabelSet(variants, identity, key_text + "|" + texts[0], attributed, dropped, odd)
 
     def _owner_text_within_limit(self, owner, upstream: int) -> Optional[str]:
         key = (owner, upstream)
@@ -188,11 +194,10 @@ def split_unlabelled(line: str) -> Tuple[Optional[Series], str]:
     return Series(None, None, (name, ""), name + "{}", name), line[match.end() :]
 
 
-def copy_comment(line: str, described: set, sampled: set, out: List[str]) -> int:
+def copy_comment(line: str, record: FamilyRecord, out: List[str]) -> int:
     """Keep HELP/TYPE lines as written; return 1 when the line must be dropped as malformed.
 
-    `described` holds the (kind, name) of HELP/TYPE lines already written, `sampled` the names of
-    families with samples written; both are updated.
+    `record` holds what the lines written so far said about their families; it is updated.
     """
     if line.startswith(("# HELP ", "# HELP\t")):
         match = HELP_LINE.fullmatch(line)
@@ -213,10 +218,11 @@ def copy_comment(line: str, described: set, sampled: set, out: List[str]) -> int
     name = match.group(1)
     # A family described twice (an upstream repeating itself) would fail every parser downstream;
     # the first description wins (its samples are kept unless they repeat a series).
-    if (kind, name) in described:
+    if (kind, name) in record.described:
         return 0
-    if kind == "TYPE" and name in sampled:
-        return 1  # a first TYPE after its family's samples: the Go parser rejects the scrape for it
-    described.add((kind, name))
+    # A TYPE line after its family's samples, or a second HELP or TYPE of a family under another name
+    # (`x_sum` of a summary `x`): expfmt rejects the text for it (see FamilyRecord).
+    if not record.accepts(kind, name, match.group(2) if kind == "TYPE" else ""):
+        return 1
     out.append(line)
     return 0

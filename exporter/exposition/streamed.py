@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from typing import Dict, List, Tuple
 
+from exporter.exposition.metadata import FamilyRecord
 from exporter.exposition.series import RewriteResult, Series, SeriesBuilder, copy_comment, replace_copy, split_unlabelled
 from exporter.exposition.text import UNDECODABLE, cut_short, decode, is_value
 
@@ -24,8 +25,7 @@ class _StreamState:
 
     def __init__(self) -> None:
         self.malformed = 0
-        self.described: set = set()  # as in exporter.exposition.rewriter.Rewriter._rewrite_lines
-        self.sampled: set = set()
+        self.record = FamilyRecord()  # as in exporter.exposition.rewriter.Rewriter._rewrite_lines
         self.identities: set = set()
         self.parts: List[bytes] = []  # the slices rewritten so far
         # hash(series key) -> hash(its first line's replaced pairs): two ints per series instead of
@@ -96,7 +96,7 @@ def _rewrite_slice(builder: SeriesBuilder, chunk: bytes, state: _StreamState) ->
             continue
         line = line.lstrip(" \t")
         if line[0] == "#":
-            state.malformed += copy_comment(line, state.described, state.sampled, out)
+            state.malformed += copy_comment(line, state.record, out)
             continue
         close = line.rfind("}")
         head, rest = line[: close + 1], line[close + 1 :]
@@ -104,10 +104,12 @@ def _rewrite_slice(builder: SeriesBuilder, chunk: bytes, state: _StreamState) ->
             series = builder.build_series(head)  # nothing cached: these answers' lines do not repeat
         else:
             series, rest = split_unlabelled(line)
-        if series is None or not is_value(rest):
+        if series is None or not is_value(rest) or (series.odd_bounds and
+                                                     state.record.refuses_bounds(series.name, series.odd_bounds)):
             state.malformed += 1
         elif state.first_write(series, out, rest):
-            state.sampled.add(series.name)
+            if series.name not in state.record.sampled:
+                state.record.note_sample(series.name)
             if series.identity is not None:
                 state.identities.add(series.identity)
             out.extend(series.lines(rest))

@@ -25,12 +25,13 @@ the garbage collector off several times per scrape, a third of the refill's cost
 
 from __future__ import annotations
 
+import math
 import re
 from itertools import islice
 from operator import itemgetter
 from typing import Callable, Iterator, List, Optional, Sequence, Tuple
 
-from exporter.exposition.text import VALUE
+from exporter.exposition.text import VALUE, is_finite_or_inf
 
 _PLAIN_VALUE = re.compile(VALUE, re.ASCII)  # re.ASCII: see VALUE
 _PLAIN_VALUE_LINES = re.compile(rb"(?:%s\n)*%s" % (VALUE.encode(), VALUE.encode()))
@@ -38,8 +39,11 @@ _TWO_DOTS = re.compile(rb"\.[0-9]*\.")
 # What follows the first "} " of a line, up to its newline: a sample's value on dcgm-exporter's
 # lines, which all carry labels. Its literal start lets the engine skip from one "} " to the next
 # at memchr speed, and only the values become objects: splitting the body into lines instead
-# copied all of it into one object a line, and cost twice as much on a 6 MB body.
-_AFTER_LABELS = re.compile(rb"\} ([^\n]*)\n")
+# copied all of it into one object a line, and cost twice as much on a 6 MB body. At most 299
+# bytes: no plain decimal that short overflows a double (see exporter.exposition.text.is_finite_or_inf),
+# and a line with a longer one is fixed text, which a changed value makes the body not fit.
+_AFTER_LABELS = re.compile(rb"\} ([^\n]{0,299})\n")
+_EXPONENT_VALUES = re.compile(rb"[^\n]*[eE][^\n]*")
 
 
 def are_plain_values(values: Tuple[bytes, ...]) -> bool:
@@ -51,7 +55,11 @@ def are_plain_values(values: Tuple[bytes, ...]) -> bool:
     """
     joined = b"\n".join(values)
     if joined.translate(None, b"0123456789.\n"):
-        return _PLAIN_VALUE_LINES.fullmatch(joined) is not None
+        if _PLAIN_VALUE_LINES.fullmatch(joined) is None:
+            return False
+        # `1e400` is a VALUE that Go's parsers refuse (out of range), where Python reads inf.
+        return not (b"e" in joined or b"E" in joined) or not any(
+            math.isinf(float(value)) for value in _EXPONENT_VALUES.findall(joined))
     framed = b"\n" + joined + b"\n"  # so that the first and last value are framed like the rest
     return not (b"\n\n" in framed or b"\n.\n" in framed or _TWO_DOTS.search(joined))
 
@@ -182,6 +190,6 @@ def _slot_value(rest: Optional[str]) -> Optional[str]:
     if rest is None:
         return None
     blanks, space, value = rest.rpartition(" ")
-    if space and not blanks.strip(" \t") and _PLAIN_VALUE.fullmatch(value):
+    if space and not blanks.strip(" \t") and _PLAIN_VALUE.fullmatch(value) and is_finite_or_inf(value):
         return value
     return None

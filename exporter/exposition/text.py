@@ -2,24 +2,34 @@
 
 from __future__ import annotations
 
+import math
 import re
 from typing import Iterable, List, Optional, Tuple
 
-# A sample value as the 0.0.4 text format writes it (Go's ParseFloat syntax without hex forms).
-# [0-9], not \d, and re.ASCII where it is compiled: other scripts' digits, or a dotless ı in "inf",
-# are not numbers to Prometheus. Each value has exactly one way to match: with `[0-9]+\.?[0-9]*` a
-# run of integers had exponentially many, and one bad value at the end of thousands of good ones
-# kept the regular expression engine busy for good.
-VALUE = r"[-+]?(?:(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+)(?:[eE][-+]?[0-9]+)?|(?i:inf|infinity|nan))"
+# A sample value as both consumers' parsers read it: Go's strconv.ParseFloat without hex forms or
+# underscores (Prometheus' textparse and client_golang's expfmt refuse "p" and "_"). A sign goes with
+# numbers and inf only: Go reads "+Inf" but not "+NaN". [0-9], not \d, and re.ASCII where it is
+# compiled: other scripts' digits, or a dotless ı in "inf", are not numbers to Prometheus. Each value
+# has exactly one way to match: with `[0-9]+\.?[0-9]*` a run of integers had exponentially many, and
+# one bad value at the end of thousands of good ones kept the regular expression engine busy for good.
+VALUE = r"(?:[-+]?(?:(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+)(?:[eE][-+]?[0-9]+)?|(?i:inf|infinity))|(?i:nan))"
 METRIC_NAME = re.compile(r"[a-zA-Z_:][a-zA-Z0-9_:]*")
-# A label pair; values allow only the three escapes the format defines (\\, \", \n).
+# A label pair; values allow only the three escapes the format defines (\\, \", \n), all that expfmt reads.
 _LABEL_PAIR = re.compile(r'[ \t]*([a-zA-Z_][a-zA-Z0-9_]*)[ \t]*=[ \t]*"((?:[^"\\\n]|\\[\\"n])*)"[ \t]*(,|$)')
-# re.ASCII: otherwise case-insensitive inf/nan would also match look-alike letters such as the
-# dotless ı, which Prometheus' parser rejects.
-_VALUE_AND_TIMESTAMP = re.compile(rf"[ \t]+{VALUE}(?:[ \t]+[-+]?[0-9]+)?[ \t]*", re.ASCII)
-# HELP text allows only the escapes \\ and \n; anything else makes the Go parser reject the scrape.
+# ` value[ timestamp]`, with nothing after: expfmt reads a blank after the value as the start of a
+# timestamp and one after the timestamp as spurious text. A timestamp is digits only: Prometheus'
+# lexer has no sign for it (`-2` fails the scrape). re.ASCII: otherwise case-insensitive inf/nan
+# would also match look-alike letters such as the dotless ı, which Prometheus' parser rejects.
+_VALUE_AND_TIMESTAMP = re.compile(rf"[ \t]+({VALUE})(?:[ \t]+([0-9]+))?", re.ASCII)
+_GO_FLOAT = re.compile(VALUE, re.ASCII)
+_INT64_MAX = 2**63 - 1
+# Shorter plain integers are always finite doubles (the largest double has 309 digits).
+_SHORT_NUMBER = 300
+# HELP text allows only the escapes \\ and \n; anything else makes expfmt reject the text.
 HELP_LINE = re.compile(r"# HELP[ \t]+([a-zA-Z_:][a-zA-Z0-9_:]*)(?:[ \t](?:[^\\]|\\[\\n])*)?")
-TYPE_LINE = re.compile(r"# TYPE[ \t]+([a-zA-Z_:][a-zA-Z0-9_:]*)[ \t]+(counter|gauge|histogram|summary|untyped)[ \t]*")
+# Exactly one blank between the name and the type, and nothing after it: Prometheus takes all that
+# follows the name's first blank as the type (" gauge" and "gauge " are unknown types to it).
+TYPE_LINE = re.compile(r"# TYPE[ \t]+([a-zA-Z_:][a-zA-Z0-9_:]*)[ \t](counter|gauge|histogram|summary|untyped)")
 UNDECODABLE = re.compile("[\udc80-\udcff]")  # bytes that were not UTF-8, kept by surrogateescape
 
 LabelPairs = Iterable[Tuple[str, str]]  # (label name, value as it is, unescaped)
@@ -37,9 +47,28 @@ def decode(body: bytes) -> Tuple[str, bool]:
 def is_value(text: str) -> bool:
     """Whether text after the labels is ` value[ timestamp]`; most dcgm values are plain integers,
     which are recognised without the regular expression (the same answer, ~3x faster)."""
-    if text[:1] == " " and text[1:].isdigit() and text.isascii():
+    # Under 300 characters (_SHORT_NUMBER, written out: this runs once a line) an integer cannot overflow.
+    if text[:1] == " " and text[1:].isdigit() and text.isascii() and len(text) < 300:
         return True
-    return _VALUE_AND_TIMESTAMP.fullmatch(text) is not None
+    match = _VALUE_AND_TIMESTAMP.fullmatch(text)
+    if match is None:
+        return False
+    value, timestamp = match.groups()
+    # Go reads both as 64-bit numbers and fails the whole text on one out of range.
+    return is_finite_or_inf(value) and (timestamp is None or len(timestamp) < 19 or int(timestamp) <= _INT64_MAX)
+
+
+def is_finite_or_inf(value: str) -> bool:
+    """False for a VALUE that overflows a double (`1e400`): Go's ParseFloat returns an error for it,
+    where Python gives inf. Only long numbers and exponents can overflow."""
+    if len(value) < _SHORT_NUMBER and "e" not in value and "E" not in value:
+        return True
+    return not math.isinf(float(value))
+
+
+def is_float(text: str) -> bool:
+    """Whether a label value is a number to Go's parsers (a summary's quantile, a histogram's le)."""
+    return _GO_FLOAT.fullmatch(text) is not None and is_finite_or_inf(text)
 
 
 def cut_short(tail: str) -> int:
@@ -56,7 +85,8 @@ def parse_label_pairs(label_text: str) -> Optional[List[Tuple[str, str, str]]]:
         return pairs  # `{}` or `{ }`: no labels
     while position < end:
         match = _LABEL_PAIR.match(label_text, position)
-        if not match or match.group(1) in names:
+        # `__name__` is the metric name's own label: expfmt refuses it, Prometheus fails the scrape.
+        if not match or match.group(1) in names or match.group(1) == "__name__":
             return None
         names.add(match.group(1))
         pairs.append((match.group(1), match.group(2), label_text[match.start(1) : match.end(2) + 1]))

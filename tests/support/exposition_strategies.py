@@ -48,7 +48,8 @@ value_texts = st.one_of(
     st.floats(allow_nan=False, allow_infinity=False).flatmap(
         lambda x: st.sampled_from([f"{x:f}", f"{x:g}", repr(x)])),
 )
-timestamps = st.one_of(st.none(), st.integers(-(2**40), 2**45).map(str))
+# No sign: Prometheus' parser fails the whole scrape on a negative timestamp (its lexer has none).
+timestamps = st.one_of(st.none(), st.integers(0, 2**45).map(str))
 help_texts = st.text(st.characters(exclude_categories=("Cs", "Cc")), max_size=20).map(
     lambda text: text.replace("\\", "\\\\"))
 
