@@ -14,11 +14,14 @@ _M_TRIM_THRESHOLD = -1
 # reusing the same memory keeps the rewrite fast; mapping them too (glibc's initial 128 KiB)
 # cost 10 ms of CPU per scrape instead of 6 in benchmarks/perf.py's conditions, in page faults.
 MMAP_THRESHOLD_BYTES = 4 * 1024 * 1024
-# Free memory at the heap's top is kept up to this much instead of going back to the system after
-# each scrape: a fixed mmap threshold leaves glibc's trim threshold at 128 KiB, so the heap's top was
-# given back and faulted in again on every scrape (~400 page faults, a fifth of a scrape's CPU at
-# 6,400 series). Buffers past the mmap threshold never come from the heap, so this bounds what is kept.
+# Free memory at the heap's top is kept up to this much while answers are smaller than the mmap
+# threshold: a fixed mmap threshold leaves glibc's trim threshold at 128 KiB, so the heap's top went
+# back to the system after every scrape and was faulted in again on the next (~400 page faults, a
+# fifth of a scrape's CPU at 6,400 series). Larger answers' buffers are mapped on their own whatever
+# the heap keeps, and there keeping it only added 4-6 MiB to the peak of a 25,600-series node.
 TRIM_THRESHOLD_BYTES = MMAP_THRESHOLD_BYTES
+DEFAULT_TRIM_THRESHOLD_BYTES = 128 * 1024  # glibc's own
+_trim = {"mallopt": None, "bytes": None}  # set by tune_malloc where the trim threshold is ours to set
 
 
 def tune_malloc(environ: Mapping[str, str] = os.environ) -> bool:
@@ -46,5 +49,19 @@ def tune_malloc(environ: Mapping[str, str] = os.environ) -> bool:
     if "MALLOC_MMAP_THRESHOLD_" not in environ:
         done = bool(mallopt(_M_MMAP_THRESHOLD, MMAP_THRESHOLD_BYTES)) and done
     if "MALLOC_TRIM_THRESHOLD_" not in environ:
-        done = bool(mallopt(_M_TRIM_THRESHOLD, TRIM_THRESHOLD_BYTES)) and done
+        _trim["mallopt"] = mallopt
+        fit_heap_to_answer(0)
     return done
+
+
+def trim_threshold_for(answer_bytes: int) -> int:
+    """How much freed memory the heap's top keeps for answers of this size (TRIM_THRESHOLD_BYTES)."""
+    return TRIM_THRESHOLD_BYTES if answer_bytes < MMAP_THRESHOLD_BYTES else DEFAULT_TRIM_THRESHOLD_BYTES
+
+
+def fit_heap_to_answer(answer_bytes: int) -> None:
+    """Sets the trim threshold for answers of this size; nothing unless tune_malloc set glibc up."""
+    mallopt, wanted = _trim["mallopt"], trim_threshold_for(answer_bytes)
+    if mallopt is not None and _trim["bytes"] != wanted:
+        mallopt(_M_TRIM_THRESHOLD, wanted)
+        _trim["bytes"] = wanted
