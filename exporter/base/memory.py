@@ -21,7 +21,9 @@ MMAP_THRESHOLD_BYTES = 4 * 1024 * 1024
 # the heap keeps, and there keeping it only added 4-6 MiB to the peak of a 25,600-series node.
 TRIM_THRESHOLD_BYTES = MMAP_THRESHOLD_BYTES
 DEFAULT_TRIM_THRESHOLD_BYTES = 128 * 1024  # glibc's own
-_trim = {"mallopt": None, "bytes": None}  # set by tune_malloc where the trim threshold is ours to set
+# Set by tune_malloc where the trim threshold is ours to set. glibc's own until an answer below the
+# mmap threshold has been rewritten: a large node's first rewrite, its peak, then keeps nothing.
+_trim = {"mallopt": None, "bytes": DEFAULT_TRIM_THRESHOLD_BYTES}
 
 
 def tune_malloc(environ: Mapping[str, str] = os.environ) -> bool:
@@ -50,7 +52,6 @@ def tune_malloc(environ: Mapping[str, str] = os.environ) -> bool:
         done = bool(mallopt(_M_MMAP_THRESHOLD, MMAP_THRESHOLD_BYTES)) and done
     if "MALLOC_TRIM_THRESHOLD_" not in environ:
         _trim["mallopt"] = mallopt
-        fit_heap_to_answer(0)
     return done
 
 
