@@ -80,8 +80,15 @@ class Client:
         self._headers = {"Accept-Encoding": "gzip"} if gzip_requested else {}
 
     def get(self) -> bytes:
-        self._connection.request("GET", self._path, headers=self._headers)
-        response = self._connection.getresponse()
+        try:
+            self._connection.request("GET", self._path, headers=self._headers)
+            response = self._connection.getresponse()
+        except (http.client.RemoteDisconnected, ConnectionResetError, BrokenPipeError):
+            # The exporter closes a connection idle for 30 s, as /metrics' is while a slow machine
+            # takes longer over a variant's scrapes; Prometheus then connects again too.
+            self._connection.close()
+            self._connection.request("GET", self._path, headers=self._headers)
+            response = self._connection.getresponse()
         body = response.read()
         if response.status != 200:
             raise RuntimeError(f"GET {self._path} answered {response.status}: {body[:200]!r}")

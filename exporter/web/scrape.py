@@ -9,6 +9,7 @@ from typing import Callable, NamedTuple, Optional, Tuple
 
 from exporter.base.errors import UpstreamError
 from exporter.base.logs import DependencyReporter
+from exporter.base.memory import fit_heap_to_answer
 from exporter.core.attribution import Attribution, Snapshot
 from exporter.core.mapping import Mapping
 from exporter.exposition import families
@@ -226,6 +227,7 @@ class Scraper:
         if rewriter is None or rewriter.mapping is not mapping:
             rewriter = self._rewriter = Rewriter(mapping, self._style, self._mode, self.label_limit)
         result = rewriter.rewrite(body)
+        fit_heap_to_answer(len(result.text))
         if previous is not None and previous.mapping is mapping and previous.identities == result.identities:
             allocation_info = previous.allocation_info  # new values of the same GPUs, held by the same pods
         else:

@@ -137,6 +137,30 @@ def test_http_chunked_answer_like_go_is_byte_exact_every_time(fake, l4_body):
     assert fake.requests == 2
 
 
+def test_http_chunked_answers_that_shrink_and_grow_are_byte_exact(fake, l4_body):
+    """Each chunked answer is read into a buffer sized from the last one: a shorter answer after a
+    longer one must not keep the longer one's tail, nor a longer one lose its own."""
+    fake.chunked = True
+    bodies = [l4_body, l4_body[: len(l4_body) // 3], b"", l4_body + l4_body, l4_body[:100]]
+    pending = iter(bodies)
+    fake.body = lambda: next(pending)
+    source = http_source(fake.url, timeout_seconds=5)
+    got = [source.fetch() for _ in range(2)]
+    with pytest.raises(UpstreamError):  # an empty answer is an error, and resizes nothing
+        source.fetch()
+    got += [source.fetch() for _ in range(2)]
+    assert got == [body for body in bodies if body]
+
+
+def test_http_answer_past_the_cap_after_one_under_it_is_too_large(fake, l4_body):
+    fake.chunked = True
+    pending = iter([l4_body, l4_body + b"# one more line\n"])
+    fake.body = lambda: next(pending)
+    source = http_source(fake.url, timeout_seconds=5, max_bytes=len(l4_body))
+    assert source.fetch() == l4_body  # the next buffer is sized past it, but the cap still holds
+    assert fetch_error(source).reason == "too_large"
+
+
 def test_http_render_delay_is_waited_for(fake, l4_body):
     fake.render_seconds = 0.2
     source = http_source(fake.url, timeout_seconds=5)

@@ -16,12 +16,13 @@ class CappedBody:
     gzip bomb cannot allocate more than the cap before we notice.
     """
 
-    def __init__(self, max_bytes: int, gzipped: bool, error: Callable[[str, str], UpstreamError]) -> None:
+    def __init__(self, max_bytes: int, gzipped: bool, error: Callable[[str, str], UpstreamError],
+                 expected_bytes: int = 0) -> None:
         self._max_bytes = max_bytes
         self._error = error
         # BytesIO rather than a list of parts joined at the end: the parts and their join were two
-        # copies of a body of megabytes at once; BytesIO grows one buffer and hands it over trimmed.
-        self._buffer = io.BytesIO()
+        # copies of a body of megabytes at once; BytesIO hands its buffer over trimmed, not copied.
+        self._buffer = _presized(min(expected_bytes, max_bytes))
         self._size = 0
         self._inflater = _gunzipper() if gzipped else None
         self._member_open = False  # a gzip member has begun but not yet ended
@@ -61,7 +62,21 @@ class CappedBody:
         if self._member_open:
             raise self._error(f"ended its response in the middle of a gzip stream after {self.wire_bytes} "
                               "bytes: is dcgm-exporter restarting?", "truncated")
+        self._buffer.truncate(self._size)  # what the buffer was sized for beyond the body
         return self._buffer.getvalue()
+
+
+def _presized(size: int) -> io.BytesIO:
+    """An empty BytesIO whose buffer already holds `size` bytes. Grown from nothing, a body of
+    megabytes took some twenty reallocations (BytesIO adds an eighth each time), each a copy where
+    the memory after it was taken; sized once from the last answer's length, it takes none while
+    the answers keep their size, and one past the mmap threshold is mapped at once (base/memory)."""
+    buffer = io.BytesIO()
+    if size > 0:
+        buffer.seek(size - 1)
+        buffer.write(b"\0")  # BytesIO allocates up to here; the body then overwrites it
+        buffer.seek(0)
+    return buffer
 
 
 def _gunzipper():

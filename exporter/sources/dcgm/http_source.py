@@ -41,6 +41,7 @@ class HttpSource:
         self.max_bytes = int(options.max_body_bytes)
         self._shown = options.endpoint.shown
         self._target = Target(options.endpoint)
+        self._expected_bytes = 0  # decoded length of the last chunked or unsized answer, and some room
 
     def describe(self) -> str:
         return self._shown  # for logs and messages: never the password
@@ -101,7 +102,7 @@ class HttpSource:
 
     def _read_in_chunks(self, response: http.client.HTTPResponse, gzipped: bool) -> bytes:
         """A chunked, gzip-encoded or unsized body, given up as soon as it passes the cap."""
-        body = CappedBody(self.max_bytes, gzipped, self._error)
+        body = CappedBody(self.max_bytes, gzipped, self._error, self._expected_bytes)
         while True:
             chunk = self._read_chunk(response, body.wire_bytes)
             if not chunk:
@@ -110,7 +111,11 @@ class HttpSource:
         if response.length:  # http.client counts down a Content-Length; EOF came before its end
             raise self._truncated(body.wire_bytes)
         response.close()
-        return body.finish()
+        text = body.finish()
+        # The next answer is sized like this one (the same series, new values): its buffer is made
+        # that large at once. Concurrent fetches may each set it; any of their lengths will do.
+        self._expected_bytes = len(text) + len(text) // 64
+        return text
 
     def _read_chunk(self, response: http.client.HTTPResponse, received: int) -> bytes:
         with self._body_errors(received):
