@@ -2,14 +2,14 @@
 
 from __future__ import annotations
 
-from typing import Dict, Iterable, Optional
+from typing import Iterable, Optional
 
 from exporter.core.allocated import allocated_gpus
-from exporter.core.identity import GpuIdentity, GpuKey, Owner
+from exporter.core.identity import GpuIdentity, Owner
 from exporter.core.mapping import Mapping
 from exporter.exposition import families
 from exporter.exposition.label_limit import LabelLimit
-from exporter.exposition.labels import gpu_label_pairs, render_owner_labels_within
+from exporter.exposition.labels import gpu_label_pairs, identities_by_key, render_owner_labels_within
 from exporter.exposition.text import render_label_pairs
 
 ALLOCATION_INFO = families.ALLOCATION_INFO.name
@@ -30,7 +30,7 @@ def render_allocation_info(mapping: Mapping, identities: Iterable[GpuIdentity], 
     """
     if not mapping.allocations:
         return ""
-    by_key = _identities_by_key(identities)
+    by_key = identities_by_key(identities)
     lines = [families.ALLOCATION_INFO.header]
     for allocation in mapping.allocations:
         owner = allocation.owner
@@ -62,10 +62,3 @@ def _owner_labels(mapping: Mapping, owner: Owner, style: str, limit: Optional[La
     return render_owner_labels_within(owner, style, mapping.extra_labels.get((owner.namespace, owner.pod), ()),
                                       limit, own_labels)
 
-
-def _identities_by_key(identities: Iterable[GpuIdentity]) -> Dict[GpuKey, GpuIdentity]:
-    by_key: Dict[GpuKey, GpuIdentity] = {}
-    for identity in sorted(identities):  # sorted: the same choice on every scrape
-        for key in identity.keys():
-            by_key.setdefault(key, identity)
-    return by_key

@@ -7,7 +7,7 @@ from typing import Dict, Iterable, List, Tuple
 from exporter.core.identity import GpuIdentity, GpuKey
 from exporter.core.mapping import Mapping
 from exporter.exposition import families
-from exporter.exposition.labels import gpu_label_pairs
+from exporter.exposition.labels import gpu_label_pairs, identities_by_key
 from exporter.exposition.text import render_label_pairs
 
 DEVICE_HEALTH = families.DEVICE_HEALTH.name
@@ -23,7 +23,7 @@ def render_device_health(mapping: Mapping, identities: Iterable[GpuIdentity]) ->
     """
     if not mapping.health and not mapping.taints:
         return ""
-    by_key = _identities_by_key(identities)
+    by_key = identities_by_key(identities)
     lines: List[str] = []
     if mapping.health:
         lines.append(families.DEVICE_HEALTH.header)
@@ -48,10 +48,3 @@ def _device_pairs(key: GpuKey, by_key: Dict[GpuKey, GpuIdentity]) -> Tuple[Tuple
     pairs = (("UUID", key.value if key.label == "UUID" else ""), ("gpu", key.value if key.label == "gpu" else ""))
     return pairs + ((("GPU_I_ID", key.instance),) if key.instance else ())
 
-
-def _identities_by_key(identities: Iterable[GpuIdentity]) -> Dict[GpuKey, GpuIdentity]:
-    by_key: Dict[GpuKey, GpuIdentity] = {}
-    for identity in sorted(identities):  # sorted: the same choice on every scrape
-        for key in identity.keys():
-            by_key.setdefault(key, identity)
-    return by_key

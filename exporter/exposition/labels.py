@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from typing import Optional, Tuple
+from typing import Dict, Iterable, Optional, Tuple
 
-from exporter.core.identity import GpuIdentity, Owner
+from exporter.core.identity import GpuIdentity, GpuKey, Owner
 from exporter.exposition.label_limit import LabelLimit
 from exporter.exposition.text import LabelPairs, render_label_pairs
 
@@ -60,3 +60,13 @@ def gpu_label_pairs(identity: GpuIdentity) -> Tuple[Tuple[str, str], ...]:
     exporter writes about a GPU carries, so that it joins dcgm's samples in PromQL."""
     named = (("UUID", identity.uuid), ("gpu", identity.gpu), ("GPU_I_ID", identity.instance))
     return tuple((name, value) for name, value in named if value)
+
+
+def identities_by_key(identities: Iterable[GpuIdentity]) -> Dict[GpuKey, GpuIdentity]:
+    """Each key the samples' identities can be claimed by → the identity; sorted first, so that a key two
+    identities share goes to the same one on every scrape."""
+    by_key: Dict[GpuKey, GpuIdentity] = {}
+    for identity in sorted(identities):
+        for key in identity.keys():
+            by_key.setdefault(key, identity)
+    return by_key

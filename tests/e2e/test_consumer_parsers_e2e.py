@@ -91,7 +91,7 @@ def test_bad_upstream_lines_leave_the_target_up_and_every_valid_series_arriving(
     # Scrapes of the bad body for a few seconds: each one must have succeeded.
     wait_until(lambda: float(value_of(prometheus, "timestamp(up)") or 0) > switched + 5,
                DEADLINE_SECONDS, POLL_SECONDS, "Prometheus to scrape for 5 s after the switch")
-    assert value_of(prometheus, f'DCGM_FI_DEV_GPU_UTIL{{pod="trainer-0"}}') == GPU_UTIL
+    assert value_of(prometheus, 'DCGM_FI_DEV_GPU_UTIL{pod="trainer-0"}') == GPU_UTIL
     assert value_of(prometheus, "min_over_time(up[4s])") == "1"
     assert value_of(prometheus, 'count({__name__=~"DCGM_.+",pod="trainer-0"})') == str(expected)
     assert value_of(prometheus, "pod_gpu_exporter_malformed_lines") == str(len(BAD_LINES) - 1)  # the summary's TYPE is fine
