@@ -7,11 +7,15 @@ from pathlib import Path
 
 from exporter.demo.kube_api import FakeKubeApi
 from exporter.demo.kube_objects import make_pod, write_kubeconfig
-from exporter.demo.workload import NODE_NAME, SIMULATED_PODS, SIMULATED_PROCESSES, SimulatedPod, pod_named
+from exporter.demo.workload import (CLUSTER_QUEUE, DRA_DRIVER, DRA_GPU, DRA_TAINT, NODE_NAME,
+                                    SIMULATED_PODS, SIMULATED_PROCESSES, SimulatedPod, gpu_uuid, pod_named)
 
-# resource.k8s.io/v1 is served with no ResourceSlice: DRA stays unused, as on a cluster whose GPUs all go
-# through device plugins (a 404 there would be logged as a warning a newcomer need not read).
+# resource.k8s.io/v1 (Kubernetes 1.34 and later) carries the ResourceSlice of NVIDIA's DRA driver.
 SERVED_APIS = ("v1", "apps/v1", "resource.k8s.io/v1")
+# Kueue's CRDs as a Kueue 0.16 installation serves them: the exporter reads LocalQueues at v1beta2.
+KUEUE_API = "kueue.x-k8s.io/v1beta2"
+KUEUE_KINDS = (("localqueues", "LocalQueue", True), ("clusterqueues", "ClusterQueue", False),
+               ("workloads", "Workload", True))
 
 
 class DemoKubeApi(FakeKubeApi):
@@ -19,6 +23,8 @@ class DemoKubeApi(FakeKubeApi):
 
     def __init__(self):
         super().__init__(served_versions=SERVED_APIS)
+        for plural, kind, namespaced in KUEUE_KINDS:
+            self.serve_kind(KUEUE_API, plural, kind, namespaced=namespaced)
         self.pods_watched = threading.Event()
 
     def _answer_watch(self, handler, plural: str, since: int) -> bool:
@@ -36,17 +42,45 @@ def start_api_server(kubeconfig: Path) -> DemoKubeApi:
             deployment = pod.name
             api.put_owner("apps/v1", "deployments", pod.namespace, deployment)
             api.put_owner("apps/v1", "replicasets", pod.namespace, name, owner=("Deployment", deployment))
-        else:
-            api.put_owner("apps/v1", "statefulsets", pod.namespace, name)
+        else:  # Kueue's queue label goes on a StatefulSet and its pod template alike
+            api.put_owner("apps/v1", "statefulsets", pod.namespace, name, labels=pod.labels)
         api.put("v1", "pods", pod_object(pod))
+    for namespace, name in sorted({(pod.namespace, pod.local_queue) for pod in SIMULATED_PODS if pod.local_queue}):
+        api.put(KUEUE_API, "localqueues", local_queue_object(namespace, name))
+    api.put("resource.k8s.io/v1", "resourceslices", resource_slice_object())
     write_kubeconfig(str(kubeconfig), api.url)
     return api
+
+
+def local_queue_object(namespace: str, name: str) -> dict:
+    """A LocalQueue a pod names, pointing at the ClusterQueue whose quota it draws on, with the status Kueue keeps."""
+    return {"apiVersion": KUEUE_API, "kind": "LocalQueue", "metadata": {"name": name, "namespace": namespace},
+            "spec": {"clusterQueue": CLUSTER_QUEUE, "stopPolicy": "None"},
+            "status": {"admittedWorkloads": 1, "reservingWorkloads": 1, "pendingWorkloads": 0}}
+
+
+def resource_slice_object() -> dict:
+    """The ResourceSlice NVIDIA's DRA driver publishes for this node: GPU 3, with the attributes it writes and
+    its taint (the exporter matches the device to dcgm's samples by its `uuid`)."""
+    device = {"name": f"gpu-{DRA_GPU}",
+              "attributes": {"type": {"string": "gpu"}, "uuid": {"string": gpu_uuid(DRA_GPU)},
+                             "index": {"int": DRA_GPU}, "minor": {"int": DRA_GPU},
+                             "productName": {"string": "NVIDIA L4"}, "brand": {"string": "Nvidia"},
+                             "architecture": {"string": "Ada Lovelace"}, "cudaComputeCapability": {"version": "8.9.0"},
+                             "driverVersion": {"version": "580.105.8"}, "cudaDriverVersion": {"version": "13.0.0"},
+                             "pcieBusID": {"string": f"0000:{0x31 + DRA_GPU:02X}:00.0"}},
+              "capacity": {"memory": {"value": "23034Mi"}},
+              "taints": [dict(DRA_TAINT)]}
+    return {"apiVersion": "resource.k8s.io/v1", "kind": "ResourceSlice",
+            "metadata": {"name": f"{NODE_NAME}-{DRA_DRIVER}-q7m2x"},
+            "spec": {"driver": DRA_DRIVER, "nodeName": NODE_NAME, "devices": [device],
+                     "pool": {"name": NODE_NAME, "generation": 1, "resourceSliceCount": 1}}}
 
 
 def pod_object(pod: SimulatedPod) -> dict:
     """The Pod as the API server returns it, with the runtime's container IDs and the kubelet's report of
     each allocated device's health (status.containerStatuses[].allocatedResourcesStatus)."""
-    obj = make_pod(pod.namespace, pod.name, NODE_NAME, labels={"app": pod.owner[1]}, owner=pod.owner,
+    obj = make_pod(pod.namespace, pod.name, NODE_NAME, labels=pod.labels, owner=pod.owner,
                    containers=pod.containers, uid=pod.uid)
     for status in obj["status"]["containerStatuses"]:
         status["containerID"] = f"containerd://{pod.container_id(status['name'])}"

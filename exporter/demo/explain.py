@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from urllib.parse import urlsplit
 
-from exporter.demo.workload import UNHEALTHY_GPU
+from exporter.demo.workload import CLUSTER_QUEUE, DRA_TAINT, LOCAL_QUEUE, UNHEALTHY_GPU
 
 # Three questions the per-process series answer and device-level metrics cannot.
 QUERIES = (
@@ -30,10 +30,12 @@ Simulated: a kubelet PodResources gRPC server on {socket_path},
            dcgm-exporter at {dcgm_url}, serving 4 NVIDIA L4 GPUs from a real scrape, values moving,
            a Kubernetes API server{_NVML_PARTS if nvml else ""}:
   GPU 0, 1  ml-team/trainer-0/pytorch                       (nvidia.com/gpu, whole GPUs;
-            its pod status reports GPU {UNHEALTHY_GPU} Unhealthy)
+            its pod status reports GPU {UNHEALTHY_GPU} Unhealthy; queued through Kueue: LocalQueue
+            {LOCAL_QUEUE}, ClusterQueue {CLUSTER_QUEUE}, the cluster_queue and local_queue labels)
   GPU 2     inference/llm-server-a + inference/llm-server-b  (nvidia.com/gpu.shared, time-sliced;
             llm-server-a holds two replicas and still gets one series per sample{_GPU2_PROCESSES if nvml else ")"}
-  GPU 3     idle: its samples pass unchanged, without owner labels{_NOTEBOOK if nvml else ""}
+  GPU 3     idle: its samples pass unchanged, without owner labels; NVIDIA's DRA driver publishes
+            it in a ResourceSlice, tainted {DRA_TAINT["key"]} (pod_gpu_device_taint){_NOTEBOOK if nvml else ""}
 {_QUERIES_TEXT.format(url=url) if nvml else _WITHOUT_NVML}
 The table the exporter works from, as `mapping` prints it on a real node; from another terminal:
   {mapping}

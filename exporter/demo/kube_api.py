@@ -73,16 +73,18 @@ class FakeKubeApi:
         self.served.add(api)
         self.kinds[(api, plural)] = (kind, namespaced)
 
-    def put_owner(self, api: str, plural: str, namespace: str, name: str, owner=None, controller: bool = True) -> dict:
+    def put_owner(self, api: str, plural: str, namespace: str, name: str, owner=None, controller: bool = True,
+                  labels: Optional[dict] = None) -> dict:
         """An object of any kind (a ReplicaSet, a Rollout, a leader Pod…) with `owner` (apiVersion, kind,
-        name) as its ownerReference; a spec of some size, as real ones have, that a metadata read skips."""
+        name) as its ownerReference; a spec of some size, as real ones have, that a metadata read skips.
+        `labels` go on the object and on its pod template (app=<name> when not given)."""
         kind, namespaced = self.kinds[(api, plural)]
-        meta = {"name": name, **({"namespace": namespace} if namespaced else {})}
+        meta = {"name": name, **({"namespace": namespace} if namespaced else {}), **({"labels": dict(labels)} if labels else {})}
         if owner is not None:
             meta["ownerReferences"] = [owner_reference(*owner, controller=controller)]
         return self.put(api, plural, {"apiVersion": api, "kind": kind, "metadata": meta,
                                       "spec": {"selector": {"matchLabels": {"app": name}},
-                                               "template": {"metadata": {"labels": {"app": name}},
+                                               "template": {"metadata": {"labels": dict(labels or {"app": name})},
                                                             "spec": {"containers": [{"name": "main"}] * 20}}}})
 
     def put(self, api: str, plural: str, obj: dict) -> dict:

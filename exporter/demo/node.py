@@ -101,12 +101,13 @@ def run_demo(config: Config, serve: Callable[..., int]) -> int:
         write_proc_tree(workdir / "proc")
         api = start_api_server(workdir / "kubeconfig")
         nvml = SimulatedNvml(list(SIMULATED_PROCESSES), ready=api.pods_watched) if simulate_nvml else None
-        # parse_config has refused --kubelet.socket, --dcgm.* and --kubernetes.* for the demo, so nothing
-        # the user asked for is overridden here; its short refresh interval is a default there, which
-        # --kubelet.refresh-interval replaces.
+        # parse_config has refused --kubelet.socket, --dcgm.*, --kubernetes.* and --labels.extra for the demo,
+        # so nothing the user asked for is overridden here; its short refresh interval is a default there,
+        # which --kubelet.refresh-interval replaces.
         demo_config = dataclasses.replace(
             config, command="serve", kubelet_socket=socket_path, dcgm_url=dcgm.url, dcgm_file=None,
             kubernetes_api="on", kubernetes_kubeconfig=str(workdir / "kubeconfig"), kubernetes_node_name=NODE_NAME,
+            labels_extra="queue",  # trainer-0 is queued through Kueue: its samples carry cluster_queue, local_queue
             # --demo.nvml off: device-level samples only, as a node without NVML serves them.
             **(dict(sharing_mode="process", sharing_proc_root=str(workdir / "proc")) if simulate_nvml else {}),
         )

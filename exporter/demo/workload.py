@@ -7,6 +7,7 @@ import uuid
 from typing import Dict, List, NamedTuple, Optional, Tuple
 
 from exporter.sources.kubelet import AllocatedDevice
+from exporter.sources.kubernetes.queue_hints import KUEUE_QUEUE_LABEL
 
 GPU_COUNT = 4
 NODE_NAME = "demo-node"
@@ -44,10 +45,18 @@ def simulated_allocations() -> List[AllocatedDevice]:
     ]
 
 
+# GPU 3 is given out by NVIDIA's DRA driver, not by a device plugin (a GPU is offered by one or the
+# other): its ResourceSlice publishes it, no claim holds it, and the driver taints it because it
+# cannot monitor the device's health.
+DRA_GPU = 3
+DRA_DRIVER = "gpu.nvidia.com"
+DRA_TAINT = {"key": "gpu.nvidia.com/unmonitored", "effect": "None"}
+
+
 def simulated_offered() -> List[Tuple[str, str]]:
     """What the device plugins offer, held or free (GetAllocatableResources): GPU 2 as 4 time-slicing
-    replicas, the others whole."""
-    whole = [("nvidia.com/gpu", gpu_uuid(index)) for index in range(GPU_COUNT) if index != 2]
+    replicas, GPUs 0 and 1 whole (GPU 3 is DRA's)."""
+    whole = [("nvidia.com/gpu", gpu_uuid(index)) for index in range(GPU_COUNT) if index not in (2, DRA_GPU)]
     return whole + [("nvidia.com/gpu.shared", f"{gpu_uuid(2)}::{replica}") for replica in range(4)]
 
 
@@ -58,6 +67,12 @@ class SimulatedPod(NamedTuple):
     containers: Tuple[str, ...]
     # resource → {device ID: "Healthy" | "Unhealthy"}: the kubelet's allocatedResourcesStatus
     health: Dict[str, Dict[str, str]]
+    local_queue: str = ""  # the Kueue LocalQueue it was submitted to (KUEUE_QUEUE_LABEL), in its namespace
+
+    @property
+    def labels(self) -> Dict[str, str]:
+        """The labels of the pod and of its controller, as its manifest sets them."""
+        return {"app": self.owner[1], **({KUEUE_QUEUE_LABEL: self.local_queue} if self.local_queue else {})}
 
     @property
     def uid(self) -> str:
@@ -70,10 +85,14 @@ class SimulatedPod(NamedTuple):
 
 # GPU 1's device plugin reports it unhealthy (as after an XID 79): trainer-0's pod status says so.
 UNHEALTHY_GPU = 1
+# trainer-0 was admitted through Kueue: it names the ml-team LocalQueue, which draws on the research
+# ClusterQueue's quota. The inference pods are in no queue.
+LOCAL_QUEUE = "team-ml"
+CLUSTER_QUEUE = "cq-research"
 
 SIMULATED_PODS = (
     SimulatedPod("ml-team", "trainer-0", ("StatefulSet", "trainer"), ("pytorch",),
-                 {"nvidia.com/gpu": {gpu_uuid(0): "Healthy", gpu_uuid(UNHEALTHY_GPU): "Unhealthy"}}),
+                 {"nvidia.com/gpu": {gpu_uuid(0): "Healthy", gpu_uuid(UNHEALTHY_GPU): "Unhealthy"}}, LOCAL_QUEUE),
     SimulatedPod("inference", "llm-server-a", ("ReplicaSet", "llm-server-a-7d9f8"), ("vllm",),
                  {"nvidia.com/gpu.shared": {gpu_uuid(2) + "::0": "Healthy", gpu_uuid(2) + "::3": "Healthy"}}),
     SimulatedPod("inference", "llm-server-b", ("ReplicaSet", "llm-server-b-5c6d4"), ("vllm",),

@@ -18,9 +18,12 @@ from support.deploy_tools import DASHBOARD, PROMETHEUS_DIR, require_executable
 from support.prometheus_server import PrometheusServer, get_json
 from support.waiting import wait_until
 
-# Panels the demo cannot feed, by title, each with why. None today: the demo simulates a node in
-# --sharing.mode process with the Kubernetes API, which feeds every panel.
-NOT_FED_BY_THE_DEMO: dict = {}
+# Panels the demo cannot feed, by title, each with why. The demo simulates a node in --sharing.mode
+# process with the Kubernetes API (a DRA ResourceSlice, a Kueue-queued pod), which feeds all the others.
+NOT_FED_BY_THE_DEMO = {
+    "Allocated share of nominal GPU quota": "divides by kueue_cluster_queue_nominal_quota, which only "
+                                            "Kueue's own controller exports",
+}
 # What Grafana puts in place of its variables and macros when a user picks "All".
 SUBSTITUTIONS = {"$namespace": ".*", "$pod": ".*", "$__rate_interval": "1m", "$__interval": "15s", "$__range": "1h"}
 DEADLINE_SECONDS = 60.0

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import requests
 
+from exporter.demo.workload import gpu_uuid
 from support.demo_process import samples, start_demo
 from support.exporter_process import start_exporter
 from support.waiting import wait_until
@@ -21,7 +22,7 @@ FAMILIES = (
 # The notebook pod's process on a GPU it was never given.
 UNALLOCATED_PREFIX = "pod_gpu_unallocated_"
 # Counters that grow on the simulated node between two scrapes a few seconds apart (an XID comes
-# 3 s after start, then every 12 s), and gauges whose processes' use moves.
+# 8 s after start, then every 12 s), and gauges whose processes' use moves.
 MOVING = (
     "pod_gpu_container_energy_joules_total", "pod_gpu_container_idle_seconds_total",
     "pod_gpu_unattributed_energy_joules_total", "pod_gpu_device_xid_errors_total",
@@ -90,5 +91,32 @@ def test_without_simulated_nvml_the_demo_serves_device_level_samples_only():
         names = {name for name, _ in samples(text)}
         assert "pod_gpu_allocation_info" in names and "pod_gpu_exporter_nvml_up" not in names
         assert not [name for name in names if name.startswith(("pod_gpu_container_energy", "pod_gpu_unattributed_"))]
+    finally:
+        assert demo.stop() == 0
+
+
+# What each holder is allocated, with its queue: trainer-0 is queued through Kueue, the inference pods
+# are in no queue. GPU 3, published by the DRA driver and held by nobody, changes none of it.
+ALLOCATED = {
+    '{namespace="ml-team",pod="trainer-0",container="pytorch",cluster_queue="cq-research",local_queue="team-ml"}': 2.0,
+    '{namespace="inference",pod="llm-server-a",container="vllm",cluster_queue="",local_queue=""}': 0.5,
+    '{namespace="inference",pod="llm-server-b",container="vllm",cluster_queue="",local_queue=""}': 0.25,
+}
+DRA_TAINT = f'{{UUID="{gpu_uuid(3)}",gpu="3",key="gpu.nvidia.com/unmonitored",value="",effect="None"}}'
+
+
+def test_the_demo_queues_trainer_0_and_serves_its_dra_gpus_taint():
+    demo = start_demo()
+    try:
+        def served():
+            found = samples(requests.get(demo.url(), timeout=10).text)
+            allocated = {labels: value for (name, labels), value in found.items()
+                         if name == "pod_gpu_container_allocated_gpus"}
+            taints = {labels for name, labels in found if name == "pod_gpu_device_taint"}
+            return found if allocated == ALLOCATED and taints == {DRA_TAINT} else None
+
+        found = wait_until(served, timeout_seconds=30, describe="trainer-0's queue and GPU 3's DRA taint")
+        held = {labels for name, labels in found if name == "pod_gpu_allocation_info"}
+        assert len(held) == 5 and not [labels for labels in held if 'gpu="3"' in labels]
     finally:
         assert demo.stop() == 0

@@ -261,6 +261,11 @@ def test_demo_refuses_the_kubernetes_api_settings(argv, env, named):
         parse_config(["demo"] + argv, env)
 
 
+def test_demo_refuses_extra_labels_because_it_sets_its_own():
+    with pytest.raises(ConfigError, match=r"^--labels.extra is not used by `demo` \(the demo adds the queue labels"):
+        parse_config(["demo", "--labels.extra", "workload"], {})
+
+
 def test_help_shows_the_node_name_default_it_computes():
     text = " ".join(build_parser().format_help().split())
     assert "(default: env NODE_NAME, as the downward API sets it, else the host name)" in text
