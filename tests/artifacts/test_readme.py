@@ -6,6 +6,8 @@ import re
 from pathlib import Path
 
 from exporter.demo.node import gpu_uuid, mapping_command, simulated_allocations
+from exporter.demo.workload import SIMULATED_PODS
+from exporter.exposition.families import CATALOGUE
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 README = (REPO_ROOT / "README.md").read_text(encoding="utf-8")
@@ -37,6 +39,21 @@ def test_sample_examples_use_the_demos_names():
         assert labels["UUID"] in uuids, line
         if "pod" in labels:
             assert (labels["namespace"], labels["pod"], labels["container"]) in owners, line
+
+
+def test_the_opening_shows_what_the_demo_serves():
+    # The lines above "What it is" are the demo's own series: catalogued families, its pods and GPUs.
+    opening = README.split("\n## What it is\n", 1)[0]
+    pods = {(pod.namespace, pod.name, container) for pod in SIMULATED_PODS for container in pod.containers}
+    names = {family.name for family in CATALOGUE}
+    lines = [line for line in opening.splitlines() if line.startswith("pod_gpu_")]
+    assert len(lines) >= 4
+    for line in lines:
+        assert line.split("{", 1)[0] in names, line
+        labels = dict(re.findall(r'(\w+)="([^"]*)"', line))
+        assert labels["UUID"] in {gpu_uuid(n) for n in range(4)}, line
+        if "pod" in labels:
+            assert (labels["namespace"], labels["pod"], labels["container"]) in pods, line
 
 
 def test_links_to_docs_resolve():
