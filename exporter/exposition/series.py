@@ -6,7 +6,7 @@ from typing import Callable, List, NamedTuple, Optional, Tuple
 
 from exporter.core.identity import GpuIdentity
 from exporter.core.mapping import Mapping
-from exporter.exposition.allocation import ALLOCATION_INFO
+from exporter.exposition import families
 from exporter.exposition.label_limit import LabelLimit
 from exporter.exposition.labels import (LABEL_STYLES, UPSTREAM_OWNER_LABELS, check_label_style, owner_label_pairs,
                                         render_owner_labels)
@@ -70,10 +70,16 @@ class Series(NamedTuple):
         return [f"{name}{{{labels}}}{rest}" for labels in self.variants]
 
 
+# Every family this exporter writes on the telemetry path (its counters' samples carry the name as
+# catalogued, `_total` included).
+_WRITTEN_HERE = frozenset(family.name for family in families.CATALOGUE if family.endpoint == families.TELEMETRY)
+
+
 def is_reserved_name(name: str) -> bool:
     """Names this exporter writes itself; upstream copies of them (--dcgm.url pointed at another
-    instance of us) would be duplicate families, so they are dropped as malformed."""
-    return name.startswith(SELF_METRIC_PREFIX) or name == ALLOCATION_INFO
+    instance of us, or at a file that kept an earlier scrape of one) would be a second HELP/TYPE of the
+    same family, which client_golang's parser refuses, so they are dropped as malformed."""
+    return name.startswith(SELF_METRIC_PREFIX) or name in _WRITTEN_HERE
 
 
 LABEL_MODES = ("samples", "join")  # --labels.mode's choices, the first its default

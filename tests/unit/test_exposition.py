@@ -15,6 +15,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from exporter.core.mapping import EMPTY_MAPPING, build_mapping
 from exporter.exposition.allocation import render_allocation_info
+from exporter.exposition.families import CATALOGUE, TELEMETRY
 from exporter.exposition.rewriter import Rewriter
 from exporter.exposition.text import escape_label_value
 from support.devices import Device
@@ -243,6 +244,17 @@ def test_our_own_metric_names_from_upstream_are_dropped_and_counted():
                    'pod_gpu_allocation_info{namespace="a",pod="b",container="c",resource="r",device_id="0"} 1\n')
     result = rewrite(body)
     assert result.malformed == 4
+    assert lines(result) == BODY.splitlines()
+
+
+def test_every_family_the_exporter_writes_is_dropped_from_upstream():
+    # Another instance in --sharing.mode process, or with the API: its share, health, XID and job rows
+    # would repeat families this one writes after the samples, a second TYPE line client_golang refuses.
+    written = [family for family in CATALOGUE if family.endpoint == TELEMETRY]
+    body = BODY + "".join(f"# TYPE {family.name} {family.type}\n{family.name}{{UUID=\"{UUID0}\"}} 1\n"
+                          for family in written)
+    result = rewrite(body)
+    assert result.malformed == 2 * len(written)
     assert lines(result) == BODY.splitlines()
 
 
