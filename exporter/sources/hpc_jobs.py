@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import re
+import stat
 from dataclasses import dataclass
 from typing import List, Optional, Tuple
 
@@ -66,10 +67,19 @@ class HpcJobReader:
     def _read_file(self, name: str) -> Tuple[str, ...]:
         path = os.path.join(self._options.directory, name)
         try:
-            with open(path, "rb") as handle:
-                data = handle.read(self._options.max_file_bytes + 1)
+            # O_NONBLOCK: a named pipe (or a device) with a mapping file's name must not hold the mapping
+            # refresher in open() until some writer comes; only a regular file is read.
+            descriptor = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
         except OSError as exc:
             raise _BadFile(f"unreadable: {exc.strerror or exc}") from exc
+        if not stat.S_ISREG(os.fstat(descriptor).st_mode):
+            os.close(descriptor)
+            raise _BadFile("not a regular file")
+        with os.fdopen(descriptor, "rb") as handle:
+            try:
+                data = handle.read(self._options.max_file_bytes + 1)
+            except OSError as exc:
+                raise _BadFile(f"unreadable: {exc.strerror or exc}") from exc
         if len(data) > self._options.max_file_bytes:
             raise _BadFile(f"larger than {self._options.max_file_bytes} bytes")
         try:

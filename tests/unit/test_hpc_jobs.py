@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+
 from exporter.core.hpc_jobs import HpcJob
 from exporter.sources.hpc_jobs import HpcJobReader, HpcJobsOptions
 
@@ -29,3 +31,13 @@ def test_files_past_the_bounds_are_skipped_whole_and_counted(tmp_path):
 def test_a_missing_directory_is_no_jobs(tmp_path):
     read = HpcJobReader(HpcJobsOptions(str(tmp_path / "absent"))).read()
     assert read.jobs == () and read.skipped_files == 0
+
+
+def test_a_named_pipe_or_folder_with_a_mapping_files_name_is_skipped_without_waiting(tmp_path):
+    # open() of a FIFO blocks until a writer comes: it would stop the mapping refresher for good.
+    os.mkfifo(tmp_path / "0")
+    (tmp_path / "1").mkdir()
+    (tmp_path / "2").write_text("ok\n")
+    read = HpcJobReader(HpcJobsOptions(str(tmp_path))).read()
+    assert read.jobs == (HpcJob("2", "", "ok"),)
+    assert read.skipped_files == 2
