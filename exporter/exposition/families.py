@@ -104,7 +104,8 @@ HPC_JOB_INFO = _telemetry(
     modes=frozenset({HPC_JOBS}), needs_samples=True)
 HPC_JOB_FILES_SKIPPED = _telemetry(
     "pod_gpu_exporter_hpc_job_files_skipped", "Files of --hpc.job-mapping-dir skipped at the last refresh: too large, "
-    "a line too long, not UTF-8, unreadable, not a regular file, or past the file count read.", modes=frozenset({HPC_JOBS}))
+    "a line too long, not UTF-8, unreadable, not a regular file, or past the file count read.",
+    modes=frozenset({HPC_JOBS}))
 
 # /gpu/metrics in --sharing.mode process: each holder's share, the remainders by reason, after the status.
 CONTAINER_MEMORY = _telemetry(
