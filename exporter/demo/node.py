@@ -101,8 +101,8 @@ def run_demo(config: Config, serve: Callable[..., int]) -> int:
         write_proc_tree(workdir / "proc")
         api = start_api_server(workdir / "kubeconfig")
         nvml = SimulatedNvml(list(SIMULATED_PROCESSES), ready=api.pods_watched) if simulate_nvml else None
-        # parse_config has refused --kubelet.socket, --dcgm.*, --kubernetes.* and --labels.extra for the demo,
-        # so nothing the user asked for is overridden here; its short refresh interval is a default there,
+        # parse_config has refused --kubelet.socket, --dcgm.*, --kubernetes.*, --labels.extra, --sharing.* and
+        # --health.xid-events for the demo, so nothing the user asked for is overridden here; its short refresh interval is a default there,
         # which --kubelet.refresh-interval replaces.
         demo_config = dataclasses.replace(
             config, command="serve", kubelet_socket=socket_path, dcgm_url=dcgm.url, dcgm_file=None,

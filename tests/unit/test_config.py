@@ -130,7 +130,7 @@ def test_sharing_flags_and_their_environment_variables(tmp_path):
     assert parse_config(["--sharing.mode", "device"], environ).sharing_mode == "device"  # the flag wins
 
 
-@pytest.mark.parametrize("command", ["serve", "demo"])
+@pytest.mark.parametrize("command", ["serve"])
 def test_a_proc_root_that_is_no_folder_is_refused_where_it_is_read(command, tmp_path):
     missing = str(tmp_path / "none")
     says = (f"--sharing.proc-root: {missing} is not a directory (mount the host's /proc there read-only, "
@@ -259,6 +259,15 @@ def test_mapping_takes_the_kubelet_the_api_labels_and_logs():
 def test_demo_refuses_the_kubernetes_api_settings(argv, env, named):
     with pytest.raises(ConfigError, match=f"^{re.escape(named)} is not used by `demo` "):
         parse_config(["demo"] + argv, env)
+
+
+@pytest.mark.parametrize("argv", [["--sharing.mode", "device"], ["--sharing.proc-root", "/proc"],
+                                  ["--health.xid-events", "on"]])
+def test_demo_refuses_what_demo_nvml_decides(argv):
+    # Taken and then replaced, these would be ignored; with --demo.nvml off they would read the real
+    # /proc and the real driver.
+    with pytest.raises(ConfigError, match=f"^{re.escape(argv[0])} is not used by `demo` \\(the demo sets it with --demo.nvml"):
+        parse_config(["demo", *argv], {})
 
 
 def test_demo_refuses_extra_labels_because_it_sets_its_own():
