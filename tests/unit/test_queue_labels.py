@@ -131,7 +131,9 @@ def test_an_owners_kueue_label_names_the_pods_local_queue(api, tmp_path):
     pod = PodInfo("uid", (), (), OwnerRef("batch/v1", "Job", "train"), ())
     assert labels.of("ml", pod) == ("cq-research", "lq-train")
     assert labels.of("ml", pod._replace(controller=None)) == ("", "")
-    assert labels.of("ml", pod._replace(queue=QueueHint(volcano_queue="q"))) == ("q", "")
+    # Volcano names a queue on every pod it schedules; Kueue's label on the owner still wins.
+    assert labels.of("ml", pod._replace(queue=QueueHint(volcano_queue="q"))) == ("cq-research", "lq-train")
+    assert labels.of("ml", pod._replace(queue=QueueHint(volcano_queue="q"), controller=None)) == ("q", "")
 
 
 def test_the_label_limit_drops_the_queues_after_the_pod_labels_and_before_the_workload():

@@ -165,12 +165,14 @@ class QueueLabels:
         self._objects.begin_refresh()
 
     def of(self, namespace: str, info: PodInfo) -> Optional[QueuePair]:
-        hint = info.queue
-        if hint is None:
+        hint = info.queue or QueueHint()
+        if not hint.local_queue:
+            # Kueue's label on an owner outranks Volcano's names on the pod: Volcano annotates every pod it
+            # schedules with its PodGroup, Kueue's queue included.
             owners = self._workloads.owners_kept(namespace, info.controller)
             if owners is None:
                 return None  # an owner not read yet: the next refresh asks again
-            hint = next((kept for kept in owners if isinstance(kept, QueueHint) and kept.local_queue), QueueHint())
+            hint = next((kept for kept in owners if isinstance(kept, QueueHint) and kept.local_queue), hint)
         if hint.local_queue:
             cluster_queue = self._objects.queue_of("LocalQueue", namespace, hint.local_queue)
             if cluster_queue is None:
