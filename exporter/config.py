@@ -19,7 +19,7 @@ from exporter.shares.energy import IDLE_POLICIES
 from exporter.sources.dcgm import DEFAULT_MAX_BODY_BYTES, redact_url
 from exporter.sources.dcgm.file_source import SETTLE_SECONDS
 from exporter.sources.dcgm.options import DcgmEndpoint
-from exporter.sources.kubernetes.labels import compile_key_pattern, parse_extra
+from exporter.sources.kubernetes.labels import compile_key_pattern, extra_choices
 from exporter.web.routes import BUILT_IN_PATHS
 
 COMMANDS = ("serve", "demo", "mapping")
@@ -164,7 +164,7 @@ def _convert(kind, value: str, field: str):
     if kind == "url":
         _split_url(value)
     if kind == "extra":
-        parse_extra(value)
+        extra_choices(value)
         return value
     if kind == "regex":
         compile_key_pattern(value)

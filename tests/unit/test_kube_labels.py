@@ -17,8 +17,8 @@ from exporter.sources.kubernetes.labels import (
     PodInfo,
     allowed_items,
     compile_key_pattern,
+    extra_choices,
     extra_label_pairs,
-    parse_extra,
     sanitise_label_name,
 )
 
@@ -40,12 +40,12 @@ def test_sanitised_like_kube_state_metrics(key, name):
     assert sanitise_label_name(key) == name
 
 
-def test_parse_extra():
-    assert parse_extra("pod_uid,workload") == (True, True)
-    assert parse_extra(" workload ") == (False, True)
-    assert parse_extra("") == (False, False)
+def test_extra_choices():
+    assert extra_choices("pod_uid,workload,queue") == {"pod_uid", "workload", "queue"}
+    assert extra_choices(" workload ") == {"workload"}
+    assert extra_choices("") == frozenset()
     with pytest.raises(ValueError, match="unknown extra label 'uid'"):
-        parse_extra("pod_uid,uid")
+        extra_choices("pod_uid,uid")
 
 
 def test_key_patterns_match_whole_keys():

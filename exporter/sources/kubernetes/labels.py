@@ -52,12 +52,6 @@ class LabelSpec:
         return self.pod_uid or self.workload or self.queue or self.pod_labels is not None or self.pod_annotations is not None
 
 
-def parse_extra(text: str) -> Tuple[bool, bool]:
-    """'pod_uid,workload' → (pod_uid, workload); raises ValueError naming an unknown entry."""
-    chosen = extra_choices(text)
-    return "pod_uid" in chosen, "workload" in chosen
-
-
 def extra_choices(text: str) -> frozenset:
     """The entries of --labels.extra; raises ValueError naming an unknown one."""
     chosen = frozenset(part.strip() for part in text.split(",") if part.strip())
