@@ -3,21 +3,14 @@
 from __future__ import annotations
 
 import re
-import shutil
-import tempfile
 import time
-import urllib.parse
-from pathlib import Path
 
 import pytest
 
 from exporter.sources.kubelet import AllocatedDevice
-from support.deploy_tools import require_executable
-from support.exporter_process import start_exporter
-from support.fake_dcgm import FakeDcgmExporter
-from support.fake_kubelet import FakeKubelet
 from support.fixtures import fixture_bytes
-from support.prometheus_server import DEADLINE_SECONDS, POLL_SECONDS, PrometheusServer
+from support.prometheus_server import DEADLINE_SECONDS, POLL_SECONDS
+from support.rules_stack import scrape_stack
 from support.waiting import wait_until
 
 L4 = fixture_bytes("dcgm/l4-aws-gpu-operator-default-counters.prom")
@@ -48,30 +41,9 @@ def sample_count(body: bytes) -> int:
 
 @pytest.fixture(scope="module")
 def stack():
-    binary = require_executable("prometheus", "apt-get install -y prometheus (.ci/system-packages.sh does)")
-    folder = Path(tempfile.mkdtemp(prefix="pgx-parse-", dir="/tmp"))  # short: unix socket paths are limited
-    kubelet = FakeKubelet(str(folder / "kubelet.sock"))
-    kubelet.set_devices([AllocatedDevice("ml-team", "trainer-0", "cuda", "nvidia.com/gpu", UUID)])
-    dcgm = FakeDcgmExporter(L4)
-    started = []
-    try:
-        for part in (kubelet, dcgm):
-            part.start()
-            started.append(part)
-        exporter = start_exporter(["--kubelet.socket", str(folder / "kubelet.sock"), "--dcgm.url", dcgm.url,
-                                   "--kubelet.refresh-interval", "1s"])
-        started.append(exporter)
-        prometheus = PrometheusServer(binary, folder, {
-            "global": {"scrape_interval": "1s"},
-            "scrape_configs": [{"job_name": "gpu", "metrics_path": "/gpu/metrics", "honor_labels": True,
-                                "static_configs": [{"targets": [urllib.parse.urlsplit(exporter.url()).netloc]}]}],
-        })
-        started.append(prometheus)
-        yield prometheus, dcgm
-    finally:
-        for part in reversed(started):
-            part.stop()
-        shutil.rmtree(folder, ignore_errors=True)
+    devices = [AllocatedDevice("ml-team", "trainer-0", "cuda", "nvidia.com/gpu", UUID)]
+    with scrape_stack(devices, L4, "pgx-parse-", rule_files=()) as running:  # no rules: the scrape is the concern
+        yield running.prometheus, running.dcgm
 
 
 def value_of(prometheus, promql: str):

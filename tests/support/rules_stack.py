@@ -1,5 +1,5 @@
-"""A real Prometheus running the shipped rules on the real exporter, over a fake kubelet and a simulated
-dcgm-exporter: for end-to-end tests of what the rules and dashboards compute."""
+"""A real Prometheus scraping the real exporter over a fake kubelet and a simulated dcgm-exporter, evaluating
+the shipped rules (or none): for end-to-end tests of what the rules and dashboards compute and of what it ingests."""
 
 from __future__ import annotations
 
@@ -7,8 +7,9 @@ import shutil
 import tempfile
 import urllib.parse
 from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterator, List
+from typing import Iterator, List, Sequence
 
 from exporter.sources.kubelet import AllocatedDevice
 from support.deploy_tools import RULES, require_executable
@@ -18,9 +19,16 @@ from support.fake_kubelet import FakeKubelet
 from support.prometheus_server import PrometheusServer
 
 
+@dataclass(frozen=True)
+class ScrapeStack:
+    prometheus: PrometheusServer
+    dcgm: FakeDcgmExporter  # a test may change its body while Prometheus scrapes
+
+
 @contextmanager
-def rules_stack(devices: List[AllocatedDevice], body: bytes, prefix: str) -> Iterator[PrometheusServer]:
-    """Prometheus scraping the exporter every second (honor_labels, as shipped) and evaluating RULES."""
+def scrape_stack(devices: List[AllocatedDevice], body: bytes, prefix: str,
+                 rule_files: Sequence[Path] = (RULES,)) -> Iterator[ScrapeStack]:
+    """Prometheus scraping the exporter every second (honor_labels, as shipped) and evaluating `rule_files`."""
     binary = require_executable("prometheus", "apt-get install -y prometheus (.ci/system-packages.sh does)")
     folder = Path(tempfile.mkdtemp(prefix=prefix, dir="/tmp"))  # short: unix socket paths are limited
     kubelet = FakeKubelet(str(folder / "kubelet.sock"))
@@ -36,13 +44,20 @@ def rules_stack(devices: List[AllocatedDevice], body: bytes, prefix: str) -> Ite
         started.append(exporter)
         prometheus = PrometheusServer(binary, folder, {
             "global": {"scrape_interval": "1s", "evaluation_interval": "1s"},
-            "rule_files": [str(RULES)],
+            "rule_files": [str(path) for path in rule_files],
             "scrape_configs": [{"job_name": "pod-gpu-metrics", "metrics_path": "/gpu/metrics", "honor_labels": True,
                                 "static_configs": [{"targets": [urllib.parse.urlsplit(exporter.url()).netloc]}]}],
         })
         started.append(prometheus)
-        yield prometheus
+        yield ScrapeStack(prometheus, dcgm)
     finally:
         for part in reversed(started):
             part.stop()
         shutil.rmtree(folder, ignore_errors=True)
+
+
+@contextmanager
+def rules_stack(devices: List[AllocatedDevice], body: bytes, prefix: str) -> Iterator[PrometheusServer]:
+    """The Prometheus of a scrape_stack evaluating the shipped RULES."""
+    with scrape_stack(devices, body, prefix) as stack:
+        yield stack.prometheus
