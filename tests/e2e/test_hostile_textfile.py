@@ -37,16 +37,16 @@ VERSIONS = (version("1111"), version("2222"))
 SAMPLES = sum(1 for line in VERSIONS[0].decode().splitlines() if line.startswith("DCGM_"))
 
 
-class _Writer:
-    """Rewrites `path` in place, alternating the two versions, pausing in the middle of each write."""
+class _BackgroundWriter:
+    """Writes `path` on a thread until the `with` block ends, alternating the two versions; `writes` counts them."""
 
-    def __init__(self, path: Path, how: str) -> None:
-        self.path, self.how = path, how
+    def __init__(self, path: Path) -> None:
+        self.path = path
         self.writes = 0
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True)
 
-    def __enter__(self) -> "_Writer":
+    def __enter__(self):
         self._thread.start()
         return self
 
@@ -56,17 +56,36 @@ class _Writer:
 
     def _run(self) -> None:
         while not self._stop.is_set():
-            body = VERSIONS[self.writes % 2]
-            if self.how == "overwrite":  # over the old text: half new, half old while paused
-                cut = len(body) // 2
-            else:  # truncate, then the first half of the lines: a cut body ending at a line boundary
-                cut = body.index(b"\n", len(body) // 2) + 1
-            with open(self.path, "r+b" if self.how == "overwrite" else "wb", buffering=0) as handle:
-                handle.write(body[:cut])
-                self._stop.wait(PAUSE_SECONDS)
-                handle.write(body[cut:])
+            self._write(VERSIONS[self.writes % 2])
             self.writes += 1
-            self._stop.wait(IDLE_SECONDS)
+            self._stop.wait(self._pause())
+
+    def _write(self, body: bytes) -> None:
+        raise NotImplementedError
+
+    def _pause(self) -> float:
+        raise NotImplementedError
+
+
+class _InPlaceWriter(_BackgroundWriter):
+    """Rewrites `path` in place, pausing in the middle of each write."""
+
+    def __init__(self, path: Path, how: str) -> None:
+        super().__init__(path)
+        self.how = how
+
+    def _write(self, body: bytes) -> None:
+        if self.how == "overwrite":  # over the old text: half new, half old while paused
+            cut = len(body) // 2
+        else:  # truncate, then the first half of the lines: a cut body ending at a line boundary
+            cut = body.index(b"\n", len(body) // 2) + 1
+        with open(self.path, "r+b" if self.how == "overwrite" else "wb", buffering=0) as handle:
+            handle.write(body[:cut])
+            self._stop.wait(PAUSE_SECONDS)
+            handle.write(body[cut:])
+
+    def _pause(self) -> float:
+        return IDLE_SECONDS
 
 
 def served_samples(text: str) -> List[str]:
@@ -81,7 +100,7 @@ def test_a_file_rewritten_in_place_is_never_served_torn_or_cut(kubelet, run_expo
     exporter = run_exporter(["--dcgm.file", str(path), "--kubelet.socket", kubelet.socket_path,
                              "--dcgm.timeout", "5s"])
     served, torn, down = 0, [], 0
-    with _Writer(path, how) as writer:
+    with _InPlaceWriter(path, how) as writer:
         deadline = time.monotonic() + RUN_SECONDS
         while time.monotonic() < deadline:
             text = requests.get(exporter.url(), timeout=30).text
@@ -113,31 +132,18 @@ def test_a_file_renamed_into_place_is_served_at_once(kubelet, run_exporter, tmp_
         assert f" {marker}\n" in text and len(served_samples(text)) == SAMPLES
 
 
-class _RenameWriter:
+class _RenameWriter(_BackgroundWriter):
     """Writes each version to a temporary file and renames it over `path`, every 0.05 to 0.5 s."""
 
-    def __init__(self, path: Path) -> None:
-        self.path = path
-        self.renames = 0
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, daemon=True)
+    PAUSES = (0.05, 0.5, 0.2, 0.1, 0.35)  # fixed, so every run sees the same mix of fast and slower renames
 
-    def __enter__(self) -> "_RenameWriter":
-        self._thread.start()
-        return self
+    def _write(self, body: bytes) -> None:
+        temporary = self.path.with_name(f"{self.path.name}.{self.writes}.tmp")
+        temporary.write_bytes(body)
+        temporary.replace(self.path)
 
-    def __exit__(self, *exc) -> None:
-        self._stop.set()
-        self._thread.join(10)
-
-    def _run(self) -> None:
-        pauses = (0.05, 0.5, 0.2, 0.1, 0.35)  # fixed, so every run sees the same mix of fast and slower renames
-        while not self._stop.is_set():
-            temporary = self.path.with_name(f"{self.path.name}.{self.renames}.tmp")
-            temporary.write_bytes(VERSIONS[self.renames % 2])
-            temporary.replace(self.path)
-            self.renames += 1
-            self._stop.wait(pauses[self.renames % len(pauses)])
+    def _pause(self) -> float:
+        return self.PAUSES[self.writes % len(self.PAUSES)]
 
 
 def test_a_file_renamed_into_place_many_times_a_second_is_served_on_every_scrape(kubelet, run_exporter, tmp_path):
@@ -153,5 +159,5 @@ def test_a_file_renamed_into_place_many_times_a_second_is_served_on_every_scrape
             scrapes.append((re.search(r"(?m)^pod_gpu_exporter_dcgm_up (\d)$", text).group(1),
                             len(served_samples(text))))
             time.sleep(0.3)
-    assert writer.renames >= 10
+    assert writer.writes >= 10
     assert scrapes == [("1", SAMPLES)] * 6, scrapes
