@@ -3,17 +3,15 @@
 from __future__ import annotations
 
 import json
-import os
 import re
-import shutil
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 import requests
 
 from exporter.sources.kubelet import AllocatedDevice
+from support.demo_process import console_script
 from support.design_flags import DESIGN_FLAGS
 from support.exporter_process import REPO_ROOT, exporter_env, start_exporter
 from support.waiting import wait_until
@@ -24,17 +22,6 @@ GPU = "GPU-c2f76b33-7953-256e-8f33-1343419b1a1c"
 def run(args, **kwargs):
     return subprocess.run(args, capture_output=True, text=True, timeout=60, cwd=str(REPO_ROOT), env=exporter_env(),
                           **kwargs)
-
-
-def console_script():
-    # Installed beside the interpreter running the tests (a venv's bin/), else on PATH.
-    beside = Path(sys.executable).parent / "pod-gpu-metrics-exporter"
-    path = str(beside) if beside.exists() else shutil.which("pod-gpu-metrics-exporter")
-    if path is None and os.environ.get("CI"):
-        pytest.fail("console script pod-gpu-metrics-exporter not installed (pip install -e .)")
-    if path is None:
-        pytest.skip("console script not installed (pip install -e .)")
-    return path
 
 
 @pytest.mark.parametrize("entry", ["module", "console-script"])

@@ -1,4 +1,4 @@
-"""The demo as the README starts it: the installed console script, `pod-gpu-metrics-exporter demo`."""
+"""The installed console script, and the demo the README starts with it: `pod-gpu-metrics-exporter demo`."""
 
 from __future__ import annotations
 
