@@ -5,17 +5,15 @@ promtool on what the exporter served."""
 
 from __future__ import annotations
 
-import json
-import subprocess
-
 import pytest
 import yaml
 
 from exporter.sources.kubelet import AllocatedDevice
-from support.deploy_tools import PROMETHEUS_DIR, require_executable
+from support.deploy_tools import PROMETHEUS_DIR
 from support.fake_kube_api import FakeKubeApi, make_pod
 from support.kube_e2e import scrape, start
 from support.kube_scenario import NODE, POOL, UUID0, UUID1, UUID3
+from support.promtool_tests import input_series, run_rule_test
 from support.scrape_checks import sample_lines, split_sample
 from support.waiting import wait_until
 
@@ -141,19 +139,6 @@ def test_health_from_pod_status_and_taints_from_slices(node, api, run_exporter):
                                                                            "pod_gpu_device_health_status"))
 
 
-def _input_series(text: str):
-    """The served samples as promtool input series of one target, each holding its value."""
-    series = []
-    for line in sample_lines(text):
-        if "{" in line:
-            name, labels, rest = split_sample(line)
-        else:
-            (name, rest), labels = line.split(" ", 1), ""
-        labels = ",".join(filter(None, (labels, 'instance="node-a:9400"', 'job="pod-gpu-metrics"')))
-        series.append({"series": f"{name}{{{labels}}}", "values": f"{rest.split()[0]}x10"})
-    return series
-
-
 def _alert(namespace, pod, container, uuid, gpu, reason):
     return {"exp_labels": {"severity": "critical", "instance": "node-a:9400", "namespace": namespace, "pod": pod,
                            "container": container, "workload_kind": "Pod", "workload": pod, "UUID": uuid,
@@ -178,18 +163,15 @@ def test_gpu_workload_on_unhealthy_gpu_alert_on_what_the_exporter_served(node, a
         rule.pop("annotations", None)
     (tmp_path / RULES.name).write_text(yaml.safe_dump(rules))
     test = {"rule_files": [str(tmp_path / RULES.name)], "evaluation_interval": "1m",
-            "tests": [{"interval": "1m", "input_series": _input_series(text), "alert_rule_test": [
+            "tests": [{"interval": "1m", "input_series": input_series(text, 10), "alert_rule_test": [
                 {"alertname": "GpuWorkloadOnUnhealthyGpu", "eval_time": "0m", "exp_alerts": []},  # pending (for: 1m)
                 {"alertname": "GpuWorkloadOnUnhealthyGpu", "eval_time": "5m", "exp_alerts": expected}]}]}
     path = tmp_path / "health-rules.test.yml"
-    path.write_text(json.dumps(test, indent=1))  # JSON is YAML
-    promtool = require_executable("promtool", "apt-get install -y prometheus (.ci/system-packages.sh does)")
-    result = subprocess.run([promtool, "test", "rules", str(path)], capture_output=True, text=True, timeout=120)
+    result = run_rule_test(test, path)
     assert result.returncode == 0, result.stdout + result.stderr
     # The same check fails when one holder is left out: the expectation above is what it compares.
     test["tests"][0]["alert_rule_test"][1]["exp_alerts"] = expected[1:]
-    path.write_text(json.dumps(test, indent=1))
-    result = subprocess.run([promtool, "test", "rules", str(path)], capture_output=True, text=True, timeout=120)
+    result = run_rule_test(test, path)
     assert result.returncode != 0 and "infer-1" in result.stdout + result.stderr
 
 

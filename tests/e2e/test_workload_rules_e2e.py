@@ -4,17 +4,16 @@ expected values worked out by hand from the node below."""
 
 from __future__ import annotations
 
-import json
-import re
 import subprocess
 
 import pytest
 
 from exporter.sources.kubelet import AllocatedDevice
-from support.deploy_tools import PROMETHEUS_DIR, require_executable
+from support.deploy_tools import PROMETHEUS_DIR
 from support.kube_e2e import add_pod, scrape, start
 from support.kube_scenario import UUID0, UUID1, UUID3
-from support.scrape_checks import sample_lines, split_sample
+from support.promtool_tests import input_series, run_rule_test
+from support.scrape_checks import sample_lines
 from support.waiting import wait_until
 
 RULES = PROMETHEUS_DIR / "rules" / "pod-gpu-workload.rules.yml"
@@ -86,23 +85,6 @@ def _add_controllers(api):
         add_pod(api, namespace, pod, owner=owner)
 
 
-def _input_series(text: str):
-    """The served samples as promtool input series from one target: gauges keep their value, counters
-    grow by theirs every minute."""
-    counters = set(re.findall(r"(?m)^# TYPE (\S+) counter$", text))
-    series = []
-    for line in sample_lines(text):
-        if "{" in line:
-            name, labels, rest = split_sample(line)
-        else:
-            (name, rest), labels = line.split(" ", 1), ""
-        value = rest.split()[0]
-        labels = ",".join(filter(None, (labels, 'instance="node-a:9400"', 'job="pod-gpu-metrics"')))
-        values = f"0+{value}x15" if name in counters else f"{value}x15"
-        series.append({"series": f"{name}{{{labels}}}", "values": values})
-    return series
-
-
 def _promtool_test(tmp_path, mode: str, text: str, expected=None) -> subprocess.CompletedProcess:
     checks = []
     for record, groups in (expected or EXPECTED).items():
@@ -111,12 +93,9 @@ def _promtool_test(tmp_path, mode: str, text: str, expected=None) -> subprocess.
                    for key, value in groups.items()]
         checks.append({"expr": record, "eval_time": "10m", "exp_samples": samples})
     test = {"rule_files": [str(RULES)], "evaluation_interval": "1m",
-            "tests": [{"name": f"--labels.mode {mode}", "interval": "1m", "input_series": _input_series(text),
-                       "promql_expr_test": checks}]}
-    path = tmp_path / f"workload-rules-{mode}.test.yml"
-    path.write_text(json.dumps(test, indent=1))  # JSON is YAML
-    promtool = require_executable("promtool", "apt-get install -y prometheus (.ci/system-packages.sh does)")
-    return subprocess.run([promtool, "test", "rules", str(path)], capture_output=True, text=True, timeout=120)
+            "tests": [{"name": f"--labels.mode {mode}", "interval": "1m",
+                       "input_series": input_series(text, 15, counters_grow=True), "promql_expr_test": checks}]}
+    return run_rule_test(test, tmp_path / f"workload-rules-{mode}.test.yml")
 
 
 @pytest.mark.parametrize("mode", ["samples", "join"])
