@@ -19,6 +19,17 @@ def gpu_devices(pods, namespace="team"):
             for i, pod in enumerate(pods)]
 
 
+def queued_node(api, node, version: str = "kueue.x-k8s.io/v1beta2") -> list:
+    """Kueue (at `version`) and Volcano served, their LocalQueues and the queued pods put, each pod holding a share
+    of one GPU on the node's kubelet; returns the pods' names."""
+    serve_kueue(api, version)
+    serve_volcano(api)
+    put_local_queues(api, version)
+    pods = put_queued_pods(api)
+    node[0].set_devices(gpu_devices(pods))
+    return pods
+
+
 def queue_text(exporter, pods, metric="DCGM_"):
     """A scrape in which every pod's `metric` lines carry the queue labels."""
     def ready():
@@ -37,11 +48,7 @@ def assert_queues(text, metric, expected=EXPECTED):
 
 @pytest.mark.parametrize("version", ["kueue.x-k8s.io/v1beta2", "kueue.x-k8s.io/v1beta1"])
 def test_each_pod_gets_its_queue_in_samples_mode(node, api, run_exporter, version):
-    serve_kueue(api, version)
-    serve_volcano(api)
-    put_local_queues(api, version)
-    pods = put_queued_pods(api)
-    node[0].set_devices(gpu_devices(pods))
+    pods = queued_node(api, node, version)
     exporter = start(run_exporter, node, "--labels.extra", "workload,queue")
     text = queue_text(exporter, pods)
     assert_queues(text, "DCGM_")
@@ -58,11 +65,7 @@ def test_each_pod_gets_its_queue_in_samples_mode(node, api, run_exporter, versio
 
 
 def test_join_mode_puts_the_queues_on_the_allocation_rows(node, api, run_exporter):
-    serve_kueue(api)
-    serve_volcano(api)
-    put_local_queues(api)
-    pods = put_queued_pods(api)
-    node[0].set_devices(gpu_devices(pods))
+    pods = queued_node(api, node)
     exporter = start(run_exporter, node, "--labels.extra", "queue", "--labels.mode", "join")
     text = queue_text(exporter, pods, "pod_gpu_allocation_info")
     assert_queues(text, "pod_gpu_allocation_info")
@@ -88,12 +91,8 @@ def test_without_the_crds_the_labels_are_empty_and_nothing_fails(node, api, run_
 
 
 def test_a_forbidden_queue_read_leaves_the_labels_empty_logged_once(node, api, run_exporter):
-    serve_kueue(api)
-    serve_volcano(api)
-    put_local_queues(api)
-    api.forbidden["localqueues"] = "get"
-    pods = put_queued_pods(api)
-    node[0].set_devices(gpu_devices(pods))
+    pods = queued_node(api, node)
+    api.forbidden["localqueues"] = "get"  # the exporter's reads only: the objects are in place
     exporter = start(run_exporter, node, "--labels.extra", "queue")
     text = queue_text(exporter, pods)
     kueue_pods = {"plain-0", "train-x7k2p", "sweep-0-abc12"}
@@ -106,11 +105,7 @@ def test_a_forbidden_queue_read_leaves_the_labels_empty_logged_once(node, api, r
 
 
 def test_the_daemonset_cluster_role_grants_the_queue_reads(node, api, run_exporter):
-    serve_kueue(api)
-    serve_volcano(api)
-    put_local_queues(api)
-    pods = put_queued_pods(api)
-    node[0].set_devices(gpu_devices(pods))
+    pods = queued_node(api, node)
     exporter = start(run_exporter, node, "--labels.extra", "queue")
     queue_text(exporter, pods)
     groups = {plural: version.rpartition("/")[0] for version, plural in api.kinds}
