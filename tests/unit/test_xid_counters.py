@@ -30,8 +30,8 @@ def test_a_containers_counters_go_once_its_pod_has_been_gone_longer_than_the_ret
     now[0] = 3600.0
     assert len(container_series(counters)) == 2  # b gone exactly the retention: still served
     now[0] = 3600.5
-    assert container_series(counters) == [
-        f'pod_gpu_container_xid_errors_total{{UUID="{GPU0}",gpu="0",namespace="ml",pod="a",container="main",xid="79"}} 1']
+    assert container_series(counters) == [f'pod_gpu_container_xid_errors_total{{UUID="{GPU0}",gpu="0",'
+                                          f'namespace="ml",pod="a",container="main",xid="79"}} 1']
     now[0] = 100_000.0  # a, still in the mapping, keeps its counter however long ago the XID was
     assert len(container_series(counters)) == 1
     assert f'pod_gpu_device_xid_errors_total{{UUID="{GPU0}",gpu="0",xid="79"}} 1' in counters.text().decode()
