@@ -161,8 +161,9 @@ CONTAINER_XID_ERRORS = _telemetry(
 DEVICE_LOST = _telemetry("pod_gpu_device_lost", "1 while NVML answers that this GPU is lost (fallen off the bus or "
                          "otherwise unreachable) when it is registered for events.", labels=_DEVICE,
                          modes=frozenset({XID_EVENTS}), needs_samples=True)
-XID_EVENTS_UP = _telemetry("pod_gpu_exporter_xid_events_up", "1 while the GPUs are registered for NVML's XID events "
-                           "and the last wait answered, else 0 (--health.xid-events).", modes=frozenset({XID_EVENTS}))
+XID_EVENTS_UP = _telemetry("pod_gpu_exporter_xid_events_up", "1 while at least one GPU is registered for NVML's XID "
+                           "events and the last wait answered, else 0 (--health.xid-events).",
+                           modes=frozenset({XID_EVENTS}))
 
 # /metrics, the process's own counters, in the order written.
 SCRAPES = _self("pod_gpu_exporter_scrapes_total", "counter", "Scrapes of the telemetry path answered.")

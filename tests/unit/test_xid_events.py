@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from typing import List
 
+import pytest
+
 from exporter.core.identity import GpuIdentity, GpuKey, Owner
 from exporter.core.mapping import Mapping
 from exporter.shares.xid_counters import XidCounters, holders_of
@@ -83,6 +85,59 @@ def test_without_nvml_the_thread_reports_down_and_keeps_trying(tmp_path, monkeyp
     watcher = watching([])
     try:
         assert watcher.status() == EventsStatus(False, frozenset())
+    finally:
+        watcher.stop()
+
+
+def test_a_gpu_that_keeps_refusing_events_is_said_once_while_it_lasts_and_once_when_it_stops(nvml_node, log_stream):
+    # NO_PERMISSION (4) on GPU 1 at every registration; each registration notes itself in .hanging.
+    nvml_node.gpu(0, GPU0).gpu(1, GPU1).fail("nvmlDeviceRegisterEvents", 4, GPU1)
+    nvml_node.hang("nvmlEventSetCreate", 1).write()
+    watcher = watching([])
+    try:
+        wait_until(lambda: watcher.status().up and nvml_node.hanging().count("nvmlEventSetCreate") >= 5)
+        assert log_stream.getvalue().count("NVML refused XID events") == 1, log_stream.getvalue()
+        nvml_node.lines = [line for line in nvml_node.lines if not line.startswith("fail")]
+        nvml_node.write()
+        wait_until(lambda: "no longer refuses XID events" in log_stream.getvalue())
+        log = log_stream.getvalue()
+        assert log.count("NVML refused XID events") == 1 and log.count("no longer refuses") == 1, log
+    finally:
+        watcher.stop()
+
+
+@pytest.mark.parametrize("call", ["nvmlDeviceGetHandleByIndex", "nvmlDeviceGetUUID"])
+def test_a_gpu_lost_before_it_was_ever_named_is_reported_by_its_index(nvml_node, call):
+    # As after a restart on a node whose GPU 1 already fell off the bus: NVML cannot even name it.
+    nvml_node.gpu(0, GPU0).gpu(1, GPU1).fail(call, 15, GPU1).write()
+    events: List[XidEvent] = []
+    watcher = watching(events)
+    try:
+        wait_until(lambda: watcher.status().lost and watcher.status().up)
+        assert watcher.status() == EventsStatus(True, frozenset({GpuIdentity("", "1", "", "")}))
+        nvml_node.lines = [line for line in nvml_node.lines if not line.startswith("fail")]
+        nvml_node.write()  # reset: it registers, under its name
+        wait_until(lambda: not watcher.status().lost)
+        nvml_node.xid(GPU1, 79)
+        wait_until(lambda: events)
+        assert events == [XidEvent(GpuIdentity(GPU1, "1", "nvidia1", ""), "79")]
+    finally:
+        watcher.stop()
+
+
+@pytest.mark.parametrize("refused", [True, False], ids=["every-gpu-not-supported", "no-gpu"])
+def test_with_no_gpu_registered_events_are_down_nothing_is_waited_on_and_registration_retried(nvml_node, refused):
+    if refused:
+        nvml_node.gpu(0, GPU0).fail("nvmlDeviceRegisterEvents", 3, GPU0)
+    nvml_node.hang("nvmlEventSetCreate", 1).hang("nvmlEventSetWait", 1).write()
+    watcher = watching([])
+    try:
+        wait_until(lambda: nvml_node.hanging().count("nvmlEventSetCreate") >= 3)  # registered again, and again
+        assert watcher.status() == EventsStatus(False, frozenset())
+        assert "nvmlEventSetWait" not in nvml_node.hanging()
+        nvml_node.lines = [line for line in nvml_node.lines if line.startswith("hang")]
+        nvml_node.gpu(0, GPU0).write()  # a GPU that takes events: the next registration finds it
+        wait_until(lambda: watcher.status().up)
     finally:
         watcher.stop()
 

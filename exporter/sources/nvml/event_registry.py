@@ -7,22 +7,30 @@ from typing import Any, Dict, FrozenSet, NamedTuple, Optional, Tuple
 from exporter.base.logs import LogOnce, log
 from exporter.core.identity import GpuIdentity
 
-_NOT_SUPPORTED = 3
-_GPU_IS_LOST = 15
+# NVML return codes, named here once for the event code and scripts/real_gpu_xid_check.py.
+NOT_SUPPORTED = 3
+TIMEOUT = 10  # the wait's time ran out with nothing to report
+GPU_IS_LOST = 15  # a GPU fell off the bus (which one, registering again tells)
+
+
+class Refusal(NamedTuple):
+    gpu: str  # the GPU's NVML index
+    error: str  # what NVML answered (NO_PERMISSION, …): a reason that may pass, so it is asked again
 
 
 class Registration(NamedTuple):
     registered: int  # GPUs whose events the set receives
-    lost: FrozenSet[GpuIdentity]  # GPUs NVML answered GPU_IS_LOST for
-    failed: Tuple[str, ...]  # "GPU <index>: <error>" for the GPUs refused for any other passing reason
+    lost: FrozenSet[GpuIdentity]  # GPUs NVML answered GPU_IS_LOST for (by index alone if never named)
+    failed: Tuple[Refusal, ...]  # the GPUs refused for any other reason than NOT_SUPPORTED
 
 
 class EventRegistry:
     """An NVML binding's event set, made again by each `register`; called on the event thread's runner only.
 
     GPUs are named by their NVML index, UUID and minor number as registered. A GPU that answers
-    GPU_IS_LOST is named by what it was registered as before (a lost GPU may no longer tell its UUID);
-    one that answers NOT_SUPPORTED has no events (said once) and is not asked again.
+    GPU_IS_LOST is named by what it was registered as before (a lost GPU may no longer tell its UUID),
+    or by its index alone when it was lost before it ever told (an exporter started after an XID 79);
+    one that answers NOT_SUPPORTED has no events (said once).
     """
 
     def __init__(self, nvml: Any):
@@ -43,20 +51,22 @@ class EventRegistry:
                 self._register_gpu(index, event_types)
             except nvml.NVMLError as exc:
                 known = self._by_index.get(index)
-                if exc.value == _GPU_IS_LOST and known is not None:
-                    lost.add(known)
-                elif exc.value == _NOT_SUPPORTED:
+                if exc.value == GPU_IS_LOST:
+                    lost.add(known or GpuIdentity("", str(index), "", ""))
+                elif exc.value == NOT_SUPPORTED:
                     self._unsupported.log(index, "info", "NVML has no XID events for this GPU; its XIDs are not "
                                           "counted", gpu=index, UUID=known.uuid if known else "")
                 else:
-                    failed.append(f"GPU {index}: {exc}")
+                    failed.append(Refusal(str(index), str(exc) or type(exc).__name__))
         return Registration(len(self._by_uuid), frozenset(lost), tuple(failed))
 
     def _register_gpu(self, index: int, event_types: int) -> None:
         nvml = self.nvml
         handle = nvml.nvmlDeviceGetHandleByIndex(index)
-        gpu = GpuIdentity(_text(nvml.nvmlDeviceGetUUID(handle)), str(index),
-                          f"nvidia{nvml.nvmlDeviceGetMinorNumber(handle)}", "")
+        uuid = _text(nvml.nvmlDeviceGetUUID(handle))
+        # Named by UUID as soon as it tells: lost before its minor number, it is still named so.
+        self._by_index.setdefault(index, GpuIdentity(uuid, str(index), "", ""))
+        gpu = GpuIdentity(uuid, str(index), f"nvidia{nvml.nvmlDeviceGetMinorNumber(handle)}", "")
         self._by_index[index] = gpu
         nvml.nvmlDeviceRegisterEvents(handle, event_types, self._set)  # the parent GPU's handle, never a MIG one
         self._by_uuid[gpu.uuid] = gpu

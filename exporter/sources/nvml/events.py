@@ -4,19 +4,18 @@ from __future__ import annotations
 
 import threading
 import time
-from typing import Any, Callable, FrozenSet, NamedTuple, Optional
+from typing import Any, Callable, FrozenSet, NamedTuple, Optional, Tuple
 
 from exporter.base.bounded import BoundedRunner, CallTimeout
 from exporter.base.logs import DependencyReporter, LogOnce, log
 from exporter.core.identity import GpuIdentity
-from exporter.sources.nvml.event_registry import EventRegistry
+from exporter.sources.nvml.event_registry import GPU_IS_LOST, TIMEOUT, EventRegistry, Refusal
 
 XID_CRITICAL_ERROR = 0x8  # nvmlEventTypeXidCriticalError
 NO_INSTANCE = 0xFFFFFFFF  # gpuInstanceId of an event tied to no MIG instance
-_TIMEOUT = 10  # NVML_ERROR_TIMEOUT: the wait's time ran out with nothing to report
-_GPU_IS_LOST = 15  # NVML_ERROR_GPU_IS_LOST: a registered GPU fell off the bus (which one, registering again tells)
-# A wait returns on time on a healthy driver (1 s waits answer in 1.001 s on an H200): this much longer
-# and the driver is wedged; the thread then waits on nothing else until that call returns.
+# A wait answers within its own timeout on a driver that works; one this much later is taken for a
+# wedged driver, and the thread waits on nothing else until that call returns. The slack is generous
+# so that a loaded node is not mistaken for a wedged one.
 _WAIT_SLACK_SECONDS = 5.0
 
 
@@ -26,7 +25,7 @@ class XidEvent(NamedTuple):
 
 
 class EventsStatus(NamedTuple):
-    up: bool  # the GPUs are registered and the last wait answered
+    up: bool  # at least one GPU is registered and the last wait answered
     lost: FrozenSet[GpuIdentity]  # GPUs NVML answered GPU_IS_LOST for when last registered
 
 
@@ -38,7 +37,9 @@ class XidEventWatcher:
     refresher ever waits on it. After GPU_IS_LOST or any NVML failure the set is freed and every GPU
     registered again, with a backoff that doubles up to `max_backoff_seconds`. While a GPU is lost (or
     refused for a reason that may pass) the others' events are waited for, and every GPU is
-    registered again each `retry_seconds`, which is how a GPU that comes back is seen.
+    registered again each `retry_seconds`, which is how a GPU that comes back is seen. While no GPU is
+    registered (none on the node, or every one refused) there is nothing to wait on: events are down and
+    registration is tried again each `retry_seconds`. A GPU's refusal is logged once while it lasts.
     """
 
     def __init__(self, open_nvml: Callable[[], tuple], on_event: Callable[[XidEvent], None],
@@ -55,9 +56,12 @@ class XidEventWatcher:
         self._registry: Optional[EventRegistry] = None
         self._retry_seconds = retry_seconds
         self._register_again_at: Optional[float] = None  # monotonic; set while a GPU is lost or refused
+        self._registered = 0  # GPUs on the current set: with none, nothing is waited on
         self._status = EventsStatus(False, frozenset())  # replaced whole: read without a lock
         self._reporter = DependencyReporter("nvml-events")
         self._odd_events = LogOnce()
+        self._refusals = LogOnce()  # keyed by (GPU, error): a refusal is said once while it lasts
+        self._refused: Tuple[Refusal, ...] = ()
         self._seen_xids = LogOnce(most=1024)
         self._nvml: Any = None  # the binding, opened once (nvmlInit is reference-counted: never again)
 
@@ -83,7 +87,7 @@ class XidEventWatcher:
                 self._failed("timeout", "NVML did not answer an event call in time: XID events are not counted "
                              "until it does", exc)
             except Exception as exc:  # NVMLError (GPU_IS_LOST among them), or a driver gone away
-                reason = "gpu_lost" if getattr(exc, "value", None) == _GPU_IS_LOST else "error"
+                reason = "gpu_lost" if getattr(exc, "value", None) == GPU_IS_LOST else "error"
                 self._failed(reason, "NVML event wait failed: XID events are not counted until the GPUs are "
                              "registered again", exc)
             self._stopping.wait(self._backoff)
@@ -92,12 +96,16 @@ class XidEventWatcher:
     def _step(self) -> bool:
         """One registration or one wait; False when the thread should back off before the next."""
         again_at = self._register_again_at
-        if self._registry is None or (again_at is not None and time.monotonic() >= again_at):
+        now = time.monotonic()
+        if self._registry is None or (again_at is not None and now >= again_at):
             return self._register()
+        if not self._registered:  # a wait on a set without GPUs would only time out (and say up)
+            self._stopping.wait(max(0.0, again_at - now))
+            return True
         try:
             data = self._runner.run(self._registry.wait, self._wait_ms)
         except self._registry.nvml.NVMLError as exc:
-            if exc.value != _TIMEOUT:
+            if exc.value != TIMEOUT:
                 raise
             data = None
         self._status = self._status._replace(up=True)
@@ -121,15 +129,28 @@ class XidEventWatcher:
             log("warn", "NVML reports a GPU lost (fallen off the bus or unreachable)", UUID=gpu.uuid, gpu=gpu.gpu)
         for gpu in sorted(self._status.lost - outcome.lost):
             log("info", "a GPU NVML reported lost registers for events again", UUID=gpu.uuid, gpu=gpu.gpu)
+        self._log_refusals(outcome.failed)
+        self._registered = outcome.registered
         # Up only once a wait answers: a set that is registered may still not deliver.
         self._status = EventsStatus(self._status.up and outcome.registered > 0, outcome.lost)
-        retry = bool(outcome.lost or outcome.failed)
+        retry = bool(outcome.lost or outcome.failed or not outcome.registered)
         self._register_again_at = time.monotonic() + self._retry_seconds if retry else None
-        if outcome.failed:
-            self._reporter.failed("register", "NVML refused XID events on some GPUs; registering again later",
-                                  errors="; ".join(outcome.failed))
-        # Waiting on a set without GPUs would spin: back off and register again.
-        return outcome.registered > 0
+        if not outcome.registered:
+            self._reporter.failed("none_registered", "XID events are not counted: no GPU is registered for them; "
+                                  "registering again later")
+        return True
+
+    def _log_refusals(self, refusals: Tuple[Refusal, ...]) -> None:
+        """Each GPU's refusal once while it lasts (a GPU refused at every retry is not a line each), and
+        once when NVML stops refusing it."""
+        for refusal in refusals:
+            self._refusals.log(refusal, "warn", "NVML refused XID events on this GPU; registering it again later",
+                               gpu=refusal.gpu, error=refusal.error)
+        still = {refusal.gpu for refusal in refusals}
+        for gpu in sorted({refusal.gpu for refusal in self._refused} - still):
+            log("info", "NVML no longer refuses XID events on this GPU", gpu=gpu)
+        self._refusals.retain(refusals)
+        self._refused = refusals
 
     def _deliver(self, data: Any) -> None:
         if data.eventType != XID_CRITICAL_ERROR:

@@ -31,6 +31,7 @@
  * Registering a MIG device's handle answers NOT_SUPPORTED, as the driver does; `fail
  * nvmlDeviceRegisterEvents <code> <uuid>` refuses one GPU (NOT_SUPPORTED 3, GPU_IS_LOST 15), `fail
  * nvmlEventSetWait 15` makes every wait answer GPU_IS_LOST, and `hang nvmlEventSetWait <ms>` a wait that hangs.
+ * `fail nvmlDeviceGetHandleByIndex 15 <uuid>` (or nvmlDeviceGetUUID) is a GPU already lost when first asked.
  * A missing FAKE_NVML_NODE file makes nvmlInit answer NVML_ERROR_DRIVER_NOT_LOADED, as on a node
  * without the driver. Built at test time: cc -shared -fPIC -o libnvidia-ml.so.1 fake_nvml.c
  */
@@ -271,6 +272,8 @@ nvmlReturn_t nvmlDeviceGetHandleByIndex_v2(unsigned int index, void **device) {
     CHECK("nvmlDeviceGetHandleByIndex");
     int slot = find_gpu(index);
     if (slot < 0) return NVML_ERROR_INVALID_ARGUMENT;
+    int code = injected_for("nvmlDeviceGetHandleByIndex", &devices[slot]);  /* a GPU lost before it is named */
+    if (code != NVML_SUCCESS) return code;
     *device = &devices[slot];
     return NVML_SUCCESS;
 }
@@ -288,6 +291,8 @@ nvmlReturn_t nvmlDeviceGetUUID(void *handle, char *uuid, unsigned int length) {
     CHECK("nvmlDeviceGetUUID");
     struct device *d = device_of(handle);
     if (!d || !uuid) return NVML_ERROR_INVALID_ARGUMENT;
+    int code = injected_for("nvmlDeviceGetUUID", d);
+    if (code != NVML_SUCCESS) return code;
     if (strlen(d->uuid) + 1 > length) return NVML_ERROR_INSUFFICIENT_SIZE;
     strcpy(uuid, d->uuid);
     return NVML_SUCCESS;
