@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Dict, Iterable, Mapping as MappingType, NamedTuple, Tuple
+from typing import Dict, Iterable, Mapping as MappingType, NamedTuple, Optional, Tuple
 
 from exporter.core.identity import GpuKey, Owner
 
@@ -37,6 +37,12 @@ def health_status(reported: str) -> str:
     return lowered if lowered in _RANK else UNKNOWN
 
 
+def combined_status(first: str, second: str) -> str:
+    """The status of a device two holders (or two names of it) report differently: unhealthy if either
+    says so, else healthy if either says so (a known answer beats Unknown), else unknown."""
+    return second if _RANK[second] > _RANK[first] else first
+
+
 def resource_ids(device) -> Tuple[str, ...]:
     """The resourceIDs the kubelet can write for one of its devices (a kubelet DeviceLike)."""
     if not device.dra:
@@ -54,12 +60,17 @@ def _names(report: ResourceHealth, device) -> bool:
 
 
 def device_health(devices: Iterable, allocations: Iterable,
-                  reports: MappingType[Tuple[str, str], Tuple[ResourceHealth, ...]]) -> Dict[GpuKey, str]:
-    """GpuKey → healthy/unhealthy/unknown of every held device some holder's pod status reports on.
+                  reports: Optional[MappingType[Tuple[str, str], Tuple[ResourceHealth, ...]]]) -> Dict[GpuKey, str]:
+    """GpuKey → healthy/unhealthy/unknown of every held device; `unknown` where no holder's pod status
+    reports on it, which is what the kubelet itself would write for a device it knows nothing of.
 
     `devices` are the kubelet's (they carry the IDs the pod status names), `allocations` the mapping's
-    (they carry the key each device resolved to, in any device-ID form), `reports` each pod's entries.
+    (they carry the key each device resolved to, in any device-ID form), `reports` each known pod's
+    entries, or None when the pods' status is not known (no Kubernetes API, or its watch stale): then
+    nothing is, and no device gets a status.
     """
+    if reports is None:
+        return {}
     keys = {(a.owner, a.resource, a.device_id): a.key for a in allocations if a.key is not None}
     health: Dict[GpuKey, str] = {}
     for device in devices:
@@ -67,9 +78,9 @@ def device_health(devices: Iterable, allocations: Iterable,
         key = keys.get((owner, device.resource, device.device_id))
         if key is None:
             continue
+        status = health.get(key, UNKNOWN)
         for report in reports.get((device.namespace, device.pod), ()):
             if _names(report, device):
-                status = health_status(report.health)
-                if key not in health or _RANK[status] > _RANK[health[key]]:
-                    health[key] = status
+                status = combined_status(status, health_status(report.health))
+        health[key] = status
     return health

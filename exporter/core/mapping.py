@@ -51,8 +51,10 @@ class MappingContext(Protocol):
         """Those of the (namespace, pod) that are known to have ended (Succeeded, Failed, deleted): the
         kubelet can go on listing their devices, yet they hold none."""
 
-    def resource_health_for(self, pods: Iterable[Tuple[str, str]]) -> Dict[Tuple[str, str], Tuple[ResourceHealth, ...]]:
-        """(namespace, pod) → its containers' allocatedResourcesStatus entries, for the pods known."""
+    def resource_health_for(
+            self, pods: Iterable[Tuple[str, str]]) -> Optional[Dict[Tuple[str, str], Tuple[ResourceHealth, ...]]]:
+        """(namespace, pod) → its containers' allocatedResourcesStatus entries, for the pods known; None
+        while the pods' status is not known at all (then no device gets a health status)."""
 
     def device_taints(self) -> Tuple[DeviceTaint, ...]:
         """The taints on this node's DRA devices whose keys are known, sorted."""

@@ -9,7 +9,7 @@ from exporter.core.identity import GpuIdentity, Owner
 from exporter.core.mapping import Mapping
 from exporter.exposition import families
 from exporter.exposition.label_limit import LabelLimit
-from exporter.exposition.labels import gpu_label_pairs, identities_by_key, render_owner_labels_within
+from exporter.exposition.labels import device_label_pairs, identities_by_key, render_owner_labels_within
 from exporter.exposition.text import render_label_pairs
 
 ALLOCATION_INFO = families.ALLOCATION_INFO.name
@@ -24,7 +24,8 @@ def render_allocation_info(mapping: Mapping, identities: Iterable[GpuIdentity], 
     every allocation, then `pod_gpu_container_allocated_gpus` for every container holding any.
 
     UUID, gpu and GPU_I_ID come from the upstream sample that matched the device, so an index-strategy
-    device ("0") still gets its UUID and a UUID device its index, for joins in PromQL. With
+    device ("0") still gets its UUID and a UUID device its index, for joins in PromQL; a device no sample
+    carried keeps the name its device ID gives (labels.device_label_pairs), as its health rows do. With
     --labels.mode join these rows are the only place a GPU's holders are named. `limit`
     (--labels.limit) cuts the extras as on the samples; the row's own labels always stay.
     """
@@ -35,9 +36,7 @@ def render_allocation_info(mapping: Mapping, identities: Iterable[GpuIdentity], 
     for allocation in mapping.allocations:
         owner = allocation.owner
         pairs = [("resource", allocation.resource), ("device_id", allocation.device_id)]
-        identity = by_key.get(allocation.key) if allocation.key else None
-        if identity is not None:
-            pairs += gpu_label_pairs(identity)
+        pairs += device_label_pairs(allocation.key, by_key)
         if allocation.claim:
             claim_namespace, _, claim_name = allocation.claim.partition("/")
             pairs += [(CLAIM_NAMESPACE, claim_namespace), (CLAIM_NAME, claim_name)]

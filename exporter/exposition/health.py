@@ -4,47 +4,64 @@ from __future__ import annotations
 
 from typing import Dict, Iterable, List, Tuple
 
+from exporter.core.health import DeviceTaint, combined_status
 from exporter.core.identity import GpuIdentity, GpuKey
 from exporter.core.mapping import Mapping
 from exporter.exposition import families
-from exporter.exposition.labels import gpu_label_pairs, identities_by_key
+from exporter.exposition.labels import device_label_pairs, identities_by_key
 from exporter.exposition.text import render_label_pairs
 
 DEVICE_HEALTH = families.DEVICE_HEALTH.name
 DEVICE_TAINT = families.DEVICE_TAINT.name
+Pairs = Tuple[Tuple[str, str], ...]
 
 
 def render_device_health(mapping: Mapping, identities: Iterable[GpuIdentity]) -> str:
-    """`pod_gpu_device_health_status{UUID,gpu[,GPU_I_ID],status} 1` for each held device some holder's pod
-    status reports on, then `pod_gpu_device_taint{UUID,gpu[,GPU_I_ID],key,value,effect} 1` per DRA taint.
+    """`pod_gpu_device_health_status{UUID,gpu[,GPU_I_ID],status} 1` for each held device (`unknown` where its
+    holders' pod status says nothing), then `pod_gpu_device_taint{UUID,gpu[,GPU_I_ID],key,value,effect} 1`
+    per DRA taint.
 
-    UUID and gpu come from the samples that carried the device, as on pod_gpu_allocation_info; a device
-    no sample carried (dcgm-exporter down, or the GPU fallen off the bus) keeps the name its key gives.
+    Devices are named as on pod_gpu_allocation_info (labels.device_label_pairs), so that rules join the two
+    on the device: a device no sample carried keeps the name its key gives, and one that has neither UUID
+    nor gpu (a DRA device known only as "nvidia0") has no row, since it could be told from no other.
     """
     if not mapping.health and not mapping.taints:
         return ""
     by_key = identities_by_key(identities)
     lines: List[str] = []
-    if mapping.health:
+    statuses = _statuses_by_device(mapping.health, by_key)
+    if statuses:
         lines.append(families.DEVICE_HEALTH.header)
-        for key, status in sorted(mapping.health.items()):
-            pairs = _device_pairs(key, by_key) + (("status", status),)
-            lines.append(f"{DEVICE_HEALTH}{{{render_label_pairs(pairs)}}} 1\n")
-    if mapping.taints:
+        for pairs, status in sorted(statuses.items()):
+            lines.append(f"{DEVICE_HEALTH}{{{render_label_pairs(pairs + (('status', status),))}}} 1\n")
+    taints = _taints_by_device(mapping.taints, by_key)
+    if taints:
         lines.append(families.DEVICE_TAINT.header)
-        for taint in mapping.taints:
-            pairs = _device_pairs(taint.key, by_key) + (
-                ("key", taint.taint_key), ("value", taint.value), ("effect", taint.effect))
-            lines.append(f"{DEVICE_TAINT}{{{render_label_pairs(pairs)}}} 1\n")
+        lines.extend(f"{DEVICE_TAINT}{{{render_label_pairs(pairs)}}} 1\n" for pairs in taints)
     return "".join(lines)
 
 
-def _device_pairs(key: GpuKey, by_key: Dict[GpuKey, GpuIdentity]) -> Tuple[Tuple[str, str], ...]:
-    identity = by_key.get(key)
-    if identity is not None:
-        return gpu_label_pairs(identity)
-    # No sample carried it: the name its key gives (UUID or index), the other written empty, which
-    # Prometheus reads as absent; a key by device name ("nvidia0") gives neither.
-    pairs = (("UUID", key.value if key.label == "UUID" else ""), ("gpu", key.value if key.label == "gpu" else ""))
-    return pairs + ((("GPU_I_ID", key.instance),) if key.instance else ())
+def _statuses_by_device(health: Dict[GpuKey, str], by_key: Dict[GpuKey, GpuIdentity]) -> Dict[Pairs, str]:
+    """The device's label pairs → its status. Two keys of one GPU (held by index and by UUID) name the
+    same device once the samples carry it: one series, the combined_status status."""
+    statuses: Dict[Pairs, str] = {}
+    for key, status in health.items():
+        pairs = _named(device_label_pairs(key, by_key))
+        if pairs:
+            statuses[pairs] = combined_status(statuses.get(pairs, status), status)
+    return statuses
 
+
+def _taints_by_device(taints: Iterable[DeviceTaint], by_key: Dict[GpuKey, GpuIdentity]) -> List[Pairs]:
+    """Each taint's label pairs, in the mapping's order; one series for a taint two keys of a GPU repeat."""
+    rows: Dict[Pairs, None] = {}
+    for taint in taints:
+        device = _named(device_label_pairs(taint.key, by_key))
+        if device:
+            rows[device + (("key", taint.taint_key), ("value", taint.value), ("effect", taint.effect))] = None
+    return list(rows)
+
+
+def _named(pairs: Pairs) -> Pairs:
+    """`pairs` if they name the device by UUID or gpu, else (): a row with neither joins any device."""
+    return pairs if any(name in ("UUID", "gpu") for name, _ in pairs) else ()

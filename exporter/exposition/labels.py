@@ -70,3 +70,22 @@ def identities_by_key(identities: Iterable[GpuIdentity]) -> Dict[GpuKey, GpuIden
         for key in identity.keys():
             by_key.setdefault(key, identity)
     return by_key
+
+
+def device_label_pairs(key: Optional[GpuKey], by_key: Dict[GpuKey, GpuIdentity]) -> Tuple[Tuple[str, str], ...]:
+    """UUID, gpu and GPU_I_ID of a device the mapping resolved to `key`: the sample's identity that `key`
+    claims (identities_by_key), else the one name the key itself gives. Every series naming a held device
+    (its allocation rows, its health) takes them from here, so that rules join them on the device even
+    when no sample carried it (dcgm-exporter down, a GPU gone from its answer).
+
+    A key by device name ("nvidia0") gives no UUID or gpu, and then no GPU_I_ID either: an instance ID
+    alone would match the same instance of another GPU.
+    """
+    if key is None:
+        return ()
+    identity = by_key.get(key)
+    if identity is not None:
+        return gpu_label_pairs(identity)
+    if key.label not in ("UUID", "gpu"):
+        return ()
+    return ((key.label, key.value),) + ((("GPU_I_ID", key.instance),) if key.instance else ())

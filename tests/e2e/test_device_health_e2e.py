@@ -21,6 +21,7 @@ RULES = PROMETHEUS_DIR / "rules" / "pod-gpu-health.rules.yml"
 UUID4 = "GPU-c4c7f4f8-af86-6966-c0b2-7c1e40c18347"  # gpu="4" in the H100 scrape
 UUID6 = "GPU-f70b214f-9fe8-5a4e-0499-0ff9572959ff"  # gpu="6": tainted, held by nobody
 UUID3_INDEX = "GPU-81d888ca-dd11-328c-45fa-d6807a1afa6a"  # gpu="3", held by its index "3"
+UUID5 = "GPU-7845680c-0e07-1670-c2bb-9f018cd7864b"  # gpu="5", held by its index "5"
 CDI_A = "k8s.gpu.nvidia.com/claim=train-gpu-gpu-h100-a"  # what the fake kubelet reports for that device
 
 DEVICES = [
@@ -59,6 +60,7 @@ EXPECTED_HEALTH = {
     f'UUID="{UUID3_INDEX}",gpu="3",status="healthy"',
     f'UUID="{UUID3}",gpu="2",status="unknown"',
     f'UUID="{UUID4}",gpu="4",status="unhealthy"',
+    f'UUID="{UUID5}",gpu="5",status="unknown"',  # its holder's pod status says nothing of it
 }
 EXPECTED_TAINTS = {
     f'UUID="{UUID3}",gpu="2",key="gpu.nvidia.com/xid",value="79",effect="NoSchedule"',
@@ -157,6 +159,11 @@ def test_gpu_workload_on_unhealthy_gpu_alert_on_what_the_exporter_served(node, a
         _alert("batch", "train-x7k2p", "main", UUID3, "2", "tainted"),
         _alert("batch", "eval", "main", UUID4, "4", "unhealthy"),
     ]
+    _assert_alerts(text, expected, tmp_path)
+
+
+def _assert_alerts(text: str, expected: list, tmp_path) -> None:
+    """promtool runs GpuWorkloadOnUnhealthyGpu on the scrape `text` and finds exactly `expected` firing."""
     # The shipped rule without its annotations (promtool would compare them too): this test is of the expression.
     rules = yaml.safe_load(RULES.read_text())
     for rule in (r for group in rules["groups"] for r in group["rules"]):
@@ -172,7 +179,41 @@ def test_gpu_workload_on_unhealthy_gpu_alert_on_what_the_exporter_served(node, a
     # The same check fails when one holder is left out: the expectation above is what it compares.
     test["tests"][0]["alert_rule_test"][1]["exp_alerts"] = expected[1:]
     result = run_rule_test(test, path)
-    assert result.returncode != 0 and "infer-1" in result.stdout + result.stderr
+    assert result.returncode != 0 and expected[0]["exp_labels"]["pod"] in result.stdout + result.stderr
+
+
+@pytest.mark.parametrize("api", ["v1"], indirect=True)
+def test_with_dcgm_exporter_down_each_device_keeps_one_name_and_the_alert_names_only_its_holders(
+        node, api, run_exporter, tmp_path):
+    """No sample carries any device: the allocation and health rows both name it as its device ID or slice
+    does (UUID, or the index), so an unhealthy device held by its index names its holder and no other."""
+    kubelet, dcgm, _ = node
+    _health_node(api, kubelet)
+    pod = make_pod("web", "idx", NODE, containers=("main",))
+    pod["status"]["containerStatuses"][0]["allocatedResourcesStatus"] = [
+        {"name": "nvidia.com/gpu", "resources": [{"resourceID": "3", "health": "Unhealthy"}]}]
+    api.put("v1", "pods", pod)
+    exporter = start(run_exporter, node, "--labels.extra", "workload")
+    wait_until(lambda: 'gpu="3",status="unhealthy"' in scrape(exporter), timeout_seconds=30)
+    dcgm.stop()
+    unsampled = {f'UUID="{UUID0}",GPU_I_ID="11",status="healthy"', f'UUID="{UUID1}",status="unhealthy"',
+                 'gpu="3",status="unhealthy"', 'gpu="5",status="unknown"', f'UUID="{UUID3}",status="unknown"',
+                 f'UUID="{UUID4}",status="unhealthy"'}
+    text = wait_until(lambda: (lambda t: t if _labels(t, "pod_gpu_device_health_status") == unsampled else None)(
+        scrape(exporter)), timeout_seconds=30)
+    assert "pod_gpu_exporter_dcgm_up 0" in text and "DCGM_" not in text
+    rows = {line.split("device_id=")[1] for line in sample_lines(text) if line.startswith("pod_gpu_allocation_info{")}
+    assert {'"3",gpu="3"} 1', '"5",gpu="5"} 1', f'"{UUID1}::0",UUID="{UUID1}"}} 1'} <= rows
+    expected = [
+        _alert("web", "idx", "main", "", "3", "unhealthy"),
+        _alert("web", "infer-1", "vllm", UUID1, "", "unhealthy"),
+        _alert("web", "infer-2", "vllm", UUID1, "", "unhealthy"),
+        _alert("batch", "train-x7k2p", "main", UUID3, "", "tainted"),
+        _alert("batch", "eval", "main", UUID4, "", "unhealthy"),
+    ]
+    for alert in expected:  # a label the rows do not carry is absent from the alert, not empty
+        alert["exp_labels"] = {name: value for name, value in alert["exp_labels"].items() if value}
+    _assert_alerts(text, expected, tmp_path)
 
 
 @pytest.mark.parametrize("api", ["v1"], indirect=True)  # the slices' version is the test above's concern

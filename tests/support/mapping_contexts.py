@@ -7,7 +7,7 @@ from exporter.core.mapping import DraResolution
 
 class StaticContext:
     """A MappingContext, as the Kubernetes source is one: DRA resolutions by device ID, extra labels by
-    pod ((namespace, name) → pairs); no pod has ended."""
+    pod ((namespace, name) → pairs); no pod has ended, and no pod's status is known."""
 
     def __init__(self, resolutions=None, labels=None):
         self.resolutions = dict(resolutions or {})
@@ -26,7 +26,7 @@ class StaticContext:
         return set()
 
     def resource_health_for(self, pods):
-        return {}
+        return None  # it knows no pod's status: no device gets a health status, as with the API off
 
     def device_taints(self):
         return ()

@@ -106,7 +106,7 @@ DEVICES = [
     AllocatedDevice("ml", "d", "main", "nvidia.com/mig-1g.10gb", f"MIG-{GPU_B}/13/0"),
     AllocatedDevice("dra", "e", "main", "gpu.nvidia.com", "gpu-0", dra=True, claim="dra/train", pool="n", cdi_id=CDI),
     AllocatedDevice("dra", "f", "main", "gpu.nvidia.com", "gpu-1", dra=True, claim="dra/eval", pool="n"),
-    AllocatedDevice("ml", "g", "main", "nvidia.com/gpu", "4"),  # no status reported: no health series
+    AllocatedDevice("ml", "g", "main", "nvidia.com/gpu", "4"),  # no status reported: unknown
 ]
 REPORTS = {
     ("ml", "a"): (ResourceHealth("main", "nvidia.com/gpu.shared", GPU_A + "::0", "Healthy"),
@@ -129,6 +129,7 @@ def test_each_held_device_gets_its_holders_health_in_every_device_id_form():
         GpuKey("UUID", GPU_B, "13"): "healthy",
         GpuKey("device", "nvidia0", ""): "unknown",  # DRA, named by its CDI ID
         GpuKey("device", "nvidia1", ""): "healthy",  # DRA, named <driver>/<pool>/<device>
+        GpuKey("gpu", "4", ""): "unknown",  # its holder's pod status says nothing of it
     }
 
 
@@ -156,6 +157,72 @@ def test_health_and_taints_are_written_with_the_identities_the_samples_carried()
         'effect="NoSchedule"} 1']
     # No sample carried them (dcgm-exporter down, a GPU fallen off the bus): the name the key gives.
     assert render_device_health(mapping, []).splitlines()[2:4] == [
-        f'pod_gpu_device_health_status{{UUID="{GPU_A}",gpu="",status="unhealthy"}} 1',
-        'pod_gpu_device_health_status{UUID="",gpu="3",status="healthy"} 1']
+        f'pod_gpu_device_health_status{{UUID="{GPU_A}",status="unhealthy"}} 1',
+        'pod_gpu_device_health_status{gpu="3",status="healthy"} 1']
     assert render_device_health(Mapping(), identities) == ""
+
+
+# --- review findings: one name for an unsampled device, older models, unknown for a silent pod status --------
+
+def test_an_unsampled_device_is_named_alike_on_its_allocation_row_and_its_health_row():
+    from exporter.exposition.allocation import render_allocation_info
+
+    devices = [AllocatedDevice("ml", "u", "main", "nvidia.com/gpu", GPU_A),  # keyed by UUID
+               AllocatedDevice("ml", "i", "main", "nvidia.com/gpu", "3"),  # keyed by index
+               AllocatedDevice("dra", "n", "main", "gpu.nvidia.com", "gpu-0", dra=True, claim="dra/x", pool="n"),
+               AllocatedDevice("dra", "m", "main", "gpu.nvidia.com", "gpu-1", dra=True, claim="dra/y", pool="n")]
+    reports = {("ml", "u"): (ResourceHealth("main", "nvidia.com/gpu", GPU_A, "Unhealthy"),),
+               ("ml", "i"): (ResourceHealth("main", "nvidia.com/gpu", "3", "Unhealthy"),),
+               ("dra", "n"): (ResourceHealth("main", "claim:x", "gpu.nvidia.com/n/gpu-0", "Unhealthy"),),
+               ("dra", "m"): (ResourceHealth("main", "claim:y", "gpu.nvidia.com/n/gpu-1", "Unhealthy"),)}
+    mapping = build_mapping(devices, context=_Context(reports))
+    # No sample carried any of them (dcgm-exporter down): each row names its device by what its key gives.
+    rows = [line for line in render_allocation_info(mapping, [], "kubernetes").splitlines()
+            if line.startswith("pod_gpu_allocation_info{")]
+    assert [row.split("device_id=")[1] for row in rows] == [
+        '"gpu-1",resourceclaim_namespace="dra",resourceclaim_name="y"} 1',  # nvidia1: no UUID or gpu to give
+        '"gpu-0",resourceclaim_namespace="dra",resourceclaim_name="x"} 1',
+        '"3",gpu="3"} 1',
+        f'"{GPU_A}",UUID="{GPU_A}"}} 1']
+    # The health rows carry the same names; a device with neither has no row (two would be one series).
+    assert [line for line in render_device_health(mapping, []).splitlines() if not line.startswith("#")] == [
+        f'pod_gpu_device_health_status{{UUID="{GPU_A}",status="unhealthy"}} 1',
+        'pod_gpu_device_health_status{gpu="3",status="unhealthy"} 1']
+
+
+def test_pod_info_reads_models_older_than_the_health_fields():
+    """lightkube-models from before Kubernetes 1.31 have no allocatedResourcesStatus on a container's status,
+    and the first ones that do may lack `health` on its resources: such a pod is read, without health."""
+    from types import SimpleNamespace
+
+    from lightkube.resources.core_v1 import Pod
+
+    def older(model, missing: str):
+        """The model as an older lightkube-models decodes it: every field of this one but `missing`."""
+        return SimpleNamespace(**{name: getattr(model, name) for name in model.__struct_fields__ if name != missing})
+
+    pod = make_pod("ml", "p", "n", containers=("main",))
+    pod["status"]["containerStatuses"][0]["allocatedResourcesStatus"] = [
+        {"name": "nvidia.com/gpu", "resources": [{"resourceID": GPU_A, "health": "Unhealthy"}]}]
+    decoded = decode_object(json.dumps(pod).encode(), Pod)
+    status = decoded.status.containerStatuses[0]
+    decoded.status.containerStatuses = [older(status, "allocatedResourcesStatus")]
+    info = pod_info(decoded, LabelSpec())
+    assert info.resource_health == () and info.containers == (("main", status.containerID),)
+    # A resource entry without `health`: read as no answer (unknown), not an error.
+    entry = status.allocatedResourcesStatus[0]
+    entry.resources = [older(entry.resources[0], "health")]
+    decoded.status.containerStatuses = [status]
+    assert pod_info(decoded, LabelSpec()).resource_health == (ResourceHealth("main", "nvidia.com/gpu", GPU_A, ""),)
+
+
+def test_every_held_device_gets_a_status_unknown_when_its_holders_pod_status_says_nothing():
+    devices = [AllocatedDevice("ml", "a", "main", "nvidia.com/gpu", "3"),
+               AllocatedDevice("ml", "q", "main", "nvidia.com/gpu", "4"),  # its pod status has no entry
+               AllocatedDevice("ml", "r", "main", "nvidia.com/gpu", "5")]  # its pod is not in the store yet
+    reports = {("ml", "a"): (ResourceHealth("main", "nvidia.com/gpu", "3", "Healthy"),), ("ml", "q"): ()}
+    allocations = build_mapping(devices).allocations
+    assert device_health(devices, allocations, reports) == {
+        GpuKey("gpu", "3", ""): "healthy", GpuKey("gpu", "4", ""): "unknown", GpuKey("gpu", "5", ""): "unknown"}
+    # Without a fresh pod store (the API off, the watch failing too long) nothing is known: no series at all.
+    assert device_health(devices, allocations, None) == {}

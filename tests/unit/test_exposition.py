@@ -319,12 +319,13 @@ def test_allocation_info_fills_identity_from_the_samples():
     assert info[2:6] == [
         'pod_gpu_allocation_info{namespace="batch",pod="job",container="main",resource="nvidia.com/gpu",'
         f'device_id="2",UUID="{UUID2}",gpu="2"}} 1',
+        # No sample carries it: the UUID its device ID gives, as its health rows name it.
         'pod_gpu_allocation_info{namespace="gone",pod="p",container="c",resource="nvidia.com/gpu",'
-        'device_id="GPU-not-on-this-node"} 1',
+        'device_id="GPU-not-on-this-node",UUID="GPU-not-on-this-node"} 1',
         'pod_gpu_allocation_info{namespace="ml",pod="small-b",container="c",resource="nvidia.com/gpu",'
         f'device_id="nvidia0/gi13",UUID="{UUID0}",gpu="0",GPU_I_ID="13"}} 1',
         'pod_gpu_allocation_info{namespace="ml",pod="tiny",container="c",resource="nvidia.com/mig-1g.10gb",'
-        'device_id="MIG-3a9c2f4e-1b2c-5d6e-8f90-123456789abc"} 1',
+        'device_id="MIG-3a9c2f4e-1b2c-5d6e-8f90-123456789abc"} 1',  # unresolved without NVML: no name at all
     ]
 
 
@@ -332,7 +333,7 @@ def test_allocation_info_in_legacy_style_and_empty_without_allocations():
     mapping = build_mapping([Device("default", "cuda-job", "cuda", "nvidia.com/gpu", "0")])
     info = render_allocation_info(mapping, frozenset(), "legacy").splitlines()
     assert info[2] == ('pod_gpu_allocation_info{pod_name="cuda-job",pod_namespace="default",container_name="cuda",'
-                       'resource="nvidia.com/gpu",device_id="0"} 1')
+                       'resource="nvidia.com/gpu",device_id="0",gpu="0"} 1')  # no samples: the index it gives
     assert render_allocation_info(EMPTY_MAPPING, frozenset(), "kubernetes") == ""
 
 

@@ -67,10 +67,11 @@ def test_samples_within_the_limit_and_unattributed_when_owners_cannot_fit():
     wide = f'DCGM_FI_DEV_GPU_TEMP{{{UPSTREAM},a="1",b="2",c="3",d="4",e="5"}} 41\n'.encode()
     text = Rewriter(_mapping(), limit=limit).rewrite(wide).text.decode()
     assert 'pod="' not in text and len(_names(text)) == 10  # upstream's own 10 labels are never cut
-    # An allocation row without a known UUID has 2 labels of its own and 3 owner labels: room for 5.
+    # An allocation row of a device no sample carries has 3 labels of its own (resource, device_id and the
+    # UUID its device ID gives) and 3 owner labels: room for 4.
     info = render_allocation_info(_mapping(), [], "kubernetes", LabelLimit(10))
     row = next(line for line in info.splitlines() if line.startswith("pod_gpu_allocation_info"))
-    assert len(_names(row)) == 10 and "label_b" in row and "annotation_" not in row
+    assert len(_names(row)) == 10 and "label_a" in row and "label_b" not in row and "annotation_" not in row
 
 
 def test_join_mode_serves_upstream_labels_only_and_collapses_upstream_per_pod_copies():

@@ -99,11 +99,11 @@ class KubernetesContext:
         synced watch nothing is known to have ended."""
         return self.store.ended_among(pods) if self._fresh() else set()
 
-    def resource_health_for(self, pods: Iterable[PodKey]) -> Dict[PodKey, tuple]:
-        """(namespace, pod) → its containers' allocatedResourcesStatus entries, while the store is fresh
-        (a stale store's health would be served as current)."""
+    def resource_health_for(self, pods: Iterable[PodKey]) -> Optional[Dict[PodKey, tuple]]:
+        """(namespace, pod) → its containers' allocatedResourcesStatus entries, while the store is fresh;
+        else None, health unknown to us (a stale store's health would be served as current)."""
         if not self._fresh():
-            return {}
+            return None
         infos = {pod: self.store.get(pod) for pod in pods}
         return {pod: info.resource_health for pod, info in infos.items() if info is not None and info.resource_health}
 

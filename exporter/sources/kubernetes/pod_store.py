@@ -37,8 +37,10 @@ def pod_info(pod, spec: LabelSpec) -> PodInfo:
 
 def _resource_health(statuses) -> tuple:
     """Each container's allocatedResourcesStatus entries; only containerStatuses carry them (KEP-4680)."""
-    return tuple(ResourceHealth(s.name, entry.name, resource.resourceID, resource.health or "")
-                 for s in statuses for entry in s.allocatedResourcesStatus or ()
+    # getattr: lightkube-models older than Kubernetes 1.31 have no such field (pyproject floors only
+    # lightkube), and a pod must still be read without it; an entry without health is read as unknown.
+    return tuple(ResourceHealth(s.name, entry.name, resource.resourceID, getattr(resource, "health", None) or "")
+                 for s in statuses for entry in getattr(s, "allocatedResourcesStatus", None) or ()
                  for resource in entry.resources or ())
 
 
