@@ -22,7 +22,7 @@ def process_shares(config: Config, attribution: Attribution, kubernetes, label_l
 
     options = ProcessSharesOptions(config.sharing_proc_root, config.kubelet_refresh_interval_seconds,
                                    config.labels_style, config.energy_idle_policy)
-    return ProcessShares(options, functools.partial(open_nvml, nvml), lambda: attribution.current().mapping,
+    return ProcessShares(options, functools.partial(open_nvml, nvml), attribution.mapping_in_use,
                          pod_index_source(kubernetes), label_limit=label_limit)
 
 

@@ -131,6 +131,16 @@ class Attribution:
             return Snapshot(EMPTY_MAPPING, up, age)
         return Snapshot(mapping, up, age)
 
+    def mapping_in_use(self) -> Optional[Mapping]:
+        """The mapping scrapes attribute by, or None while there is none to trust: before the kubelet's
+        first answer, and once the last good one has aged out. A per-process reader must then tell no
+        holder, rather than take every process for one running on a GPU nobody gave it."""
+        with self._lock:
+            mapping, listed_at, up = self._mapping, self._listed_at, self._up
+        if listed_at is None or (not up and self._clock() - listed_at > self._max_age):
+            return None
+        return mapping
+
     def start(self, before_first: Optional[Callable[[], object]] = None, first_wait_seconds: float = 0.0) -> None:
         """Refresh once, then every interval, in a daemon thread; returns at once.
 

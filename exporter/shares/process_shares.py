@@ -56,7 +56,7 @@ class ProcessShares:
     """
 
     def __init__(self, options: ProcessSharesOptions, open_nvml: Callable[[], tuple],
-                 current_mapping: Callable[[], Mapping], pod_index: Callable[[], Optional[PodIndex]],
+                 current_mapping: Callable[[], Optional[Mapping]], pod_index: Callable[[], Optional[PodIndex]],
                  clock: Callable[[], float] = time.monotonic, read_energy: bool = True,
                  label_limit: Optional[LabelLimit] = None):
         self._open_nvml = open_nvml
@@ -142,9 +142,9 @@ class ProcessShares:
             return ""
         self._api_reporter.succeeded("Kubernetes API pod index available: per-process GPU shares are served")
         owners = self._process_owners(devices)
-        if owners is None:
-            return ""
         mapping = self._current_mapping()
+        if owners is None or mapping is None:
+            return ""  # None: no kubelet answer yet, or the last one aged out; no share can be told
         shares = compute_shares(devices, mapping, owners, pods)
         counters = self._ledger.update(shares, pods, self._clock())
         if mapping is not self._labelled_mapping:  # holders or their extra labels may have changed

@@ -74,6 +74,25 @@ def test_last_good_mapping_kept_until_max_age_then_dropped():
     assert attribution.current().mapping.owners
 
 
+def test_the_mapping_in_use_is_none_before_the_first_answer_and_once_it_aged_out():
+    # A per-process reader given an empty mapping would take every process for one on a GPU nobody gave it.
+    kubelet, clock = Kubelet(), ManualClock()
+    kubelet.error = KubeletError("socket missing", reason="absent")
+    attribution = make(kubelet, clock, max_age=60)
+    attribution.refresh()
+    assert attribution.mapping_in_use() is None
+    kubelet.error = None
+    attribution.refresh()
+    assert attribution.mapping_in_use().owners
+    kubelet.devices = []  # an answer that lists no GPU is a mapping to use: nobody holds one
+    attribution.refresh()
+    assert attribution.mapping_in_use() is not None and not attribution.mapping_in_use().owners
+    kubelet.error = KubeletError("kubelet hangs", reason="timeout")
+    clock.now += 61
+    attribution.refresh()
+    assert attribution.mapping_in_use() is None
+
+
 def test_non_gpu_resources_are_ignored_and_nvidia_star_counted():
     kubelet, clock = Kubelet(), ManualClock()
     kubelet.devices = [
