@@ -195,8 +195,8 @@ KUBERNETES_OBJECTS_SKIPPED = _self(
     "cache: not of the shape read (malformed), or bound to another node (other_node).", ("resource", "reason"),
     modes=frozenset({KUBERNETES_API}))
 NVML_TIMEOUTS = _self("pod_gpu_exporter_nvml_timeouts_total", "counter", "NVML calls (nvmlInit, MIG lookups, "
-                      "per-process reads, XID event waits) that did not return within their bound, or were refused while one still "
-                      "had not.")
+                      "per-process reads, XID event waits) that did not return within their bound, or were refused "
+                      "while one still had not.")
 # These two count the listening server's connection slots: served whenever a server serves /metrics.
 HTTP_CONNECTIONS_REFUSED = _self("pod_gpu_exporter_http_connections_refused_total", "counter", "New connections "
                                  "closed at once because every connection slot was answering a request.")

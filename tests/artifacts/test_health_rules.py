@@ -3,20 +3,15 @@
 from __future__ import annotations
 
 import shutil
-import subprocess
 
 import pytest
 import yaml
 
-from support.deploy_tools import PROMETHEUS_DIR, require_executable
+from support.deploy_tools import PROMETHEUS_DIR
+from support.promtool_tests import run_promtool
 
 RULES = PROMETHEUS_DIR / "rules" / "pod-gpu-health.rules.yml"
 RULES_TESTS = PROMETHEUS_DIR / "rules" / "pod-gpu-health.rules.test.yml"
-
-
-def _promtool(*args: str) -> subprocess.CompletedProcess:
-    promtool = require_executable("promtool", "apt-get install -y prometheus (.ci/system-packages.sh does)")
-    return subprocess.run([promtool, *args], capture_output=True, text=True, timeout=120)
 
 
 def _alerts():
@@ -24,9 +19,9 @@ def _alerts():
 
 
 def test_health_rules_pass_promtool_check_and_their_unit_tests():
-    check = _promtool("check", "rules", str(RULES))
+    check = run_promtool("check", "rules", str(RULES))
     assert check.returncode == 0 and f"SUCCESS: {len(_alerts())} rules found" in check.stdout, check.stdout + check.stderr
-    result = _promtool("test", "rules", str(RULES_TESTS))
+    result = run_promtool("test", "rules", str(RULES_TESTS))
     assert result.returncode == 0, result.stdout + result.stderr
 
 
@@ -40,7 +35,7 @@ def test_the_unit_tests_fail_on_a_wrong_expectation(tmp_path, expected, wrong, a
     changed = text.replace(expected, wrong, 1)
     assert changed != text
     (tmp_path / RULES_TESTS.name).write_text(changed)
-    result = _promtool("test", "rules", str(tmp_path / RULES_TESTS.name))
+    result = run_promtool("test", "rules", str(tmp_path / RULES_TESTS.name))
     assert result.returncode != 0 and alert in result.stdout + result.stderr
 
 

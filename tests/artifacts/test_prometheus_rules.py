@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import shutil
-import subprocess
 from pathlib import Path
 
 import yaml
@@ -14,16 +13,10 @@ from support.deploy_tools import (
     RULES_TESTS,
     configmap_data,
     require_env_executable,
-    require_executable,
 )
+from support.promtool_tests import run_promtool
 
-INSTALL_PROMTOOL = "apt-get install -y prometheus (.ci/system-packages.sh does)"
 INSTALL_PROMTOOL_K8S = "set it with `export PROMTOOL_K8S=$(bash .ci/promtool-trixie.sh)` (.ci/run does)"
-
-
-def _promtool(*args: str, promtool: str = "") -> subprocess.CompletedProcess:
-    binary = promtool or require_executable("promtool", INSTALL_PROMTOOL)
-    return subprocess.run([binary, *args], capture_output=True, text=True, timeout=120)
 
 
 def _rules():
@@ -35,14 +28,14 @@ def _unit_tests():
 
 
 def test_rule_file_passes_promtool_check():
-    result = _promtool("check", "rules", str(RULES))
+    result = run_promtool("check", "rules", str(RULES))
     assert result.returncode == 0, result.stdout + result.stderr
     rule_count = sum(len(group["rules"]) for group in _rules())
     assert f"SUCCESS: {rule_count} rules found" in result.stdout
 
 
 def test_rule_unit_tests_pass():
-    result = _promtool("test", "rules", str(RULES_TESTS))
+    result = run_promtool("test", "rules", str(RULES_TESTS))
     assert result.returncode == 0, result.stdout + result.stderr
 
 
@@ -53,7 +46,7 @@ def test_rule_unit_tests_fail_on_a_wrong_expectation(tmp_path):
     changed = text.replace("value: 4500", "value: 4501", 1)
     assert changed != text
     (tmp_path / RULES_TESTS.name).write_text(changed)
-    result = _promtool("test", "rules", str(tmp_path / RULES_TESTS.name))
+    result = run_promtool("test", "rules", str(tmp_path / RULES_TESTS.name))
     output = result.stdout + result.stderr
     assert result.returncode != 0 and 'expr: "namespace:DCGM_FI_DEV_FB_USED:sum"' in output, output
 
@@ -93,10 +86,10 @@ def test_configmap_config_passes_promtool_with_kubernetes_sd(tmp_path):
     promtool = require_env_executable("PROMTOOL_K8S", INSTALL_PROMTOOL_K8S)
     original = tmp_path / "original.yml"
     original.write_text(configmap_data()["prometheus.yml"])
-    result = _promtool("check", "config", "--syntax-only", str(original), promtool=promtool)
+    result = run_promtool("check", "config", "--syntax-only", str(original), promtool=promtool)
     assert result.returncode == 0, result.stdout + result.stderr
     # The full check also loads the rule file the config names (here: the ConfigMap's copy).
-    full = _promtool("check", "config", str(_write_config_from_configmap(tmp_path)), promtool=promtool)
+    full = run_promtool("check", "config", str(_write_config_from_configmap(tmp_path)), promtool=promtool)
     assert full.returncode == 0, full.stdout + full.stderr
     assert "SUCCESS" in full.stdout and "rules found" in full.stdout
 
@@ -106,5 +99,5 @@ def test_kubernetes_sd_promtool_rejects_a_broken_scrape_config(tmp_path):
     promtool = require_env_executable("PROMTOOL_K8S", INSTALL_PROMTOOL_K8S)
     broken = tmp_path / "broken.yml"
     broken.write_text(configmap_data()["prometheus.yml"].replace("role: pod", "role: pods"))
-    result = _promtool("check", "config", "--syntax-only", str(broken), promtool=promtool)
+    result = run_promtool("check", "config", "--syntax-only", str(broken), promtool=promtool)
     assert result.returncode != 0

@@ -4,12 +4,11 @@ moment, a lost GPU shown, a GPU without events left out, and a wait that hangs b
 
 from __future__ import annotations
 
-import json
 import re
-import subprocess
 
 from exporter.sources.kubelet import AllocatedDevice
-from support.deploy_tools import PROMETHEUS_DIR, require_executable
+from support.deploy_tools import PROMETHEUS_DIR
+from support.promtool_tests import run_rule_test
 from support.scrape_checks import assert_parses, sample_lines, scrape, split_sample
 from support.share_invariants import check_memory_and_sm, parse_samples
 from support.shared_node import A800_FIXTURE, A800_GPU0, L4, MIB, MIG_GI3, holder_labels, series, shares_served
@@ -67,10 +66,7 @@ def assert_xid_alert_fires_on(tmp_path, text: str) -> None:
     test = {"rule_files": [str(PROMETHEUS_DIR / "rules" / "pod-gpu-health.rules.yml")], "evaluation_interval": "1m",
             "tests": [{"interval": "1m", "input_series": inputs,
                        "alert_rule_test": [{"eval_time": "5m", "alertname": "GpuXidError", "exp_alerts": alerts}]}]}
-    path = tmp_path / "health-rules.test.yml"
-    path.write_text(json.dumps(test))  # JSON is YAML
-    promtool = require_executable("promtool", "apt-get install -y prometheus (.ci/system-packages.sh does)")
-    result = subprocess.run([promtool, "test", "rules", str(path)], capture_output=True, text=True, timeout=120)
+    result = run_rule_test(test, tmp_path / "health-rules.test.yml")
     assert result.returncode == 0 and len(alerts) == 4, result.stdout + result.stderr
 
 

@@ -32,8 +32,16 @@ def input_series(text: str, minutes: int, counters_grow: bool = False) -> List[d
     return series
 
 
+INSTALL_PROMTOOL = "apt-get install -y prometheus (.ci/system-packages.sh does)"
+
+
+def run_promtool(*args: str, promtool: str = "") -> subprocess.CompletedProcess:
+    """`promtool <args>` (the one on PATH, or the binary `promtool` names), its output captured."""
+    binary = promtool or require_executable("promtool", INSTALL_PROMTOOL)
+    return subprocess.run([binary, *args], capture_output=True, text=True, timeout=120)
+
+
 def run_rule_test(test: dict, path: Path) -> subprocess.CompletedProcess:
     """Writes the rule test `test` to `path` and runs `promtool test rules` on it."""
     path.write_text(json.dumps(test, indent=1))  # JSON is YAML
-    promtool = require_executable("promtool", "apt-get install -y prometheus (.ci/system-packages.sh does)")
-    return subprocess.run([promtool, "test", "rules", str(path)], capture_output=True, text=True, timeout=120)
+    return run_promtool("test", "rules", str(path))

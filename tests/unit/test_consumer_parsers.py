@@ -85,10 +85,6 @@ def refilled(body: str):
 REWRITES = [line_by_line, streamed, refilled]
 
 
-def served_without(result, body: str, line: str):
-    return result.text.decode().count("\n") == (body.count("\n") - 1) and line not in result.text.decode()
-
-
 @pytest.mark.parametrize("rewrite", REWRITES)
 @pytest.mark.parametrize("what", sorted(REFUSED))
 def test_a_line_either_parser_refuses_is_dropped_and_counted(what, rewrite):
