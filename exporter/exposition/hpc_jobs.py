@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-from typing import Dict, Iterable, Tuple
+from typing import Iterable
 
 from exporter.core.hpc_jobs import HpcJobs
-from exporter.core.identity import GpuIdentity
+from exporter.core.identity import GpuIdentity, GpuKey
 from exporter.exposition import families
-from exporter.exposition.labels import gpu_label_pairs
+from exporter.exposition.labels import gpu_label_pairs, identities_by_key
 from exporter.exposition.text import render_label_pairs
 
 HPC_JOB_INFO = families.HPC_JOB_INFO.name
@@ -23,19 +23,12 @@ def render_hpc_jobs(hpc_jobs: HpcJobs, identities: Iterable[GpuIdentity]) -> str
     """
     if not hpc_jobs.jobs:
         return ""
-    by_index = _identities_by_index(identities)
+    by_key = identities_by_key(identities)
     lines = [families.HPC_JOB_INFO.header]
     for job in hpc_jobs.jobs:
-        identity = by_index.get((job.gpu, job.instance))
+        identity = by_key.get(GpuKey("gpu", job.gpu, job.instance))  # the file is named by dcgm's gpu label
         if identity is not None:
             pairs = gpu_label_pairs(identity) + (("hpc_job", job.job),)
             lines.append(f"{HPC_JOB_INFO}{{{render_label_pairs(pairs)}}} 1\n")
     return "".join(lines) if len(lines) > 1 else ""
 
-
-def _identities_by_index(identities: Iterable[GpuIdentity]) -> Dict[Tuple[str, str], GpuIdentity]:
-    by_index: Dict[Tuple[str, str], GpuIdentity] = {}
-    for identity in sorted(identities):  # sorted: the same choice on every scrape
-        if identity.gpu:
-            by_index.setdefault((identity.gpu, identity.instance), identity)
-    return by_index
