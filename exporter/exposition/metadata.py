@@ -46,8 +46,10 @@ class FamilyRecord:
         return family
 
     def note_sample(self, name: str) -> None:
-        """A sample of `name` was written (called on the first of each name: a name joins the same
-        family each time once its first sample did)."""
+        """A sample of `name` was written. Only its first counts: a name joins the same family each time
+        once its first sample did."""
+        if name in self.sampled:
+            return
         self.sampled.add(name)
         family = self._start(name)
         if self._types[family] is None:

@@ -150,7 +150,7 @@ class Rewriter:
                     if series is not None and series.key not in written and is_value(rest):
                         written[series.key] = series
                         name = series.name
-                        if name not in sampled:
+                        if name not in sampled:  # the fast path spares itself the call for a known name
                             record.note_sample(name)
                         for labels in series.variants:  # cached series always have labels
                             out.append(f"{name}{{{labels}}}{rest}")
@@ -214,8 +214,7 @@ class Rewriter:
                 return 0, rest
             return int(first.dropped == series.dropped), rest  # the same line again, or a copy (Series.dropped)
         written[series.key] = series
-        if series.name not in record.sampled:
-            record.note_sample(series.name)
+        record.note_sample(series.name)
         out.extend(series.lines(rest))
         return 0, rest
 

@@ -108,8 +108,7 @@ def _rewrite_slice(builder: SeriesBuilder, chunk: bytes, state: _StreamState) ->
                                                      state.record.refuses_bounds(series.name, series.odd_bounds)):
             state.malformed += 1
         elif state.first_write(series, out, rest):
-            if series.name not in state.record.sampled:
-                state.record.note_sample(series.name)
+            state.record.note_sample(series.name)
             if series.identity is not None:
                 state.identities.add(series.identity)
             out.extend(series.lines(rest))
