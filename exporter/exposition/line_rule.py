@@ -16,7 +16,7 @@ exporter.exposition.metadata.FamilyRecord; this module puts them together once:
 from __future__ import annotations
 
 import re
-from typing import Callable, List, Optional, Tuple
+from typing import Callable, List, Optional, Sequence, Tuple
 
 from exporter.exposition.metadata import FamilyRecord
 from exporter.exposition.series import Series, is_reserved_name, split_unlabelled
@@ -101,7 +101,7 @@ _TWO_DOTS = re.compile(rb"\.[0-9]*\.")
 _EXPONENT_VALUES = re.compile(rb"[^\n]*[eE][^\n]*")
 
 
-def are_plain_values(values: Tuple[bytes, ...]) -> bool:
+def are_plain_values(values: Sequence[bytes]) -> bool:
     """Whether read_line accepts every item as the whole text after a series, one space before it
     (` value`, as dcgm-exporter writes each sample): VALUE, within a double's range.
 

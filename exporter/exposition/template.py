@@ -44,15 +44,23 @@ _PLAIN_VALUE = re.compile(VALUE, re.ASCII)  # re.ASCII: see VALUE
 _AFTER_LABELS = re.compile(rb"\} ([^\n]{0,299})\n")
 
 
-def _picker(indices: Sequence[int]) -> Callable[[Sequence[bytes]], Tuple[bytes, ...]]:
-    """A C-level `lambda items: tuple(items[i] for i in indices)` (itemgetter returns a bare item,
-    not a tuple, for one index, and takes no empty list)."""
+def _picker(indices: Sequence[int], count: int) -> Callable[[Sequence[bytes]], Sequence[bytes]]:
+    """A C-level `lambda items: tuple(items[i] for i in indices)` for `count` items (itemgetter
+    returns a bare item, not a tuple, for one index, and takes no empty list); the items themselves
+    when that picks every one in order, as on dcgm-exporter's bodies (every line a plain sample of
+    one owner): 6,400 lookups fewer per refill at 6,400 series."""
+    if len(indices) == count and indices == list(range(count)):
+        return _same
     if not indices:
         return lambda items: ()
     if len(indices) == 1:
         only = indices[0]
         return lambda items: (items[only],)
     return itemgetter(*indices)
+
+
+def _same(items: Sequence[bytes]) -> Sequence[bytes]:
+    return items
 
 
 class _Interleaver:
@@ -62,7 +70,7 @@ class _Interleaver:
         self._buffer: List[bytes] = [b""] * (2 * len(pieces) - 1)
         self._buffer[0::2] = pieces
 
-    def join(self, gaps: Tuple[bytes, ...]) -> bytes:
+    def join(self, gaps: Sequence[bytes]) -> bytes:
         self._buffer[1::2] = gaps  # slice assignment: a C-level copy of the references
         return b"".join(self._buffer)
 
@@ -84,8 +92,8 @@ class BodyTemplate:
         self._recorded: Optional[Tuple[bytes, List[int], List[Optional[str]]]] = (text, ends, rests)
         self._line_count = body.count(b"\n") + 1
         self._token_count = 0
-        self._pick_slots: Callable[[Sequence[bytes]], Tuple[bytes, ...]] = tuple
-        self._pick_outputs: Callable[[Sequence[bytes]], Tuple[bytes, ...]] = tuple
+        self._pick_slots: Callable[[Sequence[bytes]], Sequence[bytes]] = tuple
+        self._pick_outputs: Callable[[Sequence[bytes]], Sequence[bytes]] = tuple
         self._input: Optional[_Interleaver] = None  # set by build()
         self._output: Optional[_Interleaver] = None
 
@@ -145,8 +153,8 @@ class BodyTemplate:
         self._token_count = len(token_at)
         self._input = _Interleaver(input_pieces)
         self._output = _Interleaver(output_pieces)
-        self._pick_slots = _picker(slot_tokens)
-        self._pick_outputs = _picker(output_slots)
+        self._pick_slots = _picker(slot_tokens, len(token_at))
+        self._pick_outputs = _picker(output_slots, len(slot_tokens))
         self._body = self._recorded = None  # no longer needed: let them go
 
 
