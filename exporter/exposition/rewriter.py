@@ -2,8 +2,8 @@
 
 Samples are never parsed into numbers and rendered again: prometheus_client's parser/renderer would
 rename counters that lack `_total` (dcgm-exporter has several) and reformat value text. Instead each
-line is split into name, label text and the rest, checked against the 0.0.4 text format
-(exporter.exposition.text), and written back from the original substrings.
+line is split into name, label text and the rest, judged by the one rule of what is served
+(exporter.exposition.line_rule), and written back from the original substrings.
 """
 
 from __future__ import annotations
@@ -148,7 +148,7 @@ class Rewriter:
             series, rest, dropped = read_line(line, series_of, record, out)
             if series is None:
                 malformed += dropped
-            elif series.key not in written:  # the usual case: spared a call
+            elif series.key not in written:  # most lines: written here, without a call
                 written[series.key] = series
                 name = series.name
                 if name not in sampled:

@@ -42,7 +42,8 @@ LINES: List[bytes] = (
     + [line.encode() for line in [
         f"{SAMPLE}\t1", f"{SAMPLE}  1", f"  {SAMPLE} 1", f"\t{SAMPLE} 1", f"{SAMPLE}1", f"{SAMPLE}",
         f"DCGM_X {{{LABELS}}} 1", f'DCGM_X{{{LABELS},x="a\x00b"}} 1', f'DCGM_X{{{LABELS},x="a\\qb"}} 1',
-        f'DCGM_X{{{LABELS},x="a\\"b\\\\c\\nd"}} 1', f'DCGM_X{{{LABELS},gpu="1"}} 1', f'DCGM_X{{__name__="y",{LABELS}}} 1',
+        f'DCGM_X{{{LABELS},x="a\\"b\\\\c\\nd"}} 1', f'DCGM_X{{{LABELS},gpu="1"}} 1',
+        f'DCGM_X{{__name__="y",{LABELS}}} 1',
         f"DCGM_X{{{LABELS},}} 1", f'DCGM_X{{{LABELS} x="1"}} 1', "DCGM_X{} 1", "DCGM_X 1", "DCGM_X 1 2", "0DCGM 1",
         "DCGM_X} 1", "pod_gpu_exporter_dcgm_up 1", f"pod_gpu_container_allocated_gpus{{{LABELS}}} 1",
         f'DCGM_S{{{LABELS},quantile="0.5"}} 1', f'DCGM_S{{{LABELS},quantile="x"}} 1',
@@ -108,4 +109,5 @@ def test_every_path_serves_or_drops_a_line_as_the_rule_decides(line, rewrite):
     without = line_by_line(BEFORE + AFTER)
     assert result.malformed == without.malformed + (served is None)
     after = AFTER.decode().split("\n")[0]
-    assert result.text.decode() == without.text.decode().replace(after, "".join(f"{out}\n" for out in served or []) + after)
+    lines = "".join(f"{out}\n" for out in served or [])
+    assert result.text.decode() == without.text.decode().replace(after, lines + after)
