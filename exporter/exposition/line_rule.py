@@ -107,8 +107,9 @@ def are_plain_values(values: Sequence[bytes]) -> bool:
 
     dcgm-exporter writes integers and decimals (`%f`) almost only, so those are told in a few
     C-level passes over the values joined (a run of digits with at most one dot, not the dot alone,
-    is a VALUE, and one of under 300 bytes never overflows); the regular expression, which costs
-    ~0.15 µs a value even when it matches, only sees bodies with signs, exponents, inf or nan.
+    is a VALUE, and none of the at most 299 bytes a refill takes overflows); the regular expression,
+    which costs ~0.15 µs a value even when it matches, only sees bodies with signs, exponents, inf or
+    nan.
     """
     joined = b"\n".join(values)
     if joined.translate(None, b"0123456789.\n"):

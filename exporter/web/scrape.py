@@ -45,7 +45,8 @@ class _GzipPrefix:
     def finish(self, tail: bytes) -> Tuple[bytes, bytes]:
         with self._lock:  # concurrent first requests wait for one compression instead of each doing it
             if self._compressed is None:
-                compressor = zlib_ng.compressobj(_GZIP_LEVEL, zlib_ng.DEFLATED, 16 + zlib_ng.MAX_WBITS, _GZIP_MEMORY_LEVEL)
+                compressor = zlib_ng.compressobj(_GZIP_LEVEL, zlib_ng.DEFLATED, 16 + zlib_ng.MAX_WBITS,
+                                                 _GZIP_MEMORY_LEVEL)
                 head = b"".join(compressor.compress(part) for part in self._parts)
                 self._compressed = (head, compressor)
         head, compressor = self._compressed
