@@ -207,3 +207,24 @@ def test_failing_workload_lookups_stay_within_the_cache_bound(api, tmp_path, log
     finally:
         ctx.stop()
     assert log_stream.getvalue().count("cannot read Job objects (403)") == 1  # once, not once per Job
+
+
+def test_queue_labels_stay_on_when_owner_reads_are_injected(api, tmp_path):
+    # Injected owner reads replace only the owners' metadata reads: the queue a Job's metadata names is
+    # still kept, and its LocalQueue still read from the API server (they were silently off).
+    from support.kube_queues import put_local_queue, serve_kueue
+
+    serve_kueue(api)
+    put_local_queue(api, "kueue.x-k8s.io/v1beta2", "ml", "lq-train", "cq-research")
+    api.put("v1", "pods", make_pod("ml", "train-0", NODE, owner=("Job", "train")))
+    job = {"labels": {"kueue.x-k8s.io/queue-name": "lq-train"}, "ownerReferences": []}
+    client = make_client(write_kubeconfig(str(tmp_path / "kubeconfig"), api.url))
+    ctx = KubernetesContext(client, NODE, LabelSpec(workload=True, queue=True),
+                            read_owners=lambda version, kind, namespace, name: job)
+    ctx.start()
+    try:
+        wait_until(lambda: ctx.up and ctx.pod("ml", "train-0") is not None)
+        assert ctx.extra_labels_for([("ml", "train-0")])[("ml", "train-0")] == (
+            ("workload_kind", "Job"), ("workload", "train"), ("cluster_queue", "cq-research"), ("local_queue", "lq-train"))
+    finally:
+        ctx.stop()

@@ -46,11 +46,12 @@ class KubernetesContext:
 
         self.node_name = node_name
         self.store = PodStore(spec, node_name)
-        # `read_owners` replaces the API server's metadata reads in tests that need thousands of them.
-        reader = None if read_owners is not None else MetadataReader(client, read_seconds, clock)
+        # `read_owners` replaces the owners' metadata reads only (tests that need thousands of them): the
+        # queue objects are still read through the reader.
+        reader = MetadataReader(client, read_seconds, clock)
         self.workloads = _workloads(reader, clock, read_owners, spec.queue)
         # With --labels.extra queue: LocalQueue and PodGroup reads, through the same discovery and bounds.
-        self.queues = QueueLabels(QueueObjects(reader.read, clock), self.workloads) if spec.queue and reader else None
+        self.queues = QueueLabels(QueueObjects(reader.read, clock), self.workloads) if spec.queue else None
         # `read_seconds` bounds each get's answer: owners, discovery, claims.
         self.dra = DraDevices(lambda namespace, name: read_claim(http_client(client), namespace, name, read_seconds),
                               resolve_mig, clock)
@@ -123,10 +124,9 @@ class KubernetesContext:
         return len(self.store)
 
 
-def _workloads(reader: Optional[MetadataReader], clock: Callable[[], float], read_owners, queue: bool) -> Workloads:
-    if reader is None:
-        return Workloads(read_owners, clock)
-    # With queues, each owner's whole metadata is read (the same metadata-only GET) and its queue label kept.
-    return Workloads(reader.metadata if queue else reader.owner_references, clock,
-                     lambda version, kind: reader.plural(version, kind, read=False)[0],
+def _workloads(reader: MetadataReader, clock: Callable[[], float], read_owners, queue: bool) -> Workloads:
+    # With queues, each owner's whole metadata is read (the same metadata-only GET) and its queue label kept,
+    # whoever reads it: injected reads that answer metadata keep their queues too.
+    read = read_owners or (reader.metadata if queue else reader.owner_references)
+    return Workloads(read, clock, lambda version, kind: reader.plural(version, kind, read=False)[0],
                      keep=metadata_queue_hint if queue else None)
