@@ -227,7 +227,6 @@ def _prepare_kubernetes(config: Config):
     """The Kubernetes API context (not started), or None when --kubernetes.api is off or finds no config."""
     # The source loads lightkube only when a client is made: with the API off, importing it costs
     # nothing, and its one check also warns about --labels.* that cannot act.
-    from exporter.sources.kubernetes.labels import label_spec
     from exporter.sources.kubernetes.options import KubernetesOptions
     from exporter.sources.kubernetes.startup import prepare_kubernetes
 
@@ -235,7 +234,7 @@ def _prepare_kubernetes(config: Config):
         api=config.kubernetes_api,
         kubeconfig=config.kubernetes_kubeconfig,
         node_name=config.kubernetes_node_name,
-        labels=label_spec(config.labels_extra, config.labels_pod_labels, config.labels_pod_annotations),
+        labels=config.label_spec,
         grace_seconds=config.mapping_max_age_seconds,
         watch_silence_seconds=config.kubernetes_watch_silence_seconds,
     ))
