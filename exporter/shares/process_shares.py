@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass
-from typing import Callable, Dict, List, NamedTuple, Optional
+from typing import Any, Callable, Dict, List, NamedTuple, Optional, Protocol, Tuple
 
 from exporter.base.bounded import BoundedRunner, CallTimeout
 from exporter.base.logs import DependencyReporter
@@ -176,11 +176,18 @@ class ProcessShares:
         return owners
 
 
-def pod_index_source(kubernetes) -> Callable[[], Optional[PodIndex]]:
-    """pod_index() for ProcessShares from the Kubernetes API context (None when the API is off)."""
+class FreshPods(Protocol):
+    """The Kubernetes source's pod index role (sources.kubernetes.roles.KubernetesPods)."""
+
+    def pods(self) -> Optional[Dict[Tuple[str, str], Any]]:
+        """(namespace, pod) → its PodInfo, while the pod store is fresh; else None."""
+
+
+def pod_index_source(pods: Optional[FreshPods]) -> Callable[[], Optional[PodIndex]]:
+    """pod_index() for ProcessShares from the Kubernetes API's pod index (None when the API is off)."""
     def current() -> Optional[PodIndex]:
-        pods = kubernetes.pods() if kubernetes is not None else None
-        return None if pods is None else pod_index(pods.items())
+        pods_now = pods.pods() if pods is not None else None
+        return None if pods_now is None else pod_index(pods_now.items())
 
     return current
 
