@@ -27,8 +27,9 @@ XID_GPU = 2
 FIRST_XID_AFTER_SECONDS = 8.0
 XID_EVERY_SECONDS = 12.0
 # GPU 3 falls off the bus this long after start: NVML reports an XID 79 on it, then a wait on a set
-# that holds it answers GPU_IS_LOST and registering it again is refused so, for good (as until a GPU
-# reset). GPU 3 is in none of the README's opening lines, and it is lost well after the first shares.
+# that holds it answers GPU_IS_LOST, and so does registering it again, for good (on a real node, until
+# the GPU is reset). GPU 3 is in none of the README's opening lines, and is lost well after the first
+# shares, so that the warnings it brings do not read as a fault at start-up.
 LOST_GPU = 3
 LOST_AFTER_SECONDS = 15.0
 XID_FALLEN_OFF_THE_BUS = 79
@@ -194,7 +195,7 @@ class SimulatedNvml:
 
     def _next_event(self, handles: List[int]) -> Tuple[float, Callable[[], EventData]]:
         """When the next event of these GPUs is due (elapsed seconds, inf for none), and what delivers it."""
-        coming = [(math.inf, self._next_xid)]
+        coming = [(math.inf, self._next_xid)]  # none registered: the wait only times out
         if XID_GPU in handles:
             coming.append((FIRST_XID_AFTER_SECONDS + self._xids_delivered * XID_EVERY_SECONDS, self._next_xid))
         if LOST_GPU in handles:
