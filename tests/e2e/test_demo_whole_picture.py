@@ -3,6 +3,8 @@ its endpoint (/gpu/metrics or /metrics), but those NOT_DEMONSTRABLE says it cann
 
 from __future__ import annotations
 
+import re
+from pathlib import Path
 from typing import Dict, List
 
 import requests
@@ -74,6 +76,9 @@ def test_the_demo_serves_every_family_and_its_counters_move():
         assert not unmoved, f"served, but did not move in 40 s: {unmoved}"
     finally:
         assert demo.stop() == 0
+    # The job-mapping folder it wrote for --hpc.job-mapping-dir goes when it stops.
+    folder = re.search(r'msg="HPC job mapping on: .*? directory=(\S+)', demo.stderr_text())
+    assert folder and not Path(folder.group(1)).exists()
 
 
 def _last_answer(problems, timeout_seconds: float) -> list:
