@@ -115,7 +115,7 @@ _FLAGS: Tuple[Tuple[str, str, str, str], ...] = (
     ("--health.xid-events", "health_xid_events", XID_EVENTS_CHOICES, "Count NVML's XID error events per GPU and per holding container (needs NVML): auto = in --sharing.mode process; on; off."),
     ("--log.level", "log_level", LOG_LEVELS, "Only log messages at or above this level."),
     ("--log.format", "log_format", LOG_FORMATS, "Log line format."),
-    ("--demo.nvml", "demo_nvml", DEMO_NVML_CHOICES, "`demo` only: on = its node also simulates NVML, the host's processes and XIDs, and serves --sharing.mode process; off = device-level samples only."),
+    ("--demo.nvml", "demo_nvml", DEMO_NVML_CHOICES, "`demo` only: on = its node also simulates NVML, the host's processes, XIDs and a lost GPU, and serves --sharing.mode process; off = device-level samples only."),
 )
 
 # Defaults decided at run time, where the Config field's own default (None) would read "none".
