@@ -48,9 +48,8 @@ def resource_ids(device) -> Tuple[str, ...]:
     if not device.dra:
         return (device.device_id,)
     # The kubelet writes the device's first CDI ID when the driver gave any, else driver/pool/device.
-    # sources.kubelet.AllocatedDevice carries the CDI ID; a DeviceLike without one is matched by the latter.
-    cdi_id = getattr(device, "cdi_id", "")
-    return (f"{device.resource}/{device.pool}/{device.device_id}",) + ((cdi_id,) if cdi_id else ())
+    by_name = f"{device.resource}/{device.pool}/{device.device_id}"
+    return (by_name, device.cdi_id) if device.cdi_id else (by_name,)
 
 
 def _names(report: ResourceHealth, device) -> bool:

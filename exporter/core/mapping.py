@@ -23,6 +23,7 @@ class DeviceLike(Protocol):
     dra: bool
     claim: str  # DRA only: "<claim namespace>/<claim name>" ("" otherwise)
     pool: str  # DRA only: the ResourceSlice pool of the device ("" otherwise)
+    cdi_id: str  # DRA only: the first CDI device ID, which pod status may name it by ("" when none)
 
 
 class DraResolution(NamedTuple):

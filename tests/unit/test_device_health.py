@@ -7,15 +7,16 @@ import json
 
 import pytest
 
-from exporter.core.health import DeviceTaint, ResourceHealth, device_health
+from exporter.core.health import DeviceTaint, ResourceHealth, device_health, resource_ids
 from exporter.core.identity import GpuIdentity, GpuKey
-from exporter.core.mapping import Mapping, build_mapping
+from exporter.core.mapping import DeviceLike, Mapping, build_mapping
 from exporter.exposition.health import render_device_health
 from exporter.sources.kubelet import AllocatedDevice
 from exporter.sources.kubernetes.dra import DraDevices, slice_devices
 from exporter.sources.kubernetes.labels import LabelSpec
 from exporter.sources.kubernetes.pod_store import pod_info
 from exporter.sources.kubernetes.stream import decode_object
+from support.devices import Device
 from support.fake_kube_api import make_pod
 
 GPU_A = "GPU-11111111-2222-3333-4444-555555555555"
@@ -119,6 +120,14 @@ REPORTS = {
     ("dra", "e"): (ResourceHealth("main", "claim:train/gpu", CDI, "Unknown"),),
     ("dra", "f"): (ResourceHealth("main", "claim:eval", "gpu.nvidia.com/n/gpu-1", "Healthy"),),
 }
+
+
+@pytest.mark.parametrize("kind", [AllocatedDevice, Device])
+def test_every_kubelet_device_kind_names_a_dra_device_by_its_cdi_id_as_the_protocol_says(kind):
+    device = kind("dra", "e", "main", "gpu.nvidia.com", "gpu-0", dra=True, claim="dra/train", pool="n", cdi_id=CDI)
+    assert all(hasattr(device, field) for field in DeviceLike.__annotations__)
+    assert resource_ids(device) == ("gpu.nvidia.com/n/gpu-0", CDI)
+    assert resource_ids(kind("ml", "c", "main", "nvidia.com/gpu", "3")) == ("3",)
 
 
 def test_each_held_device_gets_its_holders_health_in_every_device_id_form():

@@ -13,6 +13,7 @@ from exporter.sources.kubelet import AllocatedDevice
 from exporter.sources.kubernetes.client import make_client
 from exporter.sources.kubernetes.context import KubernetesContext
 from exporter.sources.kubernetes.labels import LabelSpec
+from exporter.sources.kubernetes.watch import ListWatch
 from support.fake_kube_api import FakeKubeApi, make_pod, write_kubeconfig
 from support.kube_scenario import NODE, POOL, UUID0, claim, resource_slice
 from support.waiting import wait_until
@@ -173,6 +174,46 @@ def test_a_pod_a_relist_skips_as_malformed_has_not_ended(api, tmp_path):
         assert ctx.mapping.ended_pods([("ml", "trainer"), ("ml", "gone")]) == {("ml", "gone")}
     finally:
         ctx.lifecycle.stop()
+
+
+class _RefusingStore:
+    """A WatchedStore whose add fails for pods named refused-…, as a bug in the cache would."""
+
+    def __init__(self):
+        self.names = set()
+
+    def replace(self, objects, complete):
+        self.names = {obj.metadata.name for obj in objects}
+
+    def add(self, obj):
+        if obj.metadata.name.startswith("refused"):
+            raise KeyError(obj.metadata.name)
+        self.names.add(obj.metadata.name)
+
+    def update(self, obj):
+        self.add(obj)
+
+    def delete(self, obj):
+        self.names.discard(obj.metadata.name)
+
+
+def test_a_store_that_fails_is_logged_once_not_counted_as_malformed_and_the_watch_goes_on(api, tmp_path,
+                                                                                           log_stream):
+    from lightkube.resources.core_v1 import Pod
+
+    store = _RefusingStore()
+    watch = ListWatch(make_client(write_kubeconfig(str(tmp_path / "kubeconfig"), api.url)), Pod, "pods", None, store)
+    watch.start()
+    try:
+        wait_until(lambda: watch.healthy)
+        for name in ("refused-1", "refused-2", "taken"):
+            api.put("v1", "pods", make_pod("ml", name, NODE))
+        wait_until(lambda: "taken" in store.names)
+        assert watch.status().skipped == {} and watch.lists == 1  # no object skipped, no relist
+    finally:
+        watch.stop()
+    logged = [line for line in log_stream.getvalue().splitlines() if "not taken by the cache" in line]
+    assert len(logged) == 1 and "KeyError" in logged[0] and "refused-1" in logged[0]
 
 
 def get_forbidden(api_version, kind, namespace, name):
