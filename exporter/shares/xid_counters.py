@@ -8,7 +8,7 @@ from typing import Callable, Dict, List, Optional, Set, Tuple
 
 from exporter.base.logs import LogOnce, log
 from exporter.core.identity import GpuIdentity, Owner
-from exporter.core.mapping import Mapping
+from exporter.core.mapping import EMPTY_MAPPING, Mapping
 from exporter.exposition.families import (CONTAINER_XID_ERRORS, DEVICE_LOST, DEVICE_XID_ERRORS, XID_EVENTS_UP,
                                           render_status)
 from exporter.exposition.label_limit import LabelLimit
@@ -26,19 +26,22 @@ MOST_HOLDER_SERIES = 10_000  # past this, the series whose pods left the longest
 class XidCounters:
     """Counts each XID on its device and on the containers that held it when the event arrived.
 
-    The holders are read from the mapping in use at that moment: an event naming a MIG instance
+    The holders are read from the trusted mapping in use at that moment (Attribution.mapping_in_use, as
+    the shares read it; None while there is none to trust): an event naming a MIG instance
     counts on that instance's holders; one naming no instance counts on every holder of the GPU,
     its MIG instances' included (an XID such as 79, the GPU fallen off the bus, stops them all),
     under the labels of the device the event named. A container's counters stay after it has left the
     GPU (a counter that vanished and came back would read as a reset) until its pod has been out of the
-    mapping for `retention_seconds`, as seen at scrapes; at most `most_series` are kept, the series
+    mapping for `retention_seconds`, as seen at scrapes; while there is no trusted mapping (the kubelet
+    gone past --kubelet.mapping-max-age) nobody is seen to leave, so an outage neither forgets a holder
+    nor makes its counter restart from 0. At most `most_series` are kept, the series
     whose pods left the longest ago dropped first (counted in `dropped_series`, said once).
     """
 
-    def __init__(self, current_mapping: Callable[[], Mapping], status: Callable[[], EventsStatus], style: str,
+    def __init__(self, mapping_in_use: Callable[[], Optional[Mapping]], status: Callable[[], EventsStatus], style: str,
                  label_limit: Optional[LabelLimit] = None, retention_seconds: float = HOLDER_RETENTION_SECONDS,
                  most_series: int = MOST_HOLDER_SERIES, clock: Callable[[], float] = time.monotonic):
-        self._current_mapping = current_mapping
+        self._mapping_in_use = mapping_in_use
         self._status = status
         self._style = style
         self._label_limit = label_limit
@@ -51,7 +54,7 @@ class XidCounters:
 
     def record(self, event: XidEvent) -> None:
         """Called on the event thread for each XID event."""
-        mapping = self._current_mapping()
+        mapping = self._mapping_in_use() or EMPTY_MAPPING  # no trusted mapping: counted on the device only
         holders = holders_of(mapping, event.device)
         now = self._clock()
         with self._lock:
@@ -67,8 +70,9 @@ class XidCounters:
         """What a scrape appends: the counters with samples, the lost GPUs, and whether events are up."""
         status = self._status()
         with self._lock:
-            if self._holders:
-                self._forget_departed(self._current_mapping())
+            mapping = self._mapping_in_use() if self._holders else None
+            if mapping is not None:  # without a trusted one, no holder is known to have left
+                self._forget_departed(mapping)
             devices = sorted(self._devices.items())
             holders = sorted((key, int(held[0])) for key, held in self._holders.items())
         lines: List[str] = []

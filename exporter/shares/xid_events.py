@@ -13,10 +13,10 @@ from exporter.sources.nvml.events import XidEventWatcher
 class XidEvents:
     """NVML's XID events counted on their devices and holders; `text` is what a scrape appends."""
 
-    def __init__(self, open_nvml: Callable[[], tuple], current_mapping: Callable[[], Mapping], style: str,
+    def __init__(self, open_nvml: Callable[[], tuple], mapping_in_use: Callable[[], Optional[Mapping]], style: str,
                  label_limit: Optional[LabelLimit] = None):
         self._watcher = XidEventWatcher(open_nvml, self._record)
-        self._counters = XidCounters(current_mapping, self._watcher.status, style, label_limit)
+        self._counters = XidCounters(mapping_in_use, self._watcher.status, style, label_limit)
 
     def _record(self, event) -> None:
         self._counters.record(event)
