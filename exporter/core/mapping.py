@@ -8,7 +8,6 @@ from typing import Dict, Iterable, List, NamedTuple, Optional, Protocol, Set, Tu
 
 from exporter.core.device_ids import is_gpu_device, key_for_device
 from exporter.core.health import DeviceTaint, ResourceHealth, device_health
-from exporter.core.hpc_jobs import NO_HPC_JOBS, HpcJobs
 from exporter.core.identity import GpuIdentity, GpuKey, MigResolver, Owner
 
 
@@ -85,8 +84,6 @@ class Mapping:
     # (resource, GPU) → the time-slicing replicas the kubelet offers for it (GetAllocatableResources);
     # empty when unknown, and then a shared GPU is split among the replicas held.
     offered: dict = field(default_factory=dict)
-    # The HPC jobs on each GPU (--hpc.job-mapping-dir), read on the same refresh as the List.
-    hpc_jobs: HpcJobs = NO_HPC_JOBS
     # GpuKey → "healthy", "unhealthy" or "unknown" from the holders' pod status, and the taints on this
     # node's DRA devices: empty without the Kubernetes API.
     health: dict = field(default_factory=dict)

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Iterable, Optional
+from typing import Callable, Iterable, Optional
 
 from exporter.core.allocated import allocated_gpus
 from exporter.core.identity import GpuIdentity, Owner
@@ -10,6 +10,7 @@ from exporter.core.mapping import Mapping
 from exporter.exposition import families
 from exporter.exposition.label_limit import LabelLimit
 from exporter.exposition.labels import device_label_pairs, identities_by_key, render_owner_labels_within
+from exporter.exposition.sections import BaseSection, ScrapeView
 from exporter.exposition.text import render_label_pairs
 
 ALLOCATION_INFO = families.ALLOCATION_INFO.name
@@ -61,3 +62,17 @@ def _owner_labels(mapping: Mapping, owner: Owner, style: str, limit: Optional[La
     return render_owner_labels_within(owner, style, mapping.extra_labels.get((owner.namespace, owner.pod), ()),
                                       limit, own_labels)
 
+
+
+class AllocationSection(BaseSection):
+    """The allocation rows, kept with the rewrite they were made for; up while the kubelet answers."""
+
+    name = "allocation"
+
+    def __init__(self, style: str, limit: Optional[LabelLimit], kubelet_up: Callable[[], bool]):
+        super().__init__(kubelet_up)
+        self._style = style  # --labels.style
+        self._limit = limit  # --labels.limit, shared with every series written about a pod
+
+    def _rows(self, view: ScrapeView) -> bytes:
+        return render_allocation_info(view.snapshot.mapping, view.identities, self._style, self._limit).encode()

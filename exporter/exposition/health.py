@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
-from typing import Dict, Iterable, List, Tuple
+from typing import Callable, Dict, Iterable, List, Tuple
 
 from exporter.core.health import DeviceTaint, combined_status
 from exporter.core.identity import GpuIdentity, GpuKey
 from exporter.core.mapping import Mapping
 from exporter.exposition import families
 from exporter.exposition.labels import device_label_pairs, identities_by_key
+from exporter.exposition.sections import BaseSection, Gauge, ScrapeView
 from exporter.exposition.text import render_label_pairs
 
 DEVICE_HEALTH = families.DEVICE_HEALTH.name
@@ -65,3 +66,19 @@ def _taints_by_device(taints: Iterable[DeviceTaint], by_key: Dict[GpuKey, GpuIde
 def _named(pairs: Pairs) -> Pairs:
     """`pairs` if they name the device by UUID or gpu, else (): a row with neither joins any device."""
     return pairs if any(name in ("UUID", "gpu") for name, _ in pairs) else ()
+
+
+class DeviceHealthSection(BaseSection):
+    """The held devices' health and taints, kept with the rewrite; it owns pod_gpu_exporter_kubernetes_api_up,
+    and is up while the Kubernetes API's watches are healthy."""
+
+    name = "device_health"
+
+    def __init__(self, kubernetes_up: Callable[[], bool]):
+        super().__init__(kubernetes_up)
+
+    def _rows(self, view: ScrapeView) -> bytes:
+        return render_device_health(view.snapshot.mapping, view.identities).encode()
+
+    def gauges(self) -> Iterable[Gauge]:
+        return ((families.KUBERNETES_API_UP, int(bool(self._up()))),)

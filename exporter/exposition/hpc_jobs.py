@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
-from typing import Iterable
+from typing import Callable, Iterable
 
 from exporter.core.hpc_jobs import HpcJobs
 from exporter.core.identity import GpuIdentity, GpuKey
 from exporter.exposition import families
 from exporter.exposition.labels import gpu_label_pairs, identities_by_key
+from exporter.exposition.sections import BaseSection, Gauge, ScrapeView, SectionState
 from exporter.exposition.text import render_label_pairs
 
 HPC_JOB_INFO = families.HPC_JOB_INFO.name
@@ -32,3 +33,29 @@ def render_hpc_jobs(hpc_jobs: HpcJobs, identities: Iterable[GpuIdentity]) -> str
             lines.append(f"{HPC_JOB_INFO}{{{render_label_pairs(pairs)}}} 1\n")
     return "".join(lines) if len(lines) > 1 else ""
 
+
+
+class HpcJobsSection(BaseSection):
+    """The job rows, kept with the rewrite until the jobs change (`current` hands the same value while
+    they do not): read by a source of their own, so served whatever the kubelet does. It owns
+    pod_gpu_exporter_hpc_job_files_skipped."""
+
+    name = "hpc_jobs"
+
+    def __init__(self, current: Callable[[], HpcJobs], state: Callable[[], SectionState]):
+        super().__init__()
+        self._current = current
+        self._source_state = state
+
+    def key(self) -> object:
+        return self._current()
+
+    def _rows(self, view: ScrapeView) -> bytes:
+        return render_hpc_jobs(self._current(), view.identities).encode()
+
+    def gauges(self) -> Iterable[Gauge]:
+        return ((families.HPC_JOB_FILES_SKIPPED, self._current().skipped_files),)
+
+    def state(self) -> SectionState:
+        up, duration = self._source_state()
+        return SectionState(up, duration)
