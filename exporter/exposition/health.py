@@ -10,10 +10,9 @@ from exporter.core.mapping import Mapping
 from exporter.exposition import families
 from exporter.exposition.labels import device_label_pairs, identities_by_key
 from exporter.exposition.sections import BaseSection, Gauge, ScrapeView
-from exporter.exposition.text import render_label_pairs
+from exporter.exposition.rows import label_text, render_family
 
-DEVICE_HEALTH = families.DEVICE_HEALTH.name
-DEVICE_TAINT = families.DEVICE_TAINT.name
+HEALTH, TAINT = families.DEVICE_HEALTH, families.DEVICE_TAINT
 Pairs = Tuple[Tuple[str, str], ...]
 
 
@@ -29,17 +28,10 @@ def render_device_health(mapping: Mapping, identities: Iterable[GpuIdentity]) ->
     if not mapping.health and not mapping.taints:
         return ""
     by_key = identities_by_key(identities)
-    lines: List[str] = []
-    statuses = _statuses_by_device(mapping.health, by_key)
-    if statuses:
-        lines.append(families.DEVICE_HEALTH.header)
-        for pairs, status in sorted(statuses.items()):
-            lines.append(f"{DEVICE_HEALTH}{{{render_label_pairs(pairs + (('status', status),))}}} 1\n")
+    statuses = sorted(_statuses_by_device(mapping.health, by_key).items())
     taints = _taints_by_device(mapping.taints, by_key)
-    if taints:
-        lines.append(families.DEVICE_TAINT.header)
-        lines.extend(f"{DEVICE_TAINT}{{{render_label_pairs(pairs)}}} 1\n" for pairs in taints)
-    return "".join(lines)
+    return (render_family(HEALTH, ((label_text(HEALTH, dict(pairs, status=status)), 1) for pairs, status in statuses))
+            + render_family(TAINT, ((label_text(TAINT, dict(pairs)), 1) for pairs in taints)))
 
 
 def _statuses_by_device(health: Dict[GpuKey, str], by_key: Dict[GpuKey, GpuIdentity]) -> Dict[Pairs, str]:

@@ -9,13 +9,13 @@ from exporter.core.identity import GpuIdentity, GpuKey
 from exporter.exposition import families
 from exporter.exposition.labels import gpu_label_pairs, identities_by_key
 from exporter.exposition.sections import BaseSection, Gauge, ScrapeView, SectionState
-from exporter.exposition.text import render_label_pairs
+from exporter.exposition.rows import label_text, render_family
 
-HPC_JOB_INFO = families.HPC_JOB_INFO.name
+HPC_JOB_INFO = families.HPC_JOB_INFO
 
 
 def render_hpc_jobs(hpc_jobs: HpcJobs, identities: Iterable[GpuIdentity]) -> str:
-    """`pod_gpu_hpc_job_info{UUID,gpu[,GPU_I_ID],hpc_job} 1` per job per device.
+    """`pod_gpu_hpc_job_info{[UUID,]gpu[,GPU_I_ID],hpc_job} 1` per job per device.
 
     dcgm-exporter's own --hpc-job-mapping-dir copies every sample once per job; one row per job instead
     lets PromQL join any series on (gpu, GPU_I_ID) or UUID, at the cost of one series per job. The UUID
@@ -25,13 +25,10 @@ def render_hpc_jobs(hpc_jobs: HpcJobs, identities: Iterable[GpuIdentity]) -> str
     if not hpc_jobs.jobs:
         return ""
     by_key = identities_by_key(identities)
-    lines = [families.HPC_JOB_INFO.header]
-    for job in hpc_jobs.jobs:
-        identity = by_key.get(GpuKey("gpu", job.gpu, job.instance))  # the file is named by dcgm's gpu label
-        if identity is not None:
-            pairs = gpu_label_pairs(identity) + (("hpc_job", job.job),)
-            lines.append(f"{HPC_JOB_INFO}{{{render_label_pairs(pairs)}}} 1\n")
-    return "".join(lines) if len(lines) > 1 else ""
+    found = ((by_key.get(GpuKey("gpu", job.gpu, job.instance)), job.job)  # the file is named by dcgm's gpu label
+             for job in hpc_jobs.jobs)
+    return render_family(HPC_JOB_INFO, ((label_text(HPC_JOB_INFO, dict(gpu_label_pairs(identity), hpc_job=job)), 1)
+                                        for identity, job in found if identity is not None))
 
 
 

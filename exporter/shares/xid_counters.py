@@ -10,10 +10,11 @@ from exporter.base.logs import LogOnce, log
 from exporter.core.identity import GpuIdentity, Owner
 from exporter.core.mapping import EMPTY_MAPPING, Mapping
 from exporter.exposition.families import (CONTAINER_XID_ERRORS, DEVICE_LOST, DEVICE_XID_ERRORS, XID_EVENTS_UP,
-                                          render_status)
+                                          Family, render_status)
 from exporter.exposition.label_limit import LabelLimit
 from exporter.exposition.labels import gpu_label_pairs, render_owner_labels_within
-from exporter.exposition.text import LabelPairs, escape_label_value, render_label_pairs
+from exporter.exposition.rows import label_text, render_family
+from exporter.exposition.text import LabelPairs
 from exporter.sources.nvml.events import EventsStatus, XidEvent
 
 _HolderKey = Tuple[GpuIdentity, Owner, LabelPairs, str]  # device, holder, its extras then, XID
@@ -75,19 +76,12 @@ class XidCounters:
                 self._forget_departed(mapping)
             devices = sorted(self._devices.items())
             holders = sorted((key, int(held[0])) for key, held in self._holders.items())
-        lines: List[str] = []
-        if devices:
-            lines.append(DEVICE_XID_ERRORS.header)
-            lines += [f"{DEVICE_XID_ERRORS.name}{{{_device(gpu)},{_xid(xid)}}} {count}\n"
-                      for (gpu, xid), count in devices]
-        if holders:
-            lines.append(CONTAINER_XID_ERRORS.header)
-            lines += [f"{CONTAINER_XID_ERRORS.name}{{{self._holder(gpu, owner, extras)},{_xid(xid)}}} {count}\n"
-                      for (gpu, owner, extras, xid), count in holders]
-        if status.lost:
-            lines.append(DEVICE_LOST.header)
-            lines += [f"{DEVICE_LOST.name}{{{_device(gpu)}}} 1\n" for gpu in sorted(status.lost)]
-        return ("".join(lines) + render_status([(XID_EVENTS_UP, int(status.up))])).encode()
+        text = (render_family(DEVICE_XID_ERRORS, ((_labels(DEVICE_XID_ERRORS, gpu, xid=xid), count)
+                                                  for (gpu, xid), count in devices))
+                + render_family(CONTAINER_XID_ERRORS, ((self._holder(gpu, owner, extras, xid), count)
+                                                       for (gpu, owner, extras, xid), count in holders))
+                + render_family(DEVICE_LOST, ((_labels(DEVICE_LOST, gpu), 1) for gpu in sorted(status.lost))))
+        return (text + render_status([(XID_EVENTS_UP, int(status.up))])).encode()
 
     def _forget_departed(self, mapping: Mapping) -> None:
         """Marks the series of pods in the mapping seen now; drops those of pods gone past the retention."""
@@ -111,9 +105,10 @@ class XidCounters:
                             "left the longest ago are dropped", most=self._most)
         log("debug", "XID counters dropped past the most kept", dropped=excess, dropped_total=self.dropped_series)
 
-    def _holder(self, gpu: GpuIdentity, owner: Owner, extras: LabelPairs) -> str:
+    def _holder(self, gpu: GpuIdentity, owner: Owner, extras: LabelPairs, xid: str) -> str:
         own = len(gpu_label_pairs(gpu)) + 1  # the device's labels and xid always stay
-        return _device(gpu) + "," + render_owner_labels_within(owner, self._style, extras, self._label_limit, own)
+        owner_text = render_owner_labels_within(owner, self._style, extras, self._label_limit, own)
+        return label_text(CONTAINER_XID_ERRORS, dict(gpu_label_pairs(gpu), xid=xid), owner_text)
 
 
 def holders_of(mapping: Mapping, device: GpuIdentity) -> Tuple[Owner, ...]:
@@ -128,9 +123,5 @@ def holders_of(mapping: Mapping, device: GpuIdentity) -> Tuple[Owner, ...]:
     return tuple(sorted(found))
 
 
-def _device(gpu: GpuIdentity) -> str:
-    return render_label_pairs(gpu_label_pairs(gpu))
-
-
-def _xid(xid: str) -> str:
-    return f'xid="{escape_label_value(xid)}"'
+def _labels(family: Family, gpu: GpuIdentity, **values: str) -> str:
+    return label_text(family, dict(gpu_label_pairs(gpu), **values))
