@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Callable, Dict, Iterable, List, Tuple
 
-from exporter.core.health import DeviceTaint, combined_status
+from exporter.core.health import DEVICE_HEALTH, NO_DEVICE_HEALTH, DeviceTaint, combined_status
 from exporter.core.identity import GpuIdentity, GpuKey
 from exporter.core.mapping import Mapping
 from exporter.exposition import families
@@ -25,11 +25,12 @@ def render_device_health(mapping: Mapping, identities: Iterable[GpuIdentity]) ->
     on the device: a device no sample carried keeps the name its key gives, and one that has neither UUID
     nor gpu (a DRA device known only as "nvidia0") has no row, since it could be told from no other.
     """
-    if not mapping.health and not mapping.taints:
+    health = mapping.annotation(DEVICE_HEALTH, NO_DEVICE_HEALTH)
+    if not health.statuses and not health.taints:
         return ""
     by_key = identities_by_key(identities)
-    statuses = sorted(_statuses_by_device(mapping.health, by_key).items())
-    taints = _taints_by_device(mapping.taints, by_key)
+    statuses = sorted(_statuses_by_device(health.statuses, by_key).items())
+    taints = _taints_by_device(health.taints, by_key)
     return (render_family(HEALTH, ((label_text(HEALTH, dict(pairs, status=status)), 1) for pairs, status in statuses))
             + render_family(TAINT, ((label_text(TAINT, dict(pairs)), 1) for pairs in taints)))
 

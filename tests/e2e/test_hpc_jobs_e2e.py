@@ -33,6 +33,13 @@ def _write_jobs(directory, files):
         (directory / name).write_bytes(content if isinstance(content, bytes) else content.encode())
 
 
+def _job_directory(tmp_path, files):
+    directory = tmp_path / "jobs"
+    directory.mkdir()
+    _write_jobs(directory, files)
+    return directory
+
+
 def _start(tmp_path, kubelet, run_exporter, extra=()):
     dcgm = FakeDcgmExporter(fixture_bytes(A800_MIG)).start()
     kubelet.set_devices([AllocatedDevice("hpc", "slurmd-0", "slurmd", "nvidia.com/gpu", GPU1)])
@@ -108,9 +115,7 @@ def test_a_directory_not_there_yet_serves_no_rows_until_it_is(tmp_path, kubelet,
 def test_jobs_are_served_with_no_kubelet_at_all(tmp_path, socket_dir, run_exporter):
     # The job rows are read by a source of their own: the kubelet, here never there, has no say in them
     # (they were read only after a successful List, and so never served without one).
-    jobs = tmp_path / "jobs"
-    jobs.mkdir()
-    _write_jobs(jobs, {"1": "8001\n"})
+    jobs = _job_directory(tmp_path, {"1": "8001\n"})
     dcgm = FakeDcgmExporter(fixture_bytes(A800_MIG)).start()
     exporter = run_exporter(["--dcgm.url", dcgm.url, "--kubelet.socket", str(socket_dir / "absent.sock"),
                              "--kubernetes.api", "off", "--hpc.job-mapping-dir", str(jobs), *FAST_REFRESH])
@@ -126,9 +131,7 @@ def test_jobs_are_served_with_no_kubelet_at_all(tmp_path, socket_dir, run_export
 def test_jobs_stay_served_once_the_kubelets_mapping_aged_out(tmp_path, kubelet, run_exporter):
     # Seen: 30 s after the kubelet left, with --kubelet.mapping-max-age 5s, the job rows were gone with
     # the mapping they were kept in.
-    jobs = tmp_path / "jobs"
-    jobs.mkdir()
-    _write_jobs(jobs, {"1": "8001\n"})
+    jobs = _job_directory(tmp_path, {"1": "8001\n"})
     dcgm, exporter = _start(jobs, kubelet, run_exporter, extra=["--kubelet.mapping-max-age", "1s"])
     try:
         wait_until(lambda: _served_with(exporter, 'pod="slurmd-0"'), describe="attributed samples")
