@@ -124,6 +124,11 @@ def test_jobs_are_served_with_no_kubelet_at_all(tmp_path, socket_dir, run_export
         assert _job_rows(text) == [f'UUID="{GPU1}",gpu="1",hpc_job="8001"']
         assert "pod_gpu_exporter_kubelet_up 0\n" in text and "pod_gpu_exporter_hpc_job_files_skipped 0\n" in text
         assert_parses(text)
+        # /metrics tells the sections apart: the kubelet's is down, the job directory's up.
+        self_metrics = scrape(exporter, "/metrics").text
+        assert 'pod_gpu_exporter_section_up{section="allocation"} 0.0' in self_metrics
+        assert 'pod_gpu_exporter_section_up{section="hpc_jobs"} 1.0' in self_metrics
+        assert 'pod_gpu_exporter_section_duration_seconds{section="hpc_jobs"}' in self_metrics
     finally:
         dcgm.stop()
 
