@@ -191,14 +191,14 @@ def _start(config: Config, sources: _Sources, core: _Core) -> None:
 
         api_wait = min(config.kubelet_timeout_seconds, API_FIRST_LIST_WAIT_SECONDS)
         before_first = functools.partial(start_and_wait, kubernetes, core.resolve_mig, api_wait)
+    if core.hpc_jobs is not None:  # first: its first reading is quick, and so in the first scrapes' answers
+        core.hpc_jobs.start()
     core.attribution.start(before_first=before_first,
                            first_wait_seconds=api_wait + config.kubelet_timeout_seconds + OPEN_TIMEOUT_SECONDS)
     if core.shares is not None:
         core.shares.start()
     if core.xid_events is not None:
         core.xid_events.start()
-    if core.hpc_jobs is not None:
-        core.hpc_jobs.start()
 
 
 def _announce(config: Config, sources: _Sources, server, on_ready: Optional[Callable[[str], None]]) -> None:

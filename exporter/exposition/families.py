@@ -134,7 +134,8 @@ UNATTRIBUTED_MEMORY = _telemetry(
     labels=_DEVICE + ("reason",), **_SHARE, **_device_first("reason"))
 UNATTRIBUTED_SM = _telemetry(
     "pod_gpu_unattributed_sm_utilization_ratio", "SM utilisation (0-1) of this GPU by processes of none of its "
-    "holders, by reason; with the holders' it adds up to at most 1.", labels=_DEVICE + ("reason",), **_SHARE, **_device_first("reason"))
+    "holders, by reason; with the holders' it adds up to at most 1.", labels=_DEVICE + ("reason",), **_SHARE,
+    **_device_first("reason"))
 UNATTRIBUTED_PROCESSES = _telemetry(
     "pod_gpu_exporter_unattributed_processes", "Processes on this GPU or MIG instance that belong to none of its "
     "holders (host processes, other pods, unseen PIDs).", labels=_DEVICE, **_SHARE, **_device_first())
@@ -156,7 +157,8 @@ UNALLOCATED_MEMORY = _telemetry(
     labels=_DEVICE + OWNER, **_SHARE, **_device_first(*OWNER))
 UNALLOCATED_SM = _telemetry(
     "pod_gpu_unallocated_sm_utilization_ratio", "SM utilisation (0-1) of this GPU by the container's processes "
-    "although the container does not hold it: the named part of reason not_holder.", labels=_DEVICE + OWNER, **_SHARE, **_device_first(*OWNER))
+    "although the container does not hold it: the named part of reason not_holder.", labels=_DEVICE + OWNER,
+    **_SHARE, **_device_first(*OWNER))
 NVML_UP = _telemetry("pod_gpu_exporter_nvml_up", "1 when NVML answered the last per-process refresh "
                      "(--sharing.mode process), else 0.", modes=frozenset({PROCESS_MODE}))
 # What a refresh costs on this node (NVML calls go to the driver): measured, since no benchmark can.
@@ -221,7 +223,8 @@ SECTION_UP = _self("pod_gpu_exporter_section_up", "gauge", "1 when the section's
                    "refresh (allocation: the kubelet; device_health: the Kubernetes API; hpc_jobs: the job directory "
                    "read in time; process_shares, xid_events: NVML), else 0.", ("section",))
 SECTION_DURATION = _self("pod_gpu_exporter_section_duration_seconds", "gauge", "Time the section's last refresh "
-                         "took (for the sections kept with a rewrite, the making of their rows).", ("section",))
+                         "took: its source's last reading, or the making of its rows where it has no source of its "
+                         "own; none for xid_events, which waits for events.", ("section",))
 BUILD_INFO = _self("pod_gpu_exporter_build_info", "gauge", "A constant 1, labelled with the exporter's version and the "
                    "Python version running it.", ("version", "python_version"))
 

@@ -42,9 +42,9 @@ class _BadFile(Exception):
 class HpcJobReader:
     """Reads the whole directory; never raises.
 
-    A bad file (too large, a line too long, not UTF-8, unreadable, not a regular file, one fstat fails on) is skipped as a whole, counted in
-    the reading it was skipped from, and logged once while it stays bad. A missing directory is logged
-    once (a prolog may create it later) and reads as no jobs.
+    A bad file (too large, a line too long, not UTF-8, unreadable, not a regular file, one fstat fails
+    on) is skipped as a whole, counted in the reading it was skipped from, and logged once while it
+    stays bad. A missing directory is logged once (a prolog may create it later) and reads as no jobs.
     """
 
     def __init__(self, options: HpcJobsOptions):
