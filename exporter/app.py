@@ -117,15 +117,9 @@ def _build_core(config: Config, sources: _Sources, nvml: Any = None) -> _Core:
     kubernetes = sources.kubernetes
     resolve_mig = mig_resolver(nvml)
     client = PodResourcesClient(KubeletOptions(config.kubelet_socket, config.kubelet_timeout_seconds))
-    attribution = Attribution(
-        client.list_devices,
-        config.kubelet_refresh_interval_seconds,
-        config.mapping_max_age_seconds,
-        resolve_mig=resolve_mig,
-        describe=config.kubelet_socket,
-        context=kubernetes,
-        offered=OfferedReplicas(client.list_offered),
-    )
+    attribution = Attribution(client.list_devices, config.kubelet_refresh_interval_seconds,
+                              config.mapping_max_age_seconds, resolve_mig=resolve_mig, describe=config.kubelet_socket,
+                              context=kubernetes, offered=OfferedReplicas(client.list_offered))
     # One limit for every series written about a pod, so its count covers them all.
     label_limit = LabelLimit(config.labels_limit)
     shares = process_shares(config, attribution, kubernetes, label_limit, nvml)
