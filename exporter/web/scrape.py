@@ -166,21 +166,21 @@ class Scraper:
         started = time.perf_counter()
         snapshot = self._attribution.current()
         body = self._fetch()
-        malformed = 0
+        malformed, identities = 0, frozenset()
         if body is not None:
             cached = self._rewrite(body, snapshot)
             shared, shared_gzip = (cached.result.text, cached.section_rows), cached.shared_gzip
-            malformed = cached.result.malformed
+            malformed, identities = cached.result.malformed, cached.result.identities
             self._report_content(cached.result)
         else:
             # Without upstream samples there is nothing to join, but allocations are still known.
-            shared = (self._kept_rows(ScrapeView(snapshot, frozenset())),)
+            shared = (self._kept_rows(ScrapeView(snapshot, identities)),)
             shared_gzip = None
         with self._lock:
             self.scrapes += 1
             self.malformed_lines += malformed
         gauges = tuple(gauge for section in self.sections for gauge in section.gauges())
-        view = ScrapeView(snapshot, frozenset(), body is not None, malformed, started, gauges)
+        view = ScrapeView(snapshot, identities, body is not None, malformed, started, gauges)
         own = b"".join(section.render(view) for section in self._per_scrape)
         return ScrapeBody(shared, own, shared_gzip)
 
