@@ -96,6 +96,7 @@ class _Core(NamedTuple):
     shares: Optional[ProcessShares]  # in --sharing.mode process only
     scraper: Scraper
     xid_events: object  # the XID event watcher and its counters (--health.xid-events), or None
+    hpc_jobs: object  # the job-mapping directory's source (--hpc.job-mapping-dir), or None
 
 
 def _build_sources(config: Config) -> _Sources:
@@ -117,35 +118,48 @@ def _build_sources(config: Config) -> _Sources:
 
 
 def _build_core(config: Config, sources: _Sources, nvml: Any = None) -> _Core:
-    """The kubelet refresher, the share refresher and the scraper, wired but not started."""
-    from exporter.shares.xid_events import appended_text
-    from exporter.sources.hpc_jobs import make_hpc_job_reader
+    """The kubelet refresher, the share refresher, the HPC job source and the scraper, wired but not started."""
+    from exporter.sources.hpc_jobs import make_hpc_job_source
     from exporter.sources.kubelet import KubeletOptions, PodResourcesClient
     from exporter.web.scrape import Scraper
 
     lifecycle = sources.kubernetes_lifecycle
     resolve_mig = mig_resolver(nvml)
-    hpc_jobs = make_hpc_job_reader(config.hpc_job_mapping_dir)
     client = PodResourcesClient(KubeletOptions(config.kubelet_socket, config.kubelet_timeout_seconds))
-    attribution = Attribution(
-        client.list_devices,
-        config.kubelet_refresh_interval_seconds,
-        config.mapping_max_age_seconds,
-        resolve_mig=resolve_mig,
-        describe=config.kubelet_socket,
-        context=sources.kubernetes_mapping,
-        offered=OfferedReplicas(client.list_offered),
-        read_hpc_jobs=hpc_jobs.read if hpc_jobs else None,
-    )
+    attribution = Attribution(client.list_devices, config.kubelet_refresh_interval_seconds,
+                              config.mapping_max_age_seconds, resolve_mig=resolve_mig, describe=config.kubelet_socket,
+                              context=sources.kubernetes_mapping, offered=OfferedReplicas(client.list_offered))
     # One limit for every series written about a pod, so its count covers them all.
     label_limit = LabelLimit(config.labels_limit)
     shares = process_shares(config, attribution, sources.pod_index, label_limit, nvml)
     xids = xid_events(config, attribution, label_limit, nvml)
-    scraper = Scraper(sources.dcgm, attribution, config.labels_style,
-                      kubernetes_up=(lambda: lifecycle.up) if lifecycle else None,
-                      process_shares=appended_text(shares, xids),
-                      labels_mode=config.labels_mode, label_limit=label_limit, hpc_jobs=hpc_jobs is not None)
-    return _Core(client, resolve_mig, attribution, shares, scraper, xids)
+    hpc_jobs = make_hpc_job_source(config.hpc_job_mapping_dir, config.kubelet_refresh_interval_seconds)
+    sections = _sections(config, attribution, label_limit, lifecycle, hpc_jobs, shares, xids)
+    scraper = Scraper(sources.dcgm, attribution, config.labels_style, sections,
+                      labels_mode=config.labels_mode, label_limit=label_limit)
+    return _Core(client, resolve_mig, attribution, shares, scraper, xids, hpc_jobs)
+
+
+def _sections(config: Config, attribution: Attribution, label_limit: LabelLimit, kubernetes, hpc_jobs, shares, xids):
+    """The blocks of exporter-owned families, in the order they are written: one line each, those that
+    are off left out (see docs/architecture.md, "Adding a family")."""
+    from exporter.exposition.allocation import AllocationSection
+    from exporter.exposition.health import DeviceHealthSection
+    from exporter.exposition.hpc_jobs import HpcJobsSection
+    from exporter.exposition.sections import StatusSection, TextSection
+
+    def on(source, section):  # a section whose source is off (None) is not registered
+        return None if source is None else section(source)
+
+    registered = [
+        AllocationSection(config.labels_style, label_limit, lambda: attribution.current().kubelet_up),
+        on(kubernetes, lambda api: DeviceHealthSection(lambda: api.up)),
+        on(hpc_jobs, lambda source: HpcJobsSection(source.current, source.state)),
+        StatusSection(),
+        on(shares, lambda source: TextSection("process_shares", source.text, source.state)),
+        on(xids, lambda source: TextSection("xid_events", source.text, source.state)),
+    ]
+    return [section for section in registered if section is not None]
 
 
 def _listen(config: Config, sources: _Sources, core: _Core):
@@ -180,6 +194,8 @@ def _start(config: Config, sources: _Sources, core: _Core) -> None:
 
         api_wait = min(config.kubelet_timeout_seconds, API_FIRST_LIST_WAIT_SECONDS)
         before_first = functools.partial(start_and_wait, lifecycle, core.resolve_mig, api_wait)
+    if core.hpc_jobs is not None:  # first: its first reading is quick, and so in the first scrapes' answers
+        core.hpc_jobs.start()
     core.attribution.start(before_first=before_first,
                            first_wait_seconds=api_wait + config.kubelet_timeout_seconds + OPEN_TIMEOUT_SECONDS)
     if core.shares is not None:
@@ -206,6 +222,8 @@ def _stop(sources: _Sources, core: _Core, server) -> None:
         core.shares.stop(timeout_seconds=0.2)
     if core.xid_events is not None:
         core.xid_events.stop()
+    if core.hpc_jobs is not None:
+        core.hpc_jobs.stop(timeout_seconds=0.2)
     if sources.kubernetes_lifecycle is not None:
         sources.kubernetes_lifecycle.stop()
     core.client.close(wait_seconds=0.3)

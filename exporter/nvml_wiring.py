@@ -39,7 +39,10 @@ def xid_events(config: Config, attribution: Attribution, label_limit: LabelLimit
     from exporter.shares.xid_events import XidEvents
     from exporter.sources.nvml.library import open_nvml
 
-    return XidEvents(functools.partial(open_nvml, nvml), lambda: attribution.current().mapping, config.labels_style, label_limit)
+    # The trusted mapping the shares attribute by: once the kubelet's has aged out it is None, and no
+    # holder is then taken to have left (an aged-out mapping read as empty forgot them all).
+    return XidEvents(functools.partial(open_nvml, nvml), attribution.mapping_in_use, config.labels_style,
+                     label_limit)
 
 
 def mig_resolver(nvml: Any = None):

@@ -22,6 +22,18 @@ class ResourceHealth(NamedTuple):
     health: str  # "Healthy", "Unhealthy" or (DRA only) "Unknown"
 
 
+class DeviceHealth(NamedTuple):
+    """The held devices' health and this node's DRA taints, as one mapping annotation (DEVICE_HEALTH)."""
+
+    statuses: Dict[GpuKey, str] = {}  # GpuKey → healthy/unhealthy/unknown (device_health); never mutated
+    taints: Tuple["DeviceTaint", ...] = ()
+
+
+# The name a Mapping carries DeviceHealth under (Mapping.annotations), built with the List from the API.
+DEVICE_HEALTH = "device_health"
+NO_DEVICE_HEALTH = DeviceHealth()
+
+
 class DeviceTaint(NamedTuple):
     """One taint a DRA driver put on one device of this node's ResourceSlices."""
 

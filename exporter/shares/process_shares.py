@@ -12,6 +12,7 @@ from exporter.core.mapping import Mapping
 from exporter.core.refresher import Refresher
 from exporter.exposition.families import NVML_UP, PROCESS_SHARES_REFRESH_DURATION, render_status
 from exporter.exposition.label_limit import LabelLimit
+from exporter.exposition.sections import SectionState
 from exporter.shares.compute import PodIndex, compute_shares, pod_index
 from exporter.shares.energy import SPLIT
 from exporter.shares.ledger import ShareLedger
@@ -98,6 +99,14 @@ class ProcessShares:
         if rendered is not None:
             status.append((PROCESS_SHARES_REFRESH_DURATION, f"{rendered.duration_seconds:.6f}"))
         return series + render_status(status).encode()
+
+    def state(self) -> SectionState:
+        """Whether NVML answered the last refresh, while it is fresh, and how long that refresh took."""
+        rendered = self._rendered
+        if rendered is None:
+            return SectionState(False, None)
+        return SectionState(rendered.nvml_up and self._clock() - rendered.at <= 2 * self._interval,
+                            rendered.duration_seconds)
 
     def start(self) -> None:
         """Refresh now and then every interval, all on the refresher's thread (NVML's calls on a worker
