@@ -24,10 +24,13 @@ from exporter.mapping_report import print_report
 from exporter.nvml_wiring import mig_resolver, process_shares, xid_events
 
 if TYPE_CHECKING:  # for the annotations only: serve imports these when it runs (see _build_sources)
-    from exporter.shares.process_shares import ProcessShares
+    from exporter.core.mapping import MappingContext
+    from exporter.shares.process_shares import FreshPods, ProcessShares
     from exporter.sources.dcgm.file_source import FileSource
     from exporter.sources.dcgm.http_source import HttpSource
     from exporter.sources.kubelet import PodResourcesClient
+    from exporter.sources.kubernetes.context import KubernetesContext
+    from exporter.sources.kubernetes.roles import KubernetesLifecycle
     from exporter.web.scrape import Scraper
     from exporter.web.webconfig_reload import ReloadingWebConfig
 
@@ -77,7 +80,11 @@ class _Sources(NamedTuple):
 
     web_config: Optional[ReloadingWebConfig]  # None without --web.config.file
     dcgm: Union[HttpSource, FileSource]  # where dcgm-exporter's text comes from
-    kubernetes: object  # the Kubernetes API context (not started), or None when the API is off
+    # The Kubernetes API's roles (not started), each None when the API is off: what the mapping asks,
+    # its watches' lifecycle, and its pod index (for the per-process shares).
+    kubernetes_mapping: Optional[MappingContext]
+    kubernetes_lifecycle: Optional[KubernetesLifecycle]
+    pod_index: Optional[FreshPods]
 
 
 class _Core(NamedTuple):
@@ -89,6 +96,7 @@ class _Core(NamedTuple):
     shares: Optional[ProcessShares]  # in --sharing.mode process only
     scraper: Scraper
     xid_events: object  # the XID event watcher and its counters (--health.xid-events), or None
+    hpc_jobs: object  # the job-mapping directory's source (--hpc.job-mapping-dir), or None
 
 
 def _build_sources(config: Config) -> _Sources:
@@ -104,39 +112,54 @@ def _build_sources(config: Config) -> _Sources:
               HttpSource(DcgmHttpOptions(config.dcgm_endpoint, config.dcgm_timeout_seconds,
                                          config.dcgm_max_body_bytes)))
     kubernetes = _prepare_kubernetes(config)
-    return _Sources(web_config, source, kubernetes)
+    if kubernetes is None:
+        return _Sources(web_config, source, None, None, None)
+    return _Sources(web_config, source, kubernetes.mapping, kubernetes.lifecycle, kubernetes.pod_index)
 
 
 def _build_core(config: Config, sources: _Sources, nvml: Any = None) -> _Core:
-    """The kubelet refresher, the share refresher and the scraper, wired but not started."""
-    from exporter.shares.xid_events import appended_text
-    from exporter.sources.hpc_jobs import make_hpc_job_reader
+    """The kubelet refresher, the share refresher, the HPC job source and the scraper, wired but not started."""
+    from exporter.sources.hpc_jobs import make_hpc_job_source
     from exporter.sources.kubelet import KubeletOptions, PodResourcesClient
     from exporter.web.scrape import Scraper
 
-    kubernetes = sources.kubernetes
+    lifecycle = sources.kubernetes_lifecycle
     resolve_mig = mig_resolver(nvml)
-    hpc_jobs = make_hpc_job_reader(config.hpc_job_mapping_dir)
     client = PodResourcesClient(KubeletOptions(config.kubelet_socket, config.kubelet_timeout_seconds))
-    attribution = Attribution(
-        client.list_devices,
-        config.kubelet_refresh_interval_seconds,
-        config.mapping_max_age_seconds,
-        resolve_mig=resolve_mig,
-        describe=config.kubelet_socket,
-        context=kubernetes,
-        offered=OfferedReplicas(client.list_offered),
-        read_hpc_jobs=hpc_jobs.read if hpc_jobs else None,
-    )
+    attribution = Attribution(client.list_devices, config.kubelet_refresh_interval_seconds,
+                              config.mapping_max_age_seconds, resolve_mig=resolve_mig, describe=config.kubelet_socket,
+                              context=sources.kubernetes_mapping, offered=OfferedReplicas(client.list_offered))
     # One limit for every series written about a pod, so its count covers them all.
     label_limit = LabelLimit(config.labels_limit)
-    shares = process_shares(config, attribution, kubernetes, label_limit, nvml)
+    shares = process_shares(config, attribution, sources.pod_index, label_limit, nvml)
     xids = xid_events(config, attribution, label_limit, nvml)
-    scraper = Scraper(sources.dcgm, attribution, config.labels_style,
-                      kubernetes_up=(lambda: kubernetes.up) if kubernetes else None,
-                      process_shares=appended_text(shares, xids),
-                      labels_mode=config.labels_mode, label_limit=label_limit, hpc_jobs=hpc_jobs is not None)
-    return _Core(client, resolve_mig, attribution, shares, scraper, xids)
+    hpc_jobs = make_hpc_job_source(config.hpc_job_mapping_dir, config.kubelet_refresh_interval_seconds)
+    sections = _sections(config, attribution, label_limit, lifecycle, hpc_jobs, shares, xids)
+    scraper = Scraper(sources.dcgm, attribution, config.labels_style, sections,
+                      labels_mode=config.labels_mode, label_limit=label_limit)
+    return _Core(client, resolve_mig, attribution, shares, scraper, xids, hpc_jobs)
+
+
+def _sections(config: Config, attribution: Attribution, label_limit: LabelLimit, kubernetes, hpc_jobs, shares, xids):
+    """The blocks of exporter-owned families, in the order they are written: one line each, those that
+    are off left out (see docs/architecture.md, "Adding a family")."""
+    from exporter.exposition.allocation import AllocationSection
+    from exporter.exposition.health import DeviceHealthSection
+    from exporter.exposition.hpc_jobs import HpcJobsSection
+    from exporter.exposition.sections import StatusSection, TextSection
+
+    def on(source, section):  # a section whose source is off (None) is not registered
+        return None if source is None else section(source)
+
+    registered = [
+        AllocationSection(config.labels_style, label_limit, lambda: attribution.current().kubelet_up),
+        on(kubernetes, lambda api: DeviceHealthSection(lambda: api.up)),
+        on(hpc_jobs, lambda source: HpcJobsSection(source.current, source.state)),
+        StatusSection(),
+        on(shares, lambda source: TextSection("process_shares", source.text, source.state)),
+        on(xids, lambda source: TextSection("xid_events", source.text, source.state)),
+    ]
+    return [section for section in registered if section is not None]
 
 
 def _listen(config: Config, sources: _Sources, core: _Core):
@@ -145,9 +168,9 @@ def _listen(config: Config, sources: _Sources, core: _Core):
     from exporter.web.service import App
 
     web_config = sources.web_config
-    kubernetes = sources.kubernetes
+    lifecycle = sources.kubernetes_lifecycle
     app = App(core.scraper, core.attribution, config.telemetry_path, web_config,
-              kubernetes_status=kubernetes.status if kubernetes else None)
+              kubernetes_status=lifecycle.status if lifecycle else None)
     try:
         return ExporterHTTPServer.listen(config.listen_host, config.listen_port, app,
                                          web_config.current().ssl_context() if web_config else None)
@@ -164,13 +187,15 @@ def _start(config: Config, sources: _Sources, core: _Core) -> None:
     # the refresher's thread (so that the first mapping carries its labels; an API slower than that
     # adds them at a later refresh), and scrapes that come before the first mapping wait for it, at
     # most as long as it can take.
-    kubernetes = sources.kubernetes
+    lifecycle = sources.kubernetes_lifecycle
     before_first, api_wait = None, 0.0
-    if kubernetes is not None:
+    if lifecycle is not None:
         from exporter.sources.kubernetes.startup import start_and_wait
 
         api_wait = min(config.kubelet_timeout_seconds, API_FIRST_LIST_WAIT_SECONDS)
-        before_first = functools.partial(start_and_wait, kubernetes, core.resolve_mig, api_wait)
+        before_first = functools.partial(start_and_wait, lifecycle, core.resolve_mig, api_wait)
+    if core.hpc_jobs is not None:  # first: its first reading is quick, and so in the first scrapes' answers
+        core.hpc_jobs.start()
     core.attribution.start(before_first=before_first,
                            first_wait_seconds=api_wait + config.kubelet_timeout_seconds + OPEN_TIMEOUT_SECONDS)
     if core.shares is not None:
@@ -197,8 +222,10 @@ def _stop(sources: _Sources, core: _Core, server) -> None:
         core.shares.stop(timeout_seconds=0.2)
     if core.xid_events is not None:
         core.xid_events.stop()
-    if sources.kubernetes is not None:
-        sources.kubernetes.stop()
+    if core.hpc_jobs is not None:
+        core.hpc_jobs.stop(timeout_seconds=0.2)
+    if sources.kubernetes_lifecycle is not None:
+        sources.kubernetes_lifecycle.stop()
     core.client.close(wait_seconds=0.3)
     server.server_close()
 
@@ -223,11 +250,10 @@ def _load_web_config(path: Optional[str]):
     return ReloadingWebConfig(path, load_web_config(path))
 
 
-def _prepare_kubernetes(config: Config):
+def _prepare_kubernetes(config: Config) -> Optional[KubernetesContext]:
     """The Kubernetes API context (not started), or None when --kubernetes.api is off or finds no config."""
     # The source loads lightkube only when a client is made: with the API off, importing it costs
     # nothing, and its one check also warns about --labels.* that cannot act.
-    from exporter.sources.kubernetes.labels import label_spec
     from exporter.sources.kubernetes.options import KubernetesOptions
     from exporter.sources.kubernetes.startup import prepare_kubernetes
 
@@ -235,7 +261,7 @@ def _prepare_kubernetes(config: Config):
         api=config.kubernetes_api,
         kubeconfig=config.kubernetes_kubeconfig,
         node_name=config.kubernetes_node_name,
-        labels=label_spec(config.labels_extra, config.labels_pod_labels, config.labels_pod_annotations),
+        labels=config.label_spec,
         grace_seconds=config.mapping_max_age_seconds,
         watch_silence_seconds=config.kubernetes_watch_silence_seconds,
     ))
@@ -277,11 +303,11 @@ def print_mapping(config: Config) -> int:
     if kubernetes is not None:
         from exporter.sources.kubernetes.startup import start_and_wait
 
-        start_and_wait(kubernetes, resolve_mig, config.kubelet_timeout_seconds, slices=True)
+        start_and_wait(kubernetes.lifecycle, resolve_mig, config.kubelet_timeout_seconds, slices=True)
     # The same core function as the refresher's, so `mapping` shows what `serve` attributes.
-    mapping = build_mapping(devices, resolve_mig, kubernetes)
+    mapping = build_mapping(devices, resolve_mig, kubernetes.mapping if kubernetes else None)
     if kubernetes is not None:
-        kubernetes.stop()
+        kubernetes.lifecycle.stop()
     try:
         print_report(client.api_version, mapping, config.output, with_labels=kubernetes is not None)
         sys.stdout.flush()

@@ -12,6 +12,7 @@ _OWN_KUBELET = "the demo runs its own simulated kubelet; leave out `demo` to ser
 _OWN_DCGM = "the demo runs its own simulated dcgm-exporter; leave out `demo` to serve a real node"
 _NO_API = "the demo runs its own simulated API server for its simulated pods"
 _OWN_EXTRA_LABELS = "the demo adds the queue labels of its simulated pods itself"
+_OWN_HPC_JOBS = "the demo writes its own job-mapping folder, for its simulated Slurm job, and removes it at exit"
 _MAPPING_ONLY = "it only shapes the output of `mapping`"
 _DEMO_ONLY = "only `demo` simulates NVML"
 _SIMULATED_NVML = "the demo sets it with --demo.nvml: on simulates NVML and /proc for process mode, off serves devices only"
@@ -19,7 +20,7 @@ _UNUSED_BY = {
     "demo": {"kubelet_socket": _OWN_KUBELET, "dcgm_url": _OWN_DCGM, "dcgm_file": _OWN_DCGM,
              **dict.fromkeys(("kubernetes_api", "kubernetes_kubeconfig", "kubernetes_node_name",
                               "kubernetes_watch_silence_seconds", "labels_pod_labels", "labels_pod_annotations"), _NO_API),
-             "labels_extra": _OWN_EXTRA_LABELS,
+             "labels_extra": _OWN_EXTRA_LABELS, "hpc_job_mapping_dir": _OWN_HPC_JOBS,
              **dict.fromkeys(("sharing_mode", "sharing_proc_root", "health_xid_events"), _SIMULATED_NVML),
              "output": _MAPPING_ONLY},
     "serve": {"output": _MAPPING_ONLY, "demo_nvml": _DEMO_ONLY},

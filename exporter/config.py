@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import os
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Mapping, Optional, Sequence, Tuple
 from urllib.parse import unquote, urlsplit
 
@@ -19,7 +19,7 @@ from exporter.shares.energy import IDLE_POLICIES
 from exporter.sources.dcgm import DEFAULT_MAX_BODY_BYTES, redact_url
 from exporter.sources.dcgm.file_source import SETTLE_SECONDS
 from exporter.sources.dcgm.options import DcgmEndpoint
-from exporter.sources.kubernetes.labels import compile_key_pattern, extra_choices
+from exporter.sources.kubernetes.labels import LabelSpec, compile_key_pattern, extra_choices, label_spec
 from exporter.web.routes import BUILT_IN_PATHS
 
 COMMANDS = ("serve", "demo", "mapping")
@@ -66,16 +66,23 @@ class Config:
     log_format: str = "logfmt"
     output: str = "table"
     demo_nvml: str = "on"
+    # Parsed once, here, from the fields above (also when dataclasses.replace makes a new Config): no source
+    # parses a flag after start-up.
+    label_spec: LabelSpec = field(init=False, repr=False, compare=False)  # --labels.extra/pod-labels/pod-annotations
+    dcgm_endpoint: Optional[DcgmEndpoint] = field(init=False, repr=False, compare=False)  # where serve fetches
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "label_spec",
+                           label_spec(self.labels_extra, self.labels_pod_labels, self.labels_pod_annotations))
+        # Only where it is fetched from: `mapping` never does and `demo` serves its own, so neither is refused
+        # over a serving container's environment; a textfile replaces it.
+        fetched = self.command == "serve" and not self.dcgm_file
+        object.__setattr__(self, "dcgm_endpoint", parse_dcgm_url(self.dcgm_url) if fetched else None)
 
     @property
     def listen_address(self) -> str:
         host = f"[{self.listen_host}]" if ":" in self.listen_host else self.listen_host
         return f"{host}:{self.listen_port}"
-
-    @property
-    def dcgm_endpoint(self) -> DcgmEndpoint:
-        """--dcgm.url in its parts, for HttpSource (parse_config has checked it)."""
-        return parse_dcgm_url(self.dcgm_url)
 
 
 # (flag, Config field, kind, help). Defaults come from Config so there is one source of truth.
@@ -108,7 +115,7 @@ _FLAGS: Tuple[Tuple[str, str, str, str], ...] = (
     ("--health.xid-events", "health_xid_events", XID_EVENTS_CHOICES, "Count NVML's XID error events per GPU and per holding container (needs NVML): auto = in --sharing.mode process; on; off."),
     ("--log.level", "log_level", LOG_LEVELS, "Only log messages at or above this level."),
     ("--log.format", "log_format", LOG_FORMATS, "Log line format."),
-    ("--demo.nvml", "demo_nvml", DEMO_NVML_CHOICES, "`demo` only: on = its node also simulates NVML, the host's processes and XIDs, and serves --sharing.mode process; off = device-level samples only."),
+    ("--demo.nvml", "demo_nvml", DEMO_NVML_CHOICES, "`demo` only: on = its node also simulates NVML, the host's processes, XIDs and a lost GPU, and serves --sharing.mode process; off = device-level samples only."),
 )
 
 # Defaults decided at run time, where the Config field's own default (None) would read "none".
@@ -249,22 +256,14 @@ def parse_config(argv: Sequence[str], environ: Mapping[str, str]) -> Config:
         values["output"] = args.output
     _check_proc_root(args.command, values)
     _check_hpc_job_mapping_dir(values)
-    _check_dcgm_endpoint(args.command, values)
     if args.command == "demo":
         values = {**_DEMO_DEFAULTS, **values}
-    return Config(**values)
+    return Config(**values)  # which parses the label spec and --dcgm.url's parts (ConfigError: no host, bad port)
 
 
 # A newcomer's demo stays on this machine unless --web.listen-address says otherwise, and
 # refreshes often enough for changes to show quickly.
 _DEMO_DEFAULTS = {"listen_host": "127.0.0.1", "kubelet_refresh_interval_seconds": 2.0}
-
-
-def _check_dcgm_endpoint(command: str, values: Mapping[str, object]) -> None:
-    """--dcgm.url's host and port, where `serve` fetches from it: `mapping` never does, and `demo` serves
-    its own simulated dcgm-exporter, so neither is refused over a serving container's environment."""
-    if command == "serve" and not values.get("dcgm_file"):
-        parse_dcgm_url(values.get("dcgm_url", Config.dcgm_url))
 
 
 def _check_hpc_job_mapping_dir(values: Mapping[str, object]) -> None:

@@ -6,15 +6,20 @@ Each takes `nvml`, a binding to use instead of pynvml: the demo passes its simul
 from __future__ import annotations
 
 import functools
-from typing import Any
+from typing import TYPE_CHECKING, Any, Optional
 
 from exporter.config import Config
 from exporter.core.attribution import Attribution
 from exporter.exposition.label_limit import LabelLimit
 
+if TYPE_CHECKING:  # imported by process_shares when --sharing.mode process asks for it
+    from exporter.shares.process_shares import FreshPods
 
-def process_shares(config: Config, attribution: Attribution, kubernetes, label_limit: LabelLimit, nvml: Any = None):
-    """The per-process share refresher for --sharing.mode process, else None."""
+
+def process_shares(config: Config, attribution: Attribution, pods: Optional[FreshPods], label_limit: LabelLimit,
+                   nvml: Any = None):
+    """The per-process share refresher for --sharing.mode process, else None. `pods`: the Kubernetes
+    source's pod index (None with the API off)."""
     if config.sharing_mode != "process":
         return None
     from exporter.shares.process_shares import ProcessShares, ProcessSharesOptions, pod_index_source
@@ -23,7 +28,7 @@ def process_shares(config: Config, attribution: Attribution, kubernetes, label_l
     options = ProcessSharesOptions(config.sharing_proc_root, config.kubelet_refresh_interval_seconds,
                                    config.labels_style, config.energy_idle_policy)
     return ProcessShares(options, functools.partial(open_nvml, nvml), attribution.mapping_in_use,
-                         pod_index_source(kubernetes), label_limit=label_limit)
+                         pod_index_source(pods), label_limit=label_limit)
 
 
 def xid_events(config: Config, attribution: Attribution, label_limit: LabelLimit, nvml: Any = None):
@@ -34,7 +39,10 @@ def xid_events(config: Config, attribution: Attribution, label_limit: LabelLimit
     from exporter.shares.xid_events import XidEvents
     from exporter.sources.nvml.library import open_nvml
 
-    return XidEvents(functools.partial(open_nvml, nvml), lambda: attribution.current().mapping, config.labels_style, label_limit)
+    # The trusted mapping the shares attribute by: once the kubelet's has aged out it is None, and no
+    # holder is then taken to have left (an aged-out mapping read as empty forgot them all).
+    return XidEvents(functools.partial(open_nvml, nvml), attribution.mapping_in_use, config.labels_style,
+                     label_limit)
 
 
 def mig_resolver(nvml: Any = None):

@@ -34,8 +34,9 @@ class BoundedRunner:
     warn, the later ones at debug (the caller's own failure reporting says the rest).
     """
 
-    def __init__(self, name: str, timeout_seconds: float, what: str) -> None:
+    def __init__(self, name: str, timeout_seconds: float, what: str, counted: bool = True) -> None:
         self.name = name
+        self._counted = counted  # in timeouts_total (pod_gpu_exporter_nvml_timeouts_total): NVML's runners only
         self.timeout_seconds = timeout_seconds
         self._what = what  # for the log line: what the stuck call was doing
         self._lock = threading.Lock()
@@ -72,8 +73,9 @@ class BoundedRunner:
 
     def _count_timeout(self, why: str) -> None:
         global _all_timeouts
-        with _all_lock:
-            _all_timeouts += 1
+        if self._counted:
+            with _all_lock:
+                _all_timeouts += 1
         with self._lock:
             self.timeouts += 1
             first = self.timeouts == 1

@@ -2,14 +2,13 @@
 
 from __future__ import annotations
 
-import dataclasses
 import threading
 import time
 from typing import Callable, NamedTuple, Optional, Sequence
 
 from exporter.base.errors import KubeletError
 from exporter.base.logs import DependencyReporter, LogOnce, log
-from exporter.core.hpc_jobs import HpcJobs
+from exporter.core.allocated import OFFERED
 from exporter.core.identity import MigResolver
 from exporter.core.mapping import EMPTY_MAPPING, DeviceLike, Mapping, MappingContext, build_mapping
 from exporter.core.refresher import Refresher
@@ -42,14 +41,12 @@ class Attribution:
         describe: str = "kubelet",
         context: Optional[MappingContext] = None,
         offered: Optional[Callable[[list], Optional[dict]]] = None,
-        read_hpc_jobs: Optional[Callable[[], HpcJobs]] = None,
     ):
         self._list_devices = list_devices
         self._max_age = max_age_seconds
         self._resolve_mig = resolve_mig
         self._context = context  # the Kubernetes API's DRA keys and extra labels, when it is in use
         self._offered = offered  # devices → the replicas offered per shared GPU (core.offered)
-        self._read_hpc_jobs = read_hpc_jobs  # the job-mapping directory's jobs, read with every List
         self._clock = clock
         self._reporter = DependencyReporter("kubelet")
         self._describe = describe
@@ -77,7 +74,6 @@ class Attribution:
             else:
                 mapping = build_mapping(devices, self._resolve_mig, self._context, offered)
                 self._built_from = devices
-            mapping = self._with_hpc_jobs(mapping)
         except KubeletError as exc:
             if self._refresher.stopping:
                 return False  # cut short by shutting down: not the kubelet's failure
@@ -87,8 +83,7 @@ class Attribution:
             self._reporter.failed(exc.reason, str(exc), socket=self._describe)
             return False
         with self._lock:
-            previous = self._mapping
-            changed = mapping != previous
+            changed = mapping != self._mapping
             if not changed:
                 # Keep the installed object: scrape caches are keyed on its identity, and nearly every
                 # refresh lists exactly what the last one did.
@@ -96,15 +91,9 @@ class Attribution:
             self._mapping, self._listed_at, self._up = mapping, self._clock(), True
         self._expired_log.forget("expired")
         self._reporter.succeeded(f"{self._describe} answering again")
-        if changed and dataclasses.replace(mapping, hpc_jobs=previous.hpc_jobs) != previous:
-            self._log_mapping(mapping)  # the holders changed, not only the HPC jobs
+        if changed:
+            self._log_mapping(mapping)
         return True
-
-    def _with_hpc_jobs(self, mapping: Mapping) -> Mapping:
-        if self._read_hpc_jobs is None:
-            return mapping
-        jobs = self._read_hpc_jobs()
-        return mapping if jobs == mapping.hpc_jobs else dataclasses.replace(mapping, hpc_jobs=jobs)
 
     def _unchanged(self, devices: tuple, offered: Optional[dict]) -> bool:
         """Whether `devices` equal those the installed mapping was built from, so that building it again
@@ -114,7 +103,7 @@ class Attribution:
         device when the lister hands back the very devices again (the kubelet client does, for an
         unchanged answer)."""
         return (self._context is None and not self._mapping.unresolved and self._up
-                and (offered or {}) == self._mapping.offered and devices == self._built_from)
+                and (offered or {}) == self._mapping.annotation(OFFERED, {}) and devices == self._built_from)
 
     def current(self) -> Snapshot:
         with self._lock:

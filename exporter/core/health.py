@@ -22,6 +22,18 @@ class ResourceHealth(NamedTuple):
     health: str  # "Healthy", "Unhealthy" or (DRA only) "Unknown"
 
 
+class DeviceHealth(NamedTuple):
+    """The held devices' health and this node's DRA taints, as one mapping annotation (DEVICE_HEALTH)."""
+
+    statuses: Dict[GpuKey, str] = {}  # GpuKey → healthy/unhealthy/unknown (device_health); never mutated
+    taints: Tuple["DeviceTaint", ...] = ()
+
+
+# The name a Mapping carries DeviceHealth under (Mapping.annotations), built with the List from the API.
+DEVICE_HEALTH = "device_health"
+NO_DEVICE_HEALTH = DeviceHealth()
+
+
 class DeviceTaint(NamedTuple):
     """One taint a DRA driver put on one device of this node's ResourceSlices."""
 
@@ -48,9 +60,8 @@ def resource_ids(device) -> Tuple[str, ...]:
     if not device.dra:
         return (device.device_id,)
     # The kubelet writes the device's first CDI ID when the driver gave any, else driver/pool/device.
-    # sources.kubelet.AllocatedDevice carries the CDI ID; a DeviceLike without one is matched by the latter.
-    cdi_id = getattr(device, "cdi_id", "")
-    return (f"{device.resource}/{device.pool}/{device.device_id}",) + ((cdi_id,) if cdi_id else ())
+    by_name = f"{device.resource}/{device.pool}/{device.device_id}"
+    return (by_name, device.cdi_id) if device.cdi_id else (by_name,)
 
 
 def _names(report: ResourceHealth, device) -> bool:

@@ -7,8 +7,8 @@ from dataclasses import dataclass, field
 from typing import Dict, Iterable, List, NamedTuple, Optional, Protocol, Set, Tuple
 
 from exporter.core.device_ids import is_gpu_device, key_for_device
-from exporter.core.health import DeviceTaint, ResourceHealth, device_health
-from exporter.core.hpc_jobs import NO_HPC_JOBS, HpcJobs
+from exporter.core.allocated import OFFERED
+from exporter.core.health import DEVICE_HEALTH, DeviceHealth, DeviceTaint, ResourceHealth, device_health
 from exporter.core.identity import GpuIdentity, GpuKey, MigResolver, Owner
 
 
@@ -23,6 +23,7 @@ class DeviceLike(Protocol):
     dra: bool
     claim: str  # DRA only: "<claim namespace>/<claim name>" ("" otherwise)
     pool: str  # DRA only: the ResourceSlice pool of the device ("" otherwise)
+    cdi_id: str  # DRA only: the first CDI device ID, which pod status may name it by ("" when none)
 
 
 class DraResolution(NamedTuple):
@@ -82,15 +83,14 @@ class Mapping:
     # (namespace, pod) → ((name, value), …): labels written after the owner labels (--labels.*, from
     # the Kubernetes API), values unescaped; empty without it, so the output is the kubelet-only one.
     extra_labels: dict = field(default_factory=dict)
-    # (resource, GPU) → the time-slicing replicas the kubelet offers for it (GetAllocatableResources);
-    # empty when unknown, and then a shared GPU is split among the replicas held.
-    offered: dict = field(default_factory=dict)
-    # The HPC jobs on each GPU (--hpc.job-mapping-dir), read on the same refresh as the List.
-    hpc_jobs: HpcJobs = NO_HPC_JOBS
-    # GpuKey → "healthy", "unhealthy" or "unknown" from the holders' pod status, and the taints on this
-    # node's DRA devices: empty without the Kubernetes API.
-    health: dict = field(default_factory=dict)
-    taints: Tuple[DeviceTaint, ...] = ()
+    # What else the refresh learnt with this List, by name, for whichever section reads it (e.g.
+    # core.allocated.OFFERED, core.health.DEVICE_HEALTH); immutable values, compared by value, so that
+    # a refresh that learns the same gives an equal mapping. Empty without them.
+    annotations: dict = field(default_factory=dict)
+
+    def annotation(self, name: str, default=None):
+        """The value annotated under `name`, or `default` when this refresh learnt none."""
+        return self.annotations.get(name, default)
 
     def owners_for(self, key: GpuKey) -> tuple:
         return self.owners.get(key, ())
@@ -112,7 +112,8 @@ def build_mapping(devices: Iterable[DeviceLike], resolve_mig: MigResolver | None
     refresher and the `mapping` command both call it.
     """
     if offered:
-        return dataclasses.replace(build_mapping(devices, resolve_mig, context), offered=dict(offered))
+        mapping = build_mapping(devices, resolve_mig, context)
+        return dataclasses.replace(mapping, annotations={**mapping.annotations, OFFERED: dict(offered)})
     if context is None:
         return _group(devices, resolve_mig, None)
     devices = list(devices)
@@ -123,10 +124,11 @@ def build_mapping(devices: Iterable[DeviceLike], resolve_mig: MigResolver | None
     mapping = _group(devices, resolve_mig, context)
     context.retain_claims(devices)
     pods = sorted({(a.owner.namespace, a.owner.pod) for a in mapping.allocations})
-    return dataclasses.replace(
-        mapping, extra_labels=context.extra_labels_for(pods),
-        health=device_health(devices, mapping.allocations, context.resource_health_for(pods)),
-        taints=context.device_taints())
+    health = DeviceHealth(device_health(devices, mapping.allocations, context.resource_health_for(pods)),
+                          context.device_taints())
+    # Annotated only when there is any: a cluster with nothing to say gives the kubelet-only mapping.
+    return dataclasses.replace(mapping, extra_labels=context.extra_labels_for(pods),
+                               annotations={DEVICE_HEALTH: health} if any(health) else {})
 
 
 def _group(devices: Iterable[DeviceLike], resolve_mig: MigResolver | None,

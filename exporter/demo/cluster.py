@@ -1,4 +1,4 @@
-"""The demo node as the exporter finds it beyond the kubelet: its pods on an API server, and its processes under a /proc tree."""
+"""The demo node beyond the kubelet: its pods on an API server, its processes under /proc, its Slurm job's mapping file."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ from pathlib import Path
 
 from exporter.demo.kube_api import FakeKubeApi
 from exporter.demo.kube_objects import make_pod, write_kubeconfig
-from exporter.demo.workload import (CLUSTER_QUEUE, DRA_DRIVER, DRA_GPU, DRA_TAINT, NODE_NAME,
+from exporter.demo.workload import (CLUSTER_QUEUE, DRA_DRIVER, DRA_GPU, DRA_TAINT, HPC_JOBS, NODE_NAME,
                                     SIMULATED_PODS, SIMULATED_PROCESSES, SimulatedPod, gpu_uuid, pod_named)
 
 # resource.k8s.io/v1 (Kubernetes 1.34 and later) carries the ResourceSlice of NVIDIA's DRA driver.
@@ -105,3 +105,11 @@ def write_proc_tree(root: Path) -> None:
         folder = root / str(process.pid)
         folder.mkdir(parents=True, exist_ok=True)
         (folder / "cgroup").write_text(f"0::{path}\n")
+
+
+def write_hpc_job_files(folder: Path) -> None:
+    """<folder>/<gpu> for every GPU a Slurm job was given, one job ID per line, as a job prolog writes them
+    for dcgm-exporter's --hpc-job-mapping-dir: what --hpc.job-mapping-dir reads."""
+    folder.mkdir(parents=True, exist_ok=True)
+    for gpu, jobs in HPC_JOBS.items():
+        (folder / str(gpu)).write_text("".join(f"{job}\n" for job in jobs))

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from urllib.parse import urlsplit
 
-from exporter.demo.workload import CLUSTER_QUEUE, DRA_TAINT, LOCAL_QUEUE, UNHEALTHY_GPU
+from exporter.demo.nvml import LOST_AFTER_SECONDS, XID_FALLEN_OFF_THE_BUS
+from exporter.demo.workload import CLUSTER_QUEUE, DRA_GPU, DRA_TAINT, HPC_JOBS, LOCAL_QUEUE, UNHEALTHY_GPU
 
 # Three questions the per-process series answer and device-level metrics cannot.
 QUERIES = (
@@ -35,7 +36,7 @@ Simulated: a kubelet PodResources gRPC server on {socket_path},
   GPU 2     inference/llm-server-a + inference/llm-server-b  (nvidia.com/gpu.shared, time-sliced;
             llm-server-a holds two replicas and still gets one series per sample{_GPU2_PROCESSES if nvml else ")"}
   GPU 3     idle: its samples pass unchanged, without owner labels; NVIDIA's DRA driver publishes
-            it in a ResourceSlice, tainted {DRA_TAINT["key"]} (pod_gpu_device_taint){_NOTEBOOK if nvml else ""}
+            it in a ResourceSlice, tainted {DRA_TAINT["key"]} (pod_gpu_device_taint); {_HPC_JOB}{_LOST if nvml else ""}{_NOTEBOOK if nvml else ""}
 {_QUERIES_TEXT.format(url=url) if nvml else _WITHOUT_NVML}
 The table the exporter works from, as `mapping` prints it on a real node; from another terminal:
   {mapping}
@@ -47,6 +48,10 @@ _NVML_PARTS = (", and NVML's per-process view of the GPUs with the host's /proc\
                "           (so it serves --sharing.mode process; --demo.nvml off leaves that out)")
 _GPU2_PROCESSES = (";\n            llm-server-b holds its replica but runs nothing on it; a host service uses GPU 2 too,\n"
                    "            and it reports an XID now and then)")
+_HPC_JOB = (f"Slurm\n            job {', '.join(HPC_JOBS[DRA_GPU])} is given it, as its file in the demo's job-mapping folder "
+            "says (pod_gpu_hpc_job_info)")
+_LOST = (f";\n            about {LOST_AFTER_SECONDS:g} s in it falls off the bus (XID {XID_FALLEN_OFF_THE_BUS}) and NVML "
+         "reports it lost (pod_gpu_device_lost)")
 _NOTEBOOK = "\n  research/notebook-7 holds no GPU, yet its process runs on GPU 0"
 _QUERIES_TEXT = "\nWorth pasting into Prometheus once it scrapes {url}:\n" + "\n".join(
     f"  # {what}\n  {query}" for what, query in QUERIES) + "\n"

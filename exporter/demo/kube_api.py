@@ -1,13 +1,13 @@
 """A Kubernetes API server on loopback speaking the real REST + watch protocol: the demo's, and the core of the tests' fake.
 
 Lists are JSON with metadata.resourceVersion (paged with limit/continue); `?watch=1` streams
-newline-delimited events (ADDED, MODIFIED, DELETED, BOOKMARK, ERROR) over chunked HTTP/1.1; a watch
-from a compacted version gets 410 Gone (an ERROR event with a Status object); `fieldSelector=
+newline-delimited events (ADDED, MODIFIED, DELETED, BOOKMARK) over chunked HTTP/1.1; `fieldSelector=
 spec.nodeName=X` filters. Discovery (`/api/v1`, `/apis/<group>/<version>`) lists the kinds served;
 a group/version not served answers 404, as on a cluster without it. A get with
 `Accept: …;as=PartialObjectMetadata;g=meta.k8s.io;v=v1` is answered with the metadata alone.
 
-Tests add faults through the hooks `_admit`, `_answer_get`, `_answer_watch` and `_watch_bookmarks`.
+`_answer_watch` is told of every watch before its first event (the demo learns so that the exporter
+watches its pods); `handler` is the request handler class (kube_api_http.KubeApiHandler).
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ import uuid
 from http.server import ThreadingHTTPServer
 from typing import Dict, List, Optional, Tuple
 
-from exporter.demo.kube_api_http import MAX_WATCH_SECONDS, handler_class, status_object
+from exporter.demo.kube_api_http import MAX_WATCH_SECONDS, KubeApiHandler, handler_class
 from exporter.demo.kube_objects import BUILT_IN_KINDS, owner_reference
 
 BOOKMARK_INTERVAL_SECONDS = 1.0
@@ -28,7 +28,7 @@ BOOKMARK_INTERVAL_SECONDS = 1.0
 class FakeKubeApi:
     """Objects by (api version path, plural) → {(namespace, name): object}; one resourceVersion counter."""
 
-    gone_as_http = False  # the tests' fake may answer a watch from a compacted version with HTTP 410
+    handler = KubeApiHandler
 
     def __init__(self, served_versions=("v1", "apps/v1", "batch/v1", "resource.k8s.io/v1")):
         self.served = set(served_versions)
@@ -37,7 +37,6 @@ class FakeKubeApi:
         self._objects: Dict[Tuple[str, str], Dict[Tuple[str, str], dict]] = {}
         self._events: List[Tuple[int, str, str, dict]] = []  # (rv, group path + plural, type, object)
         self._version = 1
-        self._compacted = 0  # watches from a version below this get 410 Gone
         self._generation = 0  # bumped to end every open watch
         self._server: Optional[ThreadingHTTPServer] = None
         self._stopped = False
@@ -45,7 +44,7 @@ class FakeKubeApi:
     # --- the owner's side ------------------------------------------------------------------------
     def start(self, port: int = 0) -> "FakeKubeApi":
         """Serve on loopback; a stopped server can be started again on its old port (`port`)."""
-        server = ThreadingHTTPServer(("127.0.0.1", port), handler_class(self))
+        server = ThreadingHTTPServer(("127.0.0.1", port), handler_class(self, self.handler))
         server.daemon_threads = True
         self._server, self._stopped = server, False
         threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.1}, daemon=True).start()
@@ -113,49 +112,15 @@ class FakeKubeApi:
             self._events.append((self._version, f"{api}/{plural}", "DELETED", obj))
             self._cond.notify_all()
 
-    def compact(self) -> None:
-        """Forget every event so far, as etcd compaction does: open watches get an ERROR 410 event."""
-        with self._cond:
-            self._compacted = self._version + 1
-            self._events.clear()
-            self._generation += 1
-            self._cond.notify_all()
-
     def close_watches(self) -> None:
         """End every open watch cleanly, as an API server does when timeoutSeconds runs out."""
         with self._cond:
             self._generation += 1
             self._cond.notify_all()
 
-    # --- hooks for the tests' faults (here: a well-behaved server) ---------------------------------
-    def _admit(self, verb: str, plural: str, group: str, namespace: Optional[str], name: Optional[str],
-               authorization: Optional[str]) -> Optional[Tuple[int, dict]]:
-        """(status code, Status) to refuse a request with, or None to serve it; discovery's verb is "discover"."""
-        return None
-
-    def _served_selector(self, selector: Optional[Tuple[str, str]]) -> Optional[Tuple[str, str]]:
-        return selector
-
-    def _answer_get(self, handler, plural: str, obj: Optional[dict]) -> bool:
-        """True when the get has been answered here (not as the object)."""
-        return False
-
-    def _counted_metadata_get(self) -> None:
-        pass
-
     def _answer_watch(self, handler, plural: str, since: int) -> bool:
-        """Called before a watch's first event (headers sent when `handler.headers_sent`); True: answered."""
+        """Told of a watch before its first event (headers sent when `handler.headers_sent`); True: answered."""
         return False
-
-    def _watch_bookmarks(self, query: dict) -> bool:
-        return query.get("allowWatchBookmarks") == "true"
-
-    def _event_line(self, plural: str, event: dict) -> bytes:
-        """One watch event as the line sent."""
-        return json.dumps(event).encode() + b"\n"
-
-    def _bookmark_sent(self, plural: str) -> None:
-        pass
 
     # --- the server's side -----------------------------------------------------------------------
     def _list(self, api: str, plural: str, namespace: Optional[str], selector, limit: int, offset: int) -> dict:
@@ -185,25 +150,24 @@ class FakeKubeApi:
             return self._objects.get((api, plural), {}).get((namespace or "", name))
 
     def _watch_events(self, api: str, plural: str, namespace, selector, since: int, bookmarks: bool, seconds: float):
-        """Yield event dicts after `since` until the watch ends; the first may be a 410 ERROR."""
+        """Event dicts after `since` until the watch ends (or every open watch is ended)."""
+        with self._cond:
+            generation = self._generation
+        return self._events_after(generation, api, plural, namespace, selector, since, bookmarks, seconds)
+
+    def _events_after(self, generation: int, api: str, plural: str, namespace, selector, since: int,
+                      bookmarks: bool, seconds: float):
+        """Yield event dicts after `since` until the watch ends or the watches' `generation` does."""
         deadline = time.monotonic() + min(seconds, MAX_WATCH_SECONDS)
         path = f"{api}/{plural}"
-        with self._cond:
-            if since < self._compacted - 1:
-                yield {"type": "ERROR", "object": status_object(410, "Expired", f"too old resource version: {since}")}
-                return
-            generation = self._generation
         sent, last_bookmark = since, time.monotonic()
         while time.monotonic() < deadline:
             with self._cond:
                 ended = self._stopped or self._generation != generation
-                expired = ended and not self._stopped and self._compacted > sent and not self.gone_as_http
                 pending = [] if ended else [e for e in self._events if e[0] > sent and e[1] == path]
                 current = self._version
                 if not ended and not pending:
                     self._cond.wait(0.2)  # then look again: the watch may have been ended meanwhile
-            if expired:
-                yield {"type": "ERROR", "object": status_object(410, "Expired", "too old resource version")}
             if ended:
                 return
             for version, _, kind, obj in pending:
@@ -212,7 +176,6 @@ class FakeKubeApi:
                     yield {"type": kind, "object": obj}
             if bookmarks and time.monotonic() - last_bookmark > BOOKMARK_INTERVAL_SECONDS:
                 last_bookmark, sent = time.monotonic(), max(sent, current)
-                self._bookmark_sent(plural)
                 yield {"type": "BOOKMARK", "object": {"kind": self.kinds.get((api, plural), ("Object",))[0], "apiVersion": api,
                                                       "metadata": {"resourceVersion": str(sent)}}}
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import re
 from http.server import BaseHTTPRequestHandler
-from typing import Optional, Tuple
+from typing import NamedTuple, Optional, Tuple
 from urllib.parse import parse_qs, urlsplit
 
 # URL path → (resource plural, group/version); namespaced paths carry /namespaces/<ns>/ before the plural.
@@ -31,101 +31,121 @@ def _not_found() -> dict:
     return status_object(404, "NotFound", "the server could not find the requested resource")
 
 
-def handler_class(api):
-    """The request handler of one FakeKubeApi (exporter.demo.kube_api), asking its hooks at each step."""
+class ResourceRequest(NamedTuple):
+    """What a request to a resource path asks for."""
 
-    class Handler(BaseHTTPRequestHandler):
-        protocol_version = "HTTP/1.1"
+    verb: str  # get, list or watch
+    version: str  # group/version ("v1" for the core group)
+    group: str  # "" for the core group
+    plural: str
+    namespace: Optional[str]
+    name: Optional[str]
 
-        def log_message(self, *args):  # quiet: the exporter's log is what a user reads
+
+def resource_request(match: re.Match, query: dict) -> ResourceRequest:
+    """The request a matched resource path (with its query) makes."""
+    name = match.group("name")
+    verb = "get" if name else "watch" if query.get("watch") in ("1", "true") else "list"
+    version = match.group("core") or f"{match.group('group')}/{match.group('version')}"
+    return ResourceRequest(verb, version, match.group("group") or "", match.group("plural"),
+                           match.group("namespace"), name)
+
+
+class KubeApiHandler(BaseHTTPRequestHandler):
+    """Answers requests from the objects of one FakeKubeApi (exporter.demo.kube_api): `handler_class` binds it."""
+
+    protocol_version = "HTTP/1.1"
+    api = None  # the FakeKubeApi served
+
+    def log_message(self, *args):  # quiet: the exporter's log is what a user reads
+        pass
+
+    def do_GET(self):  # noqa: N802 - http.server's name
+        url = urlsplit(self.path)
+        query = {k: v[-1] for k, v in parse_qs(url.query).items()}
+        discovery = _DISCOVERY_PATH.fullmatch(url.path)
+        if discovery:
+            return self._discover(discovery.group("core") or f"{discovery.group('group')}/{discovery.group('version')}")
+        match = _PATH.fullmatch(url.path)
+        if not match:
+            return self._send(404, status_object(404, "NotFound", f"the server could not find {url.path}"))
+        self._resource(resource_request(match, query), query)
+
+    def _discover(self, version: str) -> None:
+        if version not in self.api.served:
+            return self._send(404, _not_found())
+        return self._send(200, self.api._discovery(version))
+
+    def _resource(self, request: ResourceRequest, query: dict) -> None:
+        if request.version not in self.api.served:
+            return self._send(404, _not_found())
+        try:
+            selector = parse_selector(query["fieldSelector"]) if query.get("fieldSelector") else None
+        except ValueError as exc:
+            return self._send(400, status_object(400, "BadRequest", str(exc)))
+        if request.name:
+            return self._get(request.version, request.plural, request.namespace, request.name)
+        if request.verb == "watch":
+            return self._watch(request.version, request.plural, request.namespace, selector, query)
+        limit, offset = int(query.get("limit", 0)), int(query.get("continue") or 0)
+        return self._send(200, self.api._list(request.version, request.plural, request.namespace, selector, limit,
+                                              offset))
+
+    def _get(self, version, plural, namespace, name) -> None:
+        obj = self.api._get(version, plural, namespace, name)
+        if obj is None:
+            return self._send(404, status_object(404, "NotFound", f'{plural} "{name}" not found'))
+        if self.wants_metadata():
+            return self._send(200, {"kind": "PartialObjectMetadata", "apiVersion": "meta.k8s.io/v1",
+                                    "metadata": obj["metadata"]})
+        return self._send(200, obj)
+
+    def wants_metadata(self) -> bool:
+        """Whether a get asks for PartialObjectMetadata, the object's metadata alone."""
+        return "as=PartialObjectMetadata" in (self.headers.get("Accept") or "")
+
+    def _watch(self, version, plural, namespace, selector, query) -> None:
+        since = int(query.get("resourceVersion") or 0)
+        self.headers_sent = False
+        if self.api._answer_watch(self, plural, since):
+            return
+        if not self.headers_sent:
+            self.start_chunked()
+        events = self.api._watch_events(version, plural, namespace, selector, since,
+                                        query.get("allowWatchBookmarks") == "true",
+                                        float(query.get("timeoutSeconds") or MAX_WATCH_SECONDS))
+        try:
+            for event in events:
+                self.chunk(self.event_line(plural, event))
+            self.chunk(b"")
+        except (BrokenPipeError, ConnectionResetError):
             pass
+        self.close_connection = True
 
-        def do_GET(self):  # noqa: N802 - http.server's name
-            url = urlsplit(self.path)
-            query = {k: v[-1] for k, v in parse_qs(url.query).items()}
-            authorization = self.headers.get("Authorization")
-            discovery = _DISCOVERY_PATH.fullmatch(url.path)
-            if discovery:
-                version = discovery.group("core") or f"{discovery.group('group')}/{discovery.group('version')}"
-                refused = api._admit("discover", version, "", None, None, authorization)
-                if refused:
-                    return self._send(*refused)
-                if version not in api.served:
-                    return self._send(404, _not_found())
-                return self._send(200, api._discovery(version))
-            match = _PATH.fullmatch(url.path)
-            if not match:
-                return self._send(404, status_object(404, "NotFound", f"the server could not find {url.path}"))
-            self._resource(match, query, authorization)
+    def event_line(self, plural: str, event: dict) -> bytes:
+        """One watch event as the line sent."""
+        return json.dumps(event).encode() + b"\n"
 
-        def _resource(self, match, query: dict, authorization: Optional[str]) -> None:
-            version = match.group("core") or f"{match.group('group')}/{match.group('version')}"
-            plural, name, namespace = match.group("plural"), match.group("name"), match.group("namespace")
-            watching = query.get("watch") in ("1", "true")
-            verb = "get" if name else "watch" if watching else "list"
-            refused = api._admit(verb, plural, match.group("group") or "", namespace, name, authorization)
-            if refused:
-                return self._send(*refused)
-            if version not in api.served:
-                return self._send(404, _not_found())
-            try:
-                selector = parse_selector(query["fieldSelector"]) if query.get("fieldSelector") else None
-            except ValueError as exc:
-                return self._send(400, status_object(400, "BadRequest", str(exc)))
-            selector = api._served_selector(selector)
-            if name:
-                return self._get(version, plural, namespace, name)
-            if watching:
-                return self._watch(version, plural, namespace, selector, query)
-            limit, offset = int(query.get("limit", 0)), int(query.get("continue") or 0)
-            return self._send(200, api._list(version, plural, namespace, selector, limit, offset))
+    def start_chunked(self) -> None:
+        self.send_response(200)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Transfer-Encoding", "chunked")
+        self.end_headers()
+        self.headers_sent = True
 
-        def _get(self, version, plural, namespace, name) -> None:
-            obj = api._get(version, plural, namespace, name)
-            if api._answer_get(self, plural, obj):
-                return
-            if obj is None:
-                return self._send(404, status_object(404, "NotFound", f'{plural} "{name}" not found'))
-            if "as=PartialObjectMetadata" in (self.headers.get("Accept") or ""):
-                api._counted_metadata_get()
-                return self._send(200, {"kind": "PartialObjectMetadata", "apiVersion": "meta.k8s.io/v1",
-                                        "metadata": obj["metadata"]})
-            return self._send(200, obj)
+    def chunk(self, data: bytes) -> None:
+        self.wfile.write(b"%x\r\n%s\r\n" % (len(data), data))
+        self.wfile.flush()
 
-        def _watch(self, version, plural, namespace, selector, query) -> None:
-            since = int(query.get("resourceVersion") or 0)
-            self.headers_sent = False
-            if api._answer_watch(self, plural, since):
-                return
-            if not self.headers_sent:
-                self.start_chunked()
-            events = api._watch_events(version, plural, namespace, selector, since, api._watch_bookmarks(query),
-                                       float(query.get("timeoutSeconds") or MAX_WATCH_SECONDS))
-            try:
-                for event in events:
-                    self.chunk(api._event_line(plural, event))
-                self.chunk(b"")
-            except (BrokenPipeError, ConnectionResetError):
-                pass
-            self.close_connection = True
+    def _send(self, code: int, obj: dict) -> None:
+        body = json.dumps(obj).encode()
+        self.send_response(code)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
 
-        def start_chunked(self) -> None:
-            self.send_response(200)
-            self.send_header("Content-Type", "application/json")
-            self.send_header("Transfer-Encoding", "chunked")
-            self.end_headers()
-            self.headers_sent = True
 
-        def chunk(self, data: bytes) -> None:
-            self.wfile.write(b"%x\r\n%s\r\n" % (len(data), data))
-            self.wfile.flush()
-
-        def _send(self, code: int, obj: dict) -> None:
-            body = json.dumps(obj).encode()
-            self.send_response(code)
-            self.send_header("Content-Type", "application/json")
-            self.send_header("Content-Length", str(len(body)))
-            self.end_headers()
-            self.wfile.write(body)
-
-    return Handler
+def handler_class(api, base=KubeApiHandler):
+    """`base` (KubeApiHandler or a subclass) bound to the FakeKubeApi `api`, for a ThreadingHTTPServer."""
+    return type(base.__name__, (base,), {"api": api})

@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Callable, Dict, List, Tuple
 
 from exporter.config import Config
-from exporter.demo.cluster import start_api_server, write_proc_tree
+from exporter.demo.cluster import start_api_server, write_hpc_job_files, write_proc_tree
 from exporter.demo.explain import explain
 from exporter.demo.fake_dcgm import FakeDcgmExporter
 from exporter.demo.fake_kubelet import FakeKubelet
@@ -99,15 +99,17 @@ def run_demo(config: Config, serve: Callable[..., int]) -> int:
         kubelet.start()
         dcgm.start()
         write_proc_tree(workdir / "proc")
+        write_hpc_job_files(workdir / "hpc-jobs")
         api = start_api_server(workdir / "kubeconfig")
         nvml = SimulatedNvml(list(SIMULATED_PROCESSES), ready=api.pods_watched) if simulate_nvml else None
-        # parse_config has refused --kubelet.socket, --dcgm.*, --kubernetes.*, --labels.extra, --sharing.* and
-        # --health.xid-events for the demo, so nothing the user asked for is overridden here; its short refresh interval is a default there,
-        # which --kubelet.refresh-interval replaces.
+        # parse_config has refused --kubelet.socket, --dcgm.*, --kubernetes.*, --labels.extra, --sharing.*,
+        # --health.xid-events and --hpc.job-mapping-dir for the demo, so nothing the user asked for is overridden
+        # here; its short refresh interval is a default there, which --kubelet.refresh-interval replaces.
         demo_config = dataclasses.replace(
             config, command="serve", kubelet_socket=socket_path, dcgm_url=dcgm.url, dcgm_file=None,
             kubernetes_api="on", kubernetes_kubeconfig=str(workdir / "kubeconfig"), kubernetes_node_name=NODE_NAME,
             labels_extra="queue",  # trainer-0 is queued through Kueue: its samples carry cluster_queue, local_queue
+            hpc_job_mapping_dir=str(workdir / "hpc-jobs"),  # a Slurm job on GPU 3: pod_gpu_hpc_job_info
             # --demo.nvml off: device-level samples only, as a node without NVML serves them.
             **(dict(sharing_mode="process", sharing_proc_root=str(workdir / "proc")) if simulate_nvml else {}),
         )

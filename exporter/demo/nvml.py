@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
+import math
 import threading
 import time
-from typing import Callable, List, NamedTuple, Optional
+from typing import Callable, List, NamedTuple, Optional, Tuple
 
 from exporter.demo.workload import GPU_COUNT, SimulatedProcess, gpu_energy_mj, gpu_load, gpu_uuid
 
@@ -13,6 +14,7 @@ NVML_ERROR_INVALID_ARGUMENT = 2
 NVML_ERROR_NOT_SUPPORTED = 3
 NVML_ERROR_NOT_FOUND = 6
 NVML_ERROR_TIMEOUT = 10
+NVML_ERROR_GPU_IS_LOST = 15
 nvmlEventTypeXidCriticalError = 0x8  # noqa: N816 - pynvml's name
 # An XID not tied to a MIG instance carries this as its GPU and compute instance IDs.
 NO_INSTANCE = 0xFFFFFFFF
@@ -24,6 +26,13 @@ XID_GPU = 2
 # the warning it logs then reads as part of the running node, not as a fault at start-up.
 FIRST_XID_AFTER_SECONDS = 8.0
 XID_EVERY_SECONDS = 12.0
+# GPU 3 falls off the bus this long after start: NVML reports an XID 79 on it, then a wait on a set
+# that holds it answers GPU_IS_LOST, and so does registering it again, for good (on a real node, until
+# the GPU is reset). GPU 3 is in none of the README's opening lines, and is lost well after the first
+# shares, so that the warnings it brings do not read as a fault at start-up.
+LOST_GPU = 3
+LOST_AFTER_SECONDS = 15.0
+XID_FALLEN_OFF_THE_BUS = 79
 DRIVER_VERSION = "580.105.08"
 INIT_WAIT_SECONDS = 2.0
 
@@ -65,8 +74,8 @@ class _EventSet:
 
 class SimulatedNvml:
     """Answers as the driver of the demo's four L4 GPUs would: no MIG, processes whose use follows each
-    GPU's load curve (the same one the simulated dcgm-exporter serves), a growing energy counter, and
-    an XID on GPU 2 now and then. A handle is the GPU's index."""
+    GPU's load curve (the same one the simulated dcgm-exporter serves), a growing energy counter, an
+    XID on GPU 2 now and then, and GPU 3 lost to its event API after a while. A handle is the GPU's index."""
 
     NVMLError = NVMLError
 
@@ -78,6 +87,7 @@ class SimulatedNvml:
         self._started = clock()
         self._stopped = threading.Event()
         self._xids_delivered = 0
+        self._fall_reported = False  # LOST_GPU's XID 79 delivered
 
     def close(self) -> None:
         """Ends every event wait at once (as a timeout): the demo is stopping."""
@@ -170,21 +180,40 @@ class SimulatedNvml:
 
     def nvmlDeviceRegisterEvents(self, handle: int, event_types: int, event_set: _EventSet) -> None:  # noqa: N802
         self.nvmlDeviceGetHandleByIndex(handle)
+        if handle == LOST_GPU and self._elapsed() >= LOST_AFTER_SECONDS:
+            raise NVMLError(NVML_ERROR_GPU_IS_LOST)
         if event_types & nvmlEventTypeXidCriticalError:
             event_set.handles.append(handle)
 
     def nvmlEventSetWait_v2(self, event_set: _EventSet, timeout_ms: int) -> EventData:  # noqa: N802
-        """The next XID of a registered GPU when it falls within `timeout_ms`, else NVMLError TIMEOUT."""
-        due = self._next_xid_at()
+        """The next event of a registered GPU when it falls within `timeout_ms`, else NVMLError TIMEOUT."""
+        due, answer = self._next_event(event_set.handles)
         wait = min(timeout_ms / 1000.0, max(due - self._elapsed(), 0.0))
-        if self._stopped.wait(wait) or XID_GPU not in event_set.handles or self._elapsed() < due:
+        if self._stopped.wait(wait) or self._elapsed() < due:
             raise NVMLError(NVML_ERROR_TIMEOUT)
+        return answer()
+
+    def _next_event(self, handles: List[int]) -> Tuple[float, Callable[[], EventData]]:
+        """When the next event of these GPUs is due (elapsed seconds, inf for none), and what delivers it."""
+        coming = [(math.inf, self._next_xid)]  # none registered: the wait only times out
+        if XID_GPU in handles:
+            coming.append((FIRST_XID_AFTER_SECONDS + self._xids_delivered * XID_EVERY_SECONDS, self._next_xid))
+        if LOST_GPU in handles:
+            coming.append((LOST_AFTER_SECONDS, self._fall_off_the_bus))
+        return min(coming, key=lambda event: event[0])
+
+    def _next_xid(self) -> EventData:
         xid = XIDS[self._xids_delivered % len(XIDS)]
         self._xids_delivered += 1
         return EventData(XID_GPU, nvmlEventTypeXidCriticalError, xid, NO_INSTANCE, NO_INSTANCE)
 
-    def _next_xid_at(self) -> float:
-        return FIRST_XID_AFTER_SECONDS + self._xids_delivered * XID_EVERY_SECONDS
+    def _fall_off_the_bus(self) -> EventData:
+        """LOST_GPU's XID 79 once; after it, the set that holds the GPU answers only GPU_IS_LOST (as the
+        driver does until the GPU is registered no more)."""
+        if self._fall_reported:
+            raise NVMLError(NVML_ERROR_GPU_IS_LOST)
+        self._fall_reported = True
+        return EventData(LOST_GPU, nvmlEventTypeXidCriticalError, XID_FALLEN_OFF_THE_BUS, NO_INSTANCE, NO_INSTANCE)
 
     def nvmlEventSetFree(self, event_set: _EventSet) -> None:  # noqa: N802
         event_set.handles.clear()

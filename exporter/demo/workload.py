@@ -53,6 +53,12 @@ DRA_DRIVER = "gpu.nvidia.com"
 DRA_TAINT = {"key": "gpu.nvidia.com/unmonitored", "effect": "None"}
 
 
+# GPU 3, which no pod holds, is given to a Slurm job outside Kubernetes: the job's prolog wrote its ID
+# into GPU 3's file of the node's job-mapping folder (dcgm-exporter's --hpc-job-mapping-dir convention:
+# a file named by the GPU's index, one job ID per line). GPU index → the job IDs in its file.
+HPC_JOBS = {DRA_GPU: ("7311",)}
+
+
 def simulated_offered() -> List[Tuple[str, str]]:
     """What the device plugins offer, held or free (GetAllocatableResources): GPU 2 as 4 time-slicing
     replicas, GPUs 0 and 1 whole (GPU 3 is DRA's)."""

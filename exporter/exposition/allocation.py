@@ -2,15 +2,16 @@
 
 from __future__ import annotations
 
-from typing import Iterable, Optional
+from typing import Callable, Iterable, Optional
 
-from exporter.core.allocated import allocated_gpus
+from exporter.core.allocated import OFFERED, allocated_gpus
 from exporter.core.identity import GpuIdentity, Owner
 from exporter.core.mapping import Mapping
 from exporter.exposition import families
 from exporter.exposition.label_limit import LabelLimit
 from exporter.exposition.labels import device_label_pairs, identities_by_key, render_owner_labels_within
-from exporter.exposition.text import render_label_pairs
+from exporter.exposition.sections import BaseSection, ScrapeView
+from exporter.exposition.rows import label_text, render_family
 
 ALLOCATION_INFO = families.ALLOCATION_INFO.name
 ALLOCATED_GPUS = families.ALLOCATED_GPUS.name
@@ -29,35 +30,40 @@ def render_allocation_info(mapping: Mapping, identities: Iterable[GpuIdentity], 
     --labels.mode join these rows are the only place a GPU's holders are named. `limit`
     (--labels.limit) cuts the extras as on the samples; the row's own labels always stay.
     """
-    if not mapping.allocations:
-        return ""
     by_key = identities_by_key(identities)
-    lines = [families.ALLOCATION_INFO.header]
+    rows = []
     for allocation in mapping.allocations:
-        owner = allocation.owner
-        pairs = [("resource", allocation.resource), ("device_id", allocation.device_id)]
-        pairs += device_label_pairs(allocation.key, by_key)
+        values = dict(device_label_pairs(allocation.key, by_key), resource=allocation.resource,
+                      device_id=allocation.device_id)
         if allocation.claim:
-            claim_namespace, _, claim_name = allocation.claim.partition("/")
-            pairs += [(CLAIM_NAMESPACE, claim_namespace), (CLAIM_NAME, claim_name)]
-        labels = _owner_labels(mapping, owner, style, limit, len(pairs))
-        lines.append(f"{ALLOCATION_INFO}{{{labels},{render_label_pairs(pairs)}}} 1\n")
-    return "".join(lines) + _render_allocated_gpus(mapping, style, limit)
+            values[CLAIM_NAMESPACE], _, values[CLAIM_NAME] = allocation.claim.partition("/")
+        # The row's own labels always stay; the owner's extras are cut beside them (--labels.limit).
+        owner = _owner_labels(mapping, allocation.owner, style, limit, len(values))
+        rows.append((label_text(families.ALLOCATION_INFO, values, owner), 1))
+    return render_family(families.ALLOCATION_INFO, rows) + _render_allocated_gpus(mapping, style, limit)
 
 
 def _render_allocated_gpus(mapping: Mapping, style: str, limit: Optional[LabelLimit]) -> str:
-    totals = allocated_gpus(mapping.allocations, mapping.offered)
-    if not totals:
-        return ""
-    lines = [families.ALLOCATED_GPUS.header]
-    for owner in sorted(totals):
-        labels = _owner_labels(mapping, Owner(*owner), style, limit, 0)
-        # 12 significant digits: 1/3 + 1/3 + 1/3 reads back as 1, not 0.9999999999999999.
-        lines.append(f"{ALLOCATED_GPUS}{{{labels}}} {totals[owner]:.12g}\n")
-    return "".join(lines)
+    totals = allocated_gpus(mapping.allocations, mapping.annotation(OFFERED, {}))
+    # 12 significant digits: 1/3 + 1/3 + 1/3 reads back as 1, not 0.9999999999999999.
+    return render_family(families.ALLOCATED_GPUS, ((label_text(families.ALLOCATED_GPUS, {}, _owner_labels(
+        mapping, Owner(*owner), style, limit, 0)), f"{totals[owner]:.12g}") for owner in sorted(totals)))
 
 
 def _owner_labels(mapping: Mapping, owner: Owner, style: str, limit: Optional[LabelLimit], own_labels: int) -> str:
     return render_owner_labels_within(owner, style, mapping.extra_labels.get((owner.namespace, owner.pod), ()),
                                       limit, own_labels)
 
+
+class AllocationSection(BaseSection):
+    """The allocation rows, kept with the rewrite they were made for; up while the kubelet answers."""
+
+    name = "allocation"
+
+    def __init__(self, style: str, limit: Optional[LabelLimit], kubelet_up: Callable[[], bool]):
+        super().__init__(kubelet_up)
+        self._style = style  # --labels.style
+        self._limit = limit  # --labels.limit, shared with every series written about a pod
+
+    def _rows(self, view: ScrapeView) -> bytes:
+        return render_allocation_info(view.snapshot.mapping, view.identities, self._style, self._limit).encode()

@@ -39,6 +39,13 @@ class Family:
     optional_labels: Tuple[str, ...] = ()  # on samples where known (a MIG instance's GPU_I_ID, a DRA claim)
     modes: FrozenSet[str] = frozenset()  # all of these on, or it is not served
     needs_samples: bool = False  # its header is written only with a sample (an allocation, a share)
+    written: Tuple[str, ...] = ()  # the order rows carry its labels in, when not labels then optional_labels
+
+    @cached_property
+    def label_order(self) -> Tuple[str, ...]:
+        """Every label name in the order a row writes it (exposition.rows); the OWNER names mark where
+        the owner labels go, in whatever names --labels.style gives them, the pod's extras after them."""
+        return self.written or self.labels + self.optional_labels
 
     @cached_property
     def header(self) -> str:
@@ -61,7 +68,13 @@ def render_status(values: Iterable[Tuple[Family, Optional[object]]]) -> str:
 
 
 _DEVICE = ("UUID", "gpu")  # a GPU's identity as dcgm-exporter names it; GPU_I_ID too on a MIG instance
+_DEVICE_ORDER = _DEVICE + ("GPU_I_ID",)  # written first on every row about a device, each where known
 _SHARE = dict(optional_labels=("GPU_I_ID",), modes=frozenset({PROCESS_MODE}), needs_samples=True)
+
+
+def _device_first(*rest: str) -> dict:
+    """The `written` order of a row about a device: its identity labels, then `rest`."""
+    return dict(written=_DEVICE_ORDER + rest)
 
 # /gpu/metrics, with every scrape, in the order written.
 DCGM_UP = _telemetry("pod_gpu_exporter_dcgm_up", "1 when dcgm-exporter's metrics were fetched for this scrape, else 0 "
@@ -90,18 +103,19 @@ ALLOCATED_GPUS = _telemetry(
 DEVICE_HEALTH = _telemetry(
     "pod_gpu_device_health_status", "Health of a GPU or MIG instance held on this node, as its holders' pod status "
     "reports it (allocatedResourcesStatus): 1 for the status it is in; unhealthy when any holder says so.",
-    labels=_DEVICE + ("status",), optional_labels=("GPU_I_ID",), modes=frozenset({KUBERNETES_API}),
-    needs_samples=True)
+    labels=("status",), optional_labels=_DEVICE_ORDER, modes=frozenset({KUBERNETES_API}), needs_samples=True,
+    **_device_first("status"))
 DEVICE_TAINT = _telemetry(
     "pod_gpu_device_taint", "A taint its DRA driver put on a device of this node's ResourceSlices (1 per taint); "
-    "effect as published (None, NoSchedule, NoExecute).", labels=_DEVICE + ("key", "value", "effect"),
-    optional_labels=("GPU_I_ID",), modes=frozenset({KUBERNETES_API}), needs_samples=True)
+    "effect as published (None, NoSchedule, NoExecute).", labels=("key", "value", "effect"),
+    optional_labels=_DEVICE_ORDER, modes=frozenset({KUBERNETES_API}), needs_samples=True,
+    **_device_first("key", "value", "effect"))
 
 # /gpu/metrics with --hpc.job-mapping-dir: the jobs on each GPU, rows to join on, never copies of samples.
 HPC_JOB_INFO = _telemetry(
     "pod_gpu_hpc_job_info", "An HPC job running on this GPU or MIG instance, from its file in --hpc.job-mapping-dir "
-    "(1 per job per device).", labels=("UUID", "gpu", "hpc_job"), optional_labels=("GPU_I_ID",),
-    modes=frozenset({HPC_JOBS}), needs_samples=True)
+    "(1 per job per device).", labels=("gpu", "hpc_job"), optional_labels=("UUID", "GPU_I_ID"),
+    modes=frozenset({HPC_JOBS}), needs_samples=True, **_device_first("hpc_job"))
 HPC_JOB_FILES_SKIPPED = _telemetry(
     "pod_gpu_exporter_hpc_job_files_skipped", "Files of --hpc.job-mapping-dir skipped at the last refresh: too large, "
     "a line too long, not UTF-8, unreadable, not a regular file, or past the file count read.",
@@ -110,39 +124,41 @@ HPC_JOB_FILES_SKIPPED = _telemetry(
 # /gpu/metrics in --sharing.mode process: each holder's share, the remainders by reason, after the status.
 CONTAINER_MEMORY = _telemetry(
     "pod_gpu_container_memory_used_bytes", "Framebuffer memory used on this GPU or MIG instance by the container's "
-    "own processes (NVML per-process data).", labels=_DEVICE + OWNER, **_SHARE)
+    "own processes (NVML per-process data).", labels=_DEVICE + OWNER, **_SHARE, **_device_first(*OWNER))
 CONTAINER_SM = _telemetry(
     "pod_gpu_container_sm_utilization_ratio", "SM utilisation (0-1) of this GPU by the container's own processes over "
-    "the last sample window (NVML per-process data).", labels=_DEVICE + OWNER, **_SHARE)
+    "the last sample window (NVML per-process data).", labels=_DEVICE + OWNER, **_SHARE, **_device_first(*OWNER))
 UNATTRIBUTED_MEMORY = _telemetry(
     "pod_gpu_unattributed_memory_used_bytes", "Framebuffer memory used on this GPU or MIG instance by processes of "
     "none of its holders: reason host (no pod, or unreadable) or not_holder (a pod that does not hold it).",
-    labels=_DEVICE + ("reason",), **_SHARE)
+    labels=_DEVICE + ("reason",), **_SHARE, **_device_first("reason"))
 UNATTRIBUTED_SM = _telemetry(
     "pod_gpu_unattributed_sm_utilization_ratio", "SM utilisation (0-1) of this GPU by processes of none of its "
-    "holders, by reason; with the holders' it adds up to at most 1.", labels=_DEVICE + ("reason",), **_SHARE)
+    "holders, by reason; with the holders' it adds up to at most 1.", labels=_DEVICE + ("reason",), **_SHARE,
+    **_device_first("reason"))
 UNATTRIBUTED_PROCESSES = _telemetry(
     "pod_gpu_exporter_unattributed_processes", "Processes on this GPU or MIG instance that belong to none of its "
-    "holders (host processes, other pods, unseen PIDs).", labels=_DEVICE, **_SHARE)
+    "holders (host processes, other pods, unseen PIDs).", labels=_DEVICE, **_SHARE, **_device_first())
 CONTAINER_ENERGY = _telemetry(
     "pod_gpu_container_energy_joules_total", "Energy (J) of this GPU or MIG instance given to the container while it "
     "held it: NVML's board energy split by instance size and SM activity (--energy.idle-policy).",
-    type="counter", labels=_DEVICE + OWNER, **_SHARE)
+    type="counter", labels=_DEVICE + OWNER, **_SHARE, **_device_first(*OWNER))
 UNATTRIBUTED_ENERGY = _telemetry(
     "pod_gpu_unattributed_energy_joules_total", "Energy (J) of this GPU or MIG instance given to no holder: reason "
     "no_holder (held by no pod) or idle (no holder active, --energy.idle-policy unattributed).",
-    type="counter", labels=_DEVICE + ("reason",), **_SHARE)
+    type="counter", labels=_DEVICE + ("reason",), **_SHARE, **_device_first("reason"))
 CONTAINER_IDLE = _telemetry(
     "pod_gpu_container_idle_seconds_total", "Seconds the container held this GPU or MIG instance with none of its "
-    "processes on it.", type="counter", labels=_DEVICE + OWNER, **_SHARE)
+    "processes on it.", type="counter", labels=_DEVICE + OWNER, **_SHARE, **_device_first(*OWNER))
 # The not_holder remainder by container: GPU use outside an allocation, named (process mode only).
 UNALLOCATED_MEMORY = _telemetry(
     "pod_gpu_unallocated_memory_used_bytes", "Framebuffer memory used on this GPU or MIG instance by the container's "
     "processes although the container does not hold it: the named part of reason not_holder.",
-    labels=_DEVICE + OWNER, **_SHARE)
+    labels=_DEVICE + OWNER, **_SHARE, **_device_first(*OWNER))
 UNALLOCATED_SM = _telemetry(
     "pod_gpu_unallocated_sm_utilization_ratio", "SM utilisation (0-1) of this GPU by the container's processes "
-    "although the container does not hold it: the named part of reason not_holder.", labels=_DEVICE + OWNER, **_SHARE)
+    "although the container does not hold it: the named part of reason not_holder.", labels=_DEVICE + OWNER,
+    **_SHARE, **_device_first(*OWNER))
 NVML_UP = _telemetry("pod_gpu_exporter_nvml_up", "1 when NVML answered the last per-process refresh "
                      "(--sharing.mode process), else 0.", modes=frozenset({PROCESS_MODE}))
 # What a refresh costs on this node (NVML calls go to the driver): measured, since no benchmark can.
@@ -153,13 +169,13 @@ PROCESS_SHARES_REFRESH_DURATION = _telemetry(
 _XID = dict(optional_labels=("GPU_I_ID",), modes=frozenset({XID_EVENTS}), needs_samples=True)
 DEVICE_XID_ERRORS = _telemetry(
     "pod_gpu_device_xid_errors_total", "XID errors NVML reported on this GPU (GPU_I_ID: on this MIG instance) "
-    "since the exporter started, by XID.", type="counter", labels=_DEVICE + ("xid",), **_XID)
+    "since the exporter started, by XID.", type="counter", labels=_DEVICE + ("xid",), **_XID, **_device_first("xid"))
 CONTAINER_XID_ERRORS = _telemetry(
     "pod_gpu_container_xid_errors_total", "XID errors NVML reported on this GPU or MIG instance while the container "
     "held it (an XID naming no MIG instance counts on every holder of the GPU), by XID.", type="counter",
-    labels=_DEVICE + OWNER + ("xid",), **_XID)
+    labels=_DEVICE + OWNER + ("xid",), **_XID, **_device_first(*OWNER, "xid"))
 DEVICE_LOST = _telemetry("pod_gpu_device_lost", "1 while NVML answers that this GPU is lost (fallen off the bus or "
-                         "otherwise unreachable) when it is registered for events.", labels=_DEVICE,
+                         "otherwise unreachable) when it is registered for events.", optional_labels=_DEVICE,
                          modes=frozenset({XID_EVENTS}), needs_samples=True)
 XID_EVENTS_UP = _telemetry("pod_gpu_exporter_xid_events_up", "1 while at least one GPU is registered for NVML's XID "
                            "events and the last wait answered, else 0 (--health.xid-events).",
@@ -202,6 +218,13 @@ HTTP_CONNECTIONS_REFUSED = _self("pod_gpu_exporter_http_connections_refused_tota
                                  "closed at once because every connection slot was answering a request.")
 HTTP_IDLE_CONNECTIONS_CLOSED = _self("pod_gpu_exporter_http_idle_connections_closed_total", "counter", "Idle "
                                      "connections closed to make room for new ones when every slot was taken.")
+# Each section of /gpu/metrics (exposition/sections.py), as node_exporter reports its collectors.
+SECTION_UP = _self("pod_gpu_exporter_section_up", "gauge", "1 when the section's data could be had at its last "
+                   "refresh (allocation: the kubelet; device_health: the Kubernetes API; hpc_jobs: the job directory "
+                   "read in time; process_shares, xid_events: NVML), else 0.", ("section",))
+SECTION_DURATION = _self("pod_gpu_exporter_section_duration_seconds", "gauge", "Time the section's last refresh "
+                         "took: its source's last reading, or the making of its rows where it has no source of its "
+                         "own; none for xid_events, which waits for events.", ("section",))
 BUILD_INFO = _self("pod_gpu_exporter_build_info", "gauge", "A constant 1, labelled with the exporter's version and the "
                    "Python version running it.", ("version", "python_version"))
 

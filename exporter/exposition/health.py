@@ -2,17 +2,17 @@
 
 from __future__ import annotations
 
-from typing import Dict, Iterable, List, Tuple
+from typing import Callable, Dict, Iterable, List, Tuple
 
-from exporter.core.health import DeviceTaint, combined_status
+from exporter.core.health import DEVICE_HEALTH, NO_DEVICE_HEALTH, DeviceTaint, combined_status
 from exporter.core.identity import GpuIdentity, GpuKey
 from exporter.core.mapping import Mapping
 from exporter.exposition import families
 from exporter.exposition.labels import device_label_pairs, identities_by_key
-from exporter.exposition.text import render_label_pairs
+from exporter.exposition.sections import BaseSection, Gauge, ScrapeView
+from exporter.exposition.rows import label_text, render_family
 
-DEVICE_HEALTH = families.DEVICE_HEALTH.name
-DEVICE_TAINT = families.DEVICE_TAINT.name
+HEALTH, TAINT = families.DEVICE_HEALTH, families.DEVICE_TAINT
 Pairs = Tuple[Tuple[str, str], ...]
 
 
@@ -25,20 +25,14 @@ def render_device_health(mapping: Mapping, identities: Iterable[GpuIdentity]) ->
     on the device: a device no sample carried keeps the name its key gives, and one that has neither UUID
     nor gpu (a DRA device known only as "nvidia0") has no row, since it could be told from no other.
     """
-    if not mapping.health and not mapping.taints:
+    health = mapping.annotation(DEVICE_HEALTH, NO_DEVICE_HEALTH)
+    if not health.statuses and not health.taints:
         return ""
     by_key = identities_by_key(identities)
-    lines: List[str] = []
-    statuses = _statuses_by_device(mapping.health, by_key)
-    if statuses:
-        lines.append(families.DEVICE_HEALTH.header)
-        for pairs, status in sorted(statuses.items()):
-            lines.append(f"{DEVICE_HEALTH}{{{render_label_pairs(pairs + (('status', status),))}}} 1\n")
-    taints = _taints_by_device(mapping.taints, by_key)
-    if taints:
-        lines.append(families.DEVICE_TAINT.header)
-        lines.extend(f"{DEVICE_TAINT}{{{render_label_pairs(pairs)}}} 1\n" for pairs in taints)
-    return "".join(lines)
+    statuses = sorted(_statuses_by_device(health.statuses, by_key).items())
+    taints = _taints_by_device(health.taints, by_key)
+    return (render_family(HEALTH, ((label_text(HEALTH, dict(pairs, status=status)), 1) for pairs, status in statuses))
+            + render_family(TAINT, ((label_text(TAINT, dict(pairs)), 1) for pairs in taints)))
 
 
 def _statuses_by_device(health: Dict[GpuKey, str], by_key: Dict[GpuKey, GpuIdentity]) -> Dict[Pairs, str]:
@@ -65,3 +59,19 @@ def _taints_by_device(taints: Iterable[DeviceTaint], by_key: Dict[GpuKey, GpuIde
 def _named(pairs: Pairs) -> Pairs:
     """`pairs` if they name the device by UUID or gpu, else (): a row with neither joins any device."""
     return pairs if any(name in ("UUID", "gpu") for name, _ in pairs) else ()
+
+
+class DeviceHealthSection(BaseSection):
+    """The held devices' health and taints, kept with the rewrite; it owns pod_gpu_exporter_kubernetes_api_up,
+    and is up while the Kubernetes API's watches are healthy."""
+
+    name = "device_health"
+
+    def __init__(self, kubernetes_up: Callable[[], bool]):
+        super().__init__(kubernetes_up)
+
+    def _rows(self, view: ScrapeView) -> bytes:
+        return render_device_health(view.snapshot.mapping, view.identities).encode()
+
+    def gauges(self) -> Iterable[Gauge]:
+        return ((families.KUBERNETES_API_UP, int(bool(self._up()))),)

@@ -48,35 +48,42 @@ class LabelLimit:
         if self.limit is None:
             return extras
         key = (extras, others, owner_labels)
-        answer = self._answers.get(key, _UNSEEN)
+        answer = self._answers.get(key, _UNSEEN)  # the common case, lock-free: a remembered answer
         if answer is not _UNSEEN:
             return answer
-        answer = self._older.get(key, _UNSEEN)
-        if answer is _UNSEEN:
-            answer = self._fit(extras, others, owner_labels)
-        with self._lock:
-            if len(self._answers) >= _MAX_ANSWERS // 2:  # holders come and go: forget those long gone
-                self._older, self._answers = self._answers, {}
-            self._answers[key] = answer
+        with self._lock:  # read both generations, cut and count as one step: a cut is counted once
+            answer, names, used = self._remembered(key)
+        if names:
+            self._log_first(names, used)
         return answer
 
-    def _fit(self, extras: Pairs, others: int, owner_labels: int) -> Optional[Pairs]:
+    def _remembered(self, key: Tuple[Pairs, int, int]):
+        """The answer for `key`, cut and counted here if neither generation holds it; with the names
+        it left off (empty when it counted nothing) and the labels there were before the extras."""
+        answer = self._answers.get(key, self._older.get(key, _UNSEEN))
+        names, used = [], 0
+        if answer is _UNSEEN:
+            answer, count, names, used = self._fit(*key)
+            self.dropped += count
+        if len(self._answers) >= _MAX_ANSWERS // 2:  # holders come and go: forget those long gone
+            self._older, self._answers = self._answers, {}
+        self._answers[key] = answer
+        return answer, names, used
+
+    def _fit(self, extras: Pairs, others: int, owner_labels: int):
+        """The cut, how many labels it leaves off and their names, and the labels before the extras."""
         used = others + owner_labels
         room = self.limit - used
         if room >= len(extras):
-            return extras
+            return extras, 0, [], used
         if room < 0:
-            self._count(len(extras) + owner_labels, ["(owner labels)"] + [name for name, _ in extras], used)
-            return None
+            return None, len(extras) + owner_labels, ["(owner labels)"] + [name for name, _ in extras], used
         kept = extras[:room]
         if kept and kept[-1][0] == _WORKLOAD_PAIR[0]:
             kept = kept[:-1]  # workload_kind without its workload would say nothing
-        self._count(len(extras) - len(kept), [name for name, _ in extras[len(kept):]], used)
-        return kept
+        return kept, len(extras) - len(kept), [name for name, _ in extras[len(kept):]], used
 
-    def _count(self, count: int, names, used: int) -> None:
-        with self._lock:
-            self.dropped += count
+    def _log_first(self, names, used: int) -> None:
         if not self._dropped_log.first("dropped"):
             return
         shown = ",".join(names[:10]) + (",…" if len(names) > 10 else "")

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass
-from typing import Callable, Dict, List, NamedTuple, Optional
+from typing import Any, Callable, Dict, List, NamedTuple, Optional, Protocol, Tuple
 
 from exporter.base.bounded import BoundedRunner, CallTimeout
 from exporter.base.logs import DependencyReporter
@@ -12,6 +12,7 @@ from exporter.core.mapping import Mapping
 from exporter.core.refresher import Refresher
 from exporter.exposition.families import NVML_UP, PROCESS_SHARES_REFRESH_DURATION, render_status
 from exporter.exposition.label_limit import LabelLimit
+from exporter.exposition.sections import SectionState
 from exporter.shares.compute import PodIndex, compute_shares, pod_index
 from exporter.shares.energy import SPLIT
 from exporter.shares.ledger import ShareLedger
@@ -99,6 +100,14 @@ class ProcessShares:
             status.append((PROCESS_SHARES_REFRESH_DURATION, f"{rendered.duration_seconds:.6f}"))
         return series + render_status(status).encode()
 
+    def state(self) -> SectionState:
+        """Whether NVML answered the last refresh, while it is fresh, and how long that refresh took."""
+        rendered = self._rendered
+        if rendered is None:
+            return SectionState(False, None)
+        return SectionState(rendered.nvml_up and self._clock() - rendered.at <= 2 * self._interval,
+                            rendered.duration_seconds)
+
     def start(self) -> None:
         """Refresh now and then every interval, all on the refresher's thread (NVML's calls on a worker
         of their own, waited for at most NVML_TIMEOUT_SECONDS): a hung driver must keep neither the
@@ -176,11 +185,18 @@ class ProcessShares:
         return owners
 
 
-def pod_index_source(kubernetes) -> Callable[[], Optional[PodIndex]]:
-    """pod_index() for ProcessShares from the Kubernetes API context (None when the API is off)."""
+class FreshPods(Protocol):
+    """The Kubernetes source's pod index role (sources.kubernetes.roles.KubernetesPods)."""
+
+    def pods(self) -> Optional[Dict[Tuple[str, str], Any]]:
+        """(namespace, pod) → its PodInfo, while the pod store is fresh; else None."""
+
+
+def pod_index_source(pods: Optional[FreshPods]) -> Callable[[], Optional[PodIndex]]:
+    """pod_index() for ProcessShares from the Kubernetes API's pod index (None when the API is off)."""
     def current() -> Optional[PodIndex]:
-        pods = kubernetes.pods() if kubernetes is not None else None
-        return None if pods is None else pod_index(pods.items())
+        pods_now = pods.pods() if pods is not None else None
+        return None if pods_now is None else pod_index(pods_now.items())
 
     return current
 

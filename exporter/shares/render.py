@@ -11,7 +11,8 @@ from exporter.exposition.families import (CONTAINER_ENERGY, CONTAINER_IDLE, CONT
                                           UNATTRIBUTED_MEMORY, UNATTRIBUTED_PROCESSES, UNATTRIBUTED_SM, Family)
 from exporter.exposition.label_limit import LabelLimit
 from exporter.exposition.labels import gpu_label_pairs, render_owner_labels, render_owner_labels_within
-from exporter.exposition.text import LabelPairs, render_label_pairs
+from exporter.exposition.rows import label_text, render_family
+from exporter.exposition.text import LabelPairs
 from exporter.shares.compute import SM_UNITS, Shares, UnallocatedShare
 from exporter.shares.energy import ENERGY_REASONS
 from exporter.shares.ledger import Counters, HolderKey
@@ -32,10 +33,10 @@ def render_shares(shares: Shares, style: str, extra_labels: Optional[ExtraLabels
     extra_labels = extra_labels or {}
     cache = {} if label_cache is None else label_cache
     # Each holder's and device's label text is written once and used by every family.
-    devices = {entry.device: _cached(cache, entry.device, lambda device=entry.device: render_label_pairs(
-        gpu_label_pairs(device))) for entry in shares.devices}
-    labels = {(share.device, share.owner): _cached(cache, (share.device, share.owner), lambda share=share: (
-        devices[share.device] + "," + render_owner_labels_within(
+    devices = {entry.device: _cached(cache, entry.device, lambda device=entry.device: label_text(
+        UNATTRIBUTED_PROCESSES, dict(gpu_label_pairs(device)))) for entry in shares.devices}
+    labels = {(share.device, share.owner): _cached(cache, (share.device, share.owner), lambda share=share: label_text(
+        CONTAINER_MEMORY, dict(gpu_label_pairs(share.device)), render_owner_labels_within(
             share.owner, style, extra_labels.get((share.owner.namespace, share.owner.pod), ()), limit,
             len(gpu_label_pairs(share.device)))))
         for share in shares.holders}
@@ -44,7 +45,8 @@ def render_shares(shares: Shares, style: str, extra_labels: Optional[ExtraLabels
         return labels[(device, owner)]
 
     def remainder(device: GpuIdentity, reason: str) -> str:
-        return f'{devices[device]},reason="{reason}"'
+        return _cached(cache, (device, reason), lambda: label_text(
+            UNATTRIBUTED_MEMORY, dict(gpu_label_pairs(device), reason=reason)))
 
     holders = shares.holders
     remainders = [r for entry in shares.devices for r in entry.remainders]
@@ -72,8 +74,8 @@ def render_unallocated(shares: Shares, style: str, label_cache: Optional[Dict[tu
     def labels(share: UnallocatedShare) -> str:
         key = (share.device, share.owner)
         if key not in used:
-            used[key] = cache.get(key) or (render_label_pairs(gpu_label_pairs(share.device)) + ","
-                                           + render_owner_labels(share.owner, style))
+            used[key] = cache.get(key) or label_text(UNALLOCATED_MEMORY, dict(gpu_label_pairs(share.device)),
+                                                     render_owner_labels(share.owner, style))
         return used[key]
 
     lines: List[str] = []
@@ -105,10 +107,7 @@ def _cached(cache: Dict[tuple, str], key, write: Callable[[], str]) -> str:
 
 
 def _family(lines: List[str], family: Family, samples: Iterable[Tuple[str, str]]) -> None:
-    rendered = [f"{family.name}{{{labels}}} {value}\n" for labels, value in samples]
-    if rendered:
-        lines.append(family.header)
-        lines += rendered
+    lines.append(render_family(family, samples))
 
 
 def _ratio(units: Optional[int]) -> str:

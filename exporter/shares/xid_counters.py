@@ -8,12 +8,13 @@ from typing import Callable, Dict, List, Optional, Set, Tuple
 
 from exporter.base.logs import LogOnce, log
 from exporter.core.identity import GpuIdentity, Owner
-from exporter.core.mapping import Mapping
+from exporter.core.mapping import EMPTY_MAPPING, Mapping
 from exporter.exposition.families import (CONTAINER_XID_ERRORS, DEVICE_LOST, DEVICE_XID_ERRORS, XID_EVENTS_UP,
-                                          render_status)
+                                          Family, render_status)
 from exporter.exposition.label_limit import LabelLimit
 from exporter.exposition.labels import gpu_label_pairs, render_owner_labels_within
-from exporter.exposition.text import LabelPairs, escape_label_value, render_label_pairs
+from exporter.exposition.rows import label_text, render_family
+from exporter.exposition.text import LabelPairs
 from exporter.sources.nvml.events import EventsStatus, XidEvent
 
 _HolderKey = Tuple[GpuIdentity, Owner, LabelPairs, str]  # device, holder, its extras then, XID
@@ -26,19 +27,22 @@ MOST_HOLDER_SERIES = 10_000  # past this, the series whose pods left the longest
 class XidCounters:
     """Counts each XID on its device and on the containers that held it when the event arrived.
 
-    The holders are read from the mapping in use at that moment: an event naming a MIG instance
+    The holders are read from the trusted mapping in use at that moment (Attribution.mapping_in_use, as
+    the shares read it; None while there is none to trust): an event naming a MIG instance
     counts on that instance's holders; one naming no instance counts on every holder of the GPU,
     its MIG instances' included (an XID such as 79, the GPU fallen off the bus, stops them all),
     under the labels of the device the event named. A container's counters stay after it has left the
     GPU (a counter that vanished and came back would read as a reset) until its pod has been out of the
-    mapping for `retention_seconds`, as seen at scrapes; at most `most_series` are kept, the series
+    mapping for `retention_seconds`, as seen at scrapes; while there is no trusted mapping (the kubelet
+    gone past --kubelet.mapping-max-age) nobody is seen to leave, so an outage neither forgets a holder
+    nor makes its counter restart from 0. At most `most_series` are kept, the series
     whose pods left the longest ago dropped first (counted in `dropped_series`, said once).
     """
 
-    def __init__(self, current_mapping: Callable[[], Mapping], status: Callable[[], EventsStatus], style: str,
+    def __init__(self, mapping_in_use: Callable[[], Optional[Mapping]], status: Callable[[], EventsStatus], style: str,
                  label_limit: Optional[LabelLimit] = None, retention_seconds: float = HOLDER_RETENTION_SECONDS,
                  most_series: int = MOST_HOLDER_SERIES, clock: Callable[[], float] = time.monotonic):
-        self._current_mapping = current_mapping
+        self._mapping_in_use = mapping_in_use
         self._status = status
         self._style = style
         self._label_limit = label_limit
@@ -51,7 +55,7 @@ class XidCounters:
 
     def record(self, event: XidEvent) -> None:
         """Called on the event thread for each XID event."""
-        mapping = self._current_mapping()
+        mapping = self._mapping_in_use() or EMPTY_MAPPING  # no trusted mapping: counted on the device only
         holders = holders_of(mapping, event.device)
         now = self._clock()
         with self._lock:
@@ -67,23 +71,17 @@ class XidCounters:
         """What a scrape appends: the counters with samples, the lost GPUs, and whether events are up."""
         status = self._status()
         with self._lock:
-            if self._holders:
-                self._forget_departed(self._current_mapping())
+            mapping = self._mapping_in_use() if self._holders else None
+            if mapping is not None:  # without a trusted one, no holder is known to have left
+                self._forget_departed(mapping)
             devices = sorted(self._devices.items())
             holders = sorted((key, int(held[0])) for key, held in self._holders.items())
-        lines: List[str] = []
-        if devices:
-            lines.append(DEVICE_XID_ERRORS.header)
-            lines += [f"{DEVICE_XID_ERRORS.name}{{{_device(gpu)},{_xid(xid)}}} {count}\n"
-                      for (gpu, xid), count in devices]
-        if holders:
-            lines.append(CONTAINER_XID_ERRORS.header)
-            lines += [f"{CONTAINER_XID_ERRORS.name}{{{self._holder(gpu, owner, extras)},{_xid(xid)}}} {count}\n"
-                      for (gpu, owner, extras, xid), count in holders]
-        if status.lost:
-            lines.append(DEVICE_LOST.header)
-            lines += [f"{DEVICE_LOST.name}{{{_device(gpu)}}} 1\n" for gpu in sorted(status.lost)]
-        return ("".join(lines) + render_status([(XID_EVENTS_UP, int(status.up))])).encode()
+        text = (render_family(DEVICE_XID_ERRORS, ((_labels(DEVICE_XID_ERRORS, gpu, xid=xid), count)
+                                                  for (gpu, xid), count in devices))
+                + render_family(CONTAINER_XID_ERRORS, ((self._holder(gpu, owner, extras, xid), count)
+                                                       for (gpu, owner, extras, xid), count in holders))
+                + render_family(DEVICE_LOST, ((_labels(DEVICE_LOST, gpu), 1) for gpu in sorted(status.lost))))
+        return (text + render_status([(XID_EVENTS_UP, int(status.up))])).encode()
 
     def _forget_departed(self, mapping: Mapping) -> None:
         """Marks the series of pods in the mapping seen now; drops those of pods gone past the retention."""
@@ -107,9 +105,10 @@ class XidCounters:
                             "left the longest ago are dropped", most=self._most)
         log("debug", "XID counters dropped past the most kept", dropped=excess, dropped_total=self.dropped_series)
 
-    def _holder(self, gpu: GpuIdentity, owner: Owner, extras: LabelPairs) -> str:
+    def _holder(self, gpu: GpuIdentity, owner: Owner, extras: LabelPairs, xid: str) -> str:
         own = len(gpu_label_pairs(gpu)) + 1  # the device's labels and xid always stay
-        return _device(gpu) + "," + render_owner_labels_within(owner, self._style, extras, self._label_limit, own)
+        owner_text = render_owner_labels_within(owner, self._style, extras, self._label_limit, own)
+        return label_text(CONTAINER_XID_ERRORS, dict(gpu_label_pairs(gpu), xid=xid), owner_text)
 
 
 def holders_of(mapping: Mapping, device: GpuIdentity) -> Tuple[Owner, ...]:
@@ -124,9 +123,5 @@ def holders_of(mapping: Mapping, device: GpuIdentity) -> Tuple[Owner, ...]:
     return tuple(sorted(found))
 
 
-def _device(gpu: GpuIdentity) -> str:
-    return render_label_pairs(gpu_label_pairs(gpu))
-
-
-def _xid(xid: str) -> str:
-    return f'xid="{escape_label_value(xid)}"'
+def _labels(family: Family, gpu: GpuIdentity, **values: str) -> str:
+    return label_text(family, dict(gpu_label_pairs(gpu), **values))

@@ -6,6 +6,7 @@ from typing import Callable, Optional
 
 from exporter.core.mapping import Mapping
 from exporter.exposition.label_limit import LabelLimit
+from exporter.exposition.sections import SectionState
 from exporter.shares.xid_counters import XidCounters
 from exporter.sources.nvml.events import XidEventWatcher
 
@@ -13,10 +14,10 @@ from exporter.sources.nvml.events import XidEventWatcher
 class XidEvents:
     """NVML's XID events counted on their devices and holders; `text` is what a scrape appends."""
 
-    def __init__(self, open_nvml: Callable[[], tuple], current_mapping: Callable[[], Mapping], style: str,
+    def __init__(self, open_nvml: Callable[[], tuple], mapping_in_use: Callable[[], Optional[Mapping]], style: str,
                  label_limit: Optional[LabelLimit] = None):
         self._watcher = XidEventWatcher(open_nvml, self._record)
-        self._counters = XidCounters(current_mapping, self._watcher.status, style, label_limit)
+        self._counters = XidCounters(mapping_in_use, self._watcher.status, style, label_limit)
 
     def _record(self, event) -> None:
         self._counters.record(event)
@@ -24,14 +25,13 @@ class XidEvents:
     def text(self) -> bytes:
         return self._counters.text()
 
+    def state(self) -> SectionState:
+        """Up while a GPU is registered for events and the last wait answered; events are waited for,
+        not refreshed, so there is no refresh duration."""
+        return SectionState(self._watcher.status().up, None)
+
     def start(self) -> None:
         self._watcher.start()
 
     def stop(self) -> None:
         self._watcher.stop()
-
-
-def appended_text(*parts) -> Optional[Callable[[], bytes]]:
-    """One callable for the scrape joining the `text()` of each part that is on (None when none is)."""
-    texts = [part.text for part in parts if part is not None]
-    return (lambda: b"".join(text() for text in texts)) if texts else None

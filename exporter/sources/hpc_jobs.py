@@ -1,15 +1,20 @@
-"""dcgm-exporter's HPC job-mapping directory (--hpc.job-mapping-dir): one file per GPU, one job ID per line."""
+"""dcgm-exporter's HPC job-mapping directory (--hpc.job-mapping-dir): one file per GPU, one job ID per line,
+read on a refresher of its own, each reading within a bound, whatever the kubelet does."""
 
 from __future__ import annotations
 
 import os
 import re
 import stat
+import threading
+import time
 from dataclasses import dataclass
-from typing import List, Optional, Tuple
+from typing import List, NamedTuple, Optional, Tuple
 
-from exporter.base.logs import LogOnce, log
+from exporter.base.bounded import BoundedRunner, CallTimeout
+from exporter.base.logs import DependencyReporter, LogOnce, log
 from exporter.core.hpc_jobs import NO_HPC_JOBS, HpcJob, HpcJobs
+from exporter.core.refresher import Refresher
 
 # The names dcgm-exporter reads: "<gpu>" for a whole GPU, "<gpu>.<GPU instance ID>" for a MIG
 # instance; it ignores every other name (a writer's temporary file, a README), and so do we.
@@ -25,6 +30,9 @@ class HpcJobsOptions:
     max_files: int = 512  # 64 GPUs with 7 MIG instances each, with room to spare
     max_file_bytes: int = 64 * 1024
     max_line_bytes: int = 256  # Slurm's job IDs (array and het-job forms included) are far shorter
+    refresh_interval_seconds: float = 5.0  # as often as the kubelet is listed (--kubelet.refresh-interval)
+    # A reading that takes longer (a hung network file system) is given up: the last jobs stay served.
+    timeout_seconds: float = 5.0
 
 
 class _BadFile(Exception):
@@ -32,11 +40,11 @@ class _BadFile(Exception):
 
 
 class HpcJobReader:
-    """Reads the whole directory on the mapping refresher; never raises.
+    """Reads the whole directory; never raises.
 
-    A bad file (too large, a line too long, not UTF-8, unreadable) is skipped as a whole, counted in
-    the reading it was skipped from, and logged once while it stays bad. A missing directory is logged
-    once (a prolog may create it later) and reads as no jobs.
+    A bad file (too large, a line too long, not UTF-8, unreadable, not a regular file, one fstat fails
+    on) is skipped as a whole, counted in the reading it was skipped from, and logged once while it
+    stays bad. A missing directory is logged once (a prolog may create it later) and reads as no jobs.
     """
 
     def __init__(self, options: HpcJobsOptions):
@@ -72,7 +80,12 @@ class HpcJobReader:
             descriptor = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
         except OSError as exc:
             raise _BadFile(f"unreadable: {exc.strerror or exc}") from exc
-        if not stat.S_ISREG(os.fstat(descriptor).st_mode):
+        try:
+            regular = stat.S_ISREG(os.fstat(descriptor).st_mode)
+        except OSError as exc:  # a failing file system: this file is skipped, the others still read
+            os.close(descriptor)
+            raise _BadFile(f"unreadable: {exc.strerror or exc}") from exc
+        if not regular:
             os.close(descriptor)
             raise _BadFile("not a regular file")
         with os.fdopen(descriptor, "rb") as handle:
@@ -99,9 +112,73 @@ class HpcJobReader:
                                skipped=extra)
 
 
-def make_hpc_job_reader(directory: Optional[str]) -> Optional[HpcJobReader]:
-    """A reader for --hpc.job-mapping-dir, or None when it is not set."""
+class HpcJobsState(NamedTuple):
+    """The last reading's outcome: whether it was done in time, and how long it took."""
+
+    up: bool
+    duration_seconds: Optional[float]  # None before the first reading
+
+
+class HpcJobSource:
+    """The job-mapping directory, read every `refresh_interval_seconds` on a thread of its own.
+
+    Its jobs are the kubelet's concern in no way: they are served while the kubelet is down, before it
+    first answers and after its mapping aged out. A reading that does not return within
+    `timeout_seconds` (the file system hangs) is given up and the last jobs are kept; while it still
+    has not returned no other starts (one stuck thread at most, as with the dcgm textfile).
+    """
+
+    def __init__(self, options: HpcJobsOptions):
+        self._reader = HpcJobReader(options)
+        self._runner = BoundedRunner("hpc-job-reader", options.timeout_seconds,
+                                     f"reading the HPC job-mapping directory {options.directory}", counted=False)
+        self._reporter = DependencyReporter("hpc-job-mapping-dir")
+        self._directory = options.directory
+        self._refresher = Refresher("hpc-job-refresher", self.refresh, options.refresh_interval_seconds,
+                                    "the HPC job mapping")
+        self._lock = threading.Lock()
+        self._jobs: HpcJobs = NO_HPC_JOBS
+        self._state = HpcJobsState(True, None)
+
+    def refresh(self) -> bool:
+        """Read the directory once within the bound; on a timeout keep the last jobs. Returns success."""
+        started = time.perf_counter()
+        try:
+            jobs = self._runner.run(self._reader.read)
+        except CallTimeout as exc:
+            self._reporter.failed("timeout", str(exc), directory=self._directory)
+            with self._lock:
+                self._state = HpcJobsState(False, time.perf_counter() - started)
+            return False
+        self._reporter.succeeded("HPC job-mapping directory read in time again", directory=self._directory)
+        with self._lock:
+            if jobs != self._jobs:  # the same value kept: scrape caches compare it by identity
+                self._jobs = jobs
+            self._state = HpcJobsState(True, time.perf_counter() - started)
+        return True
+
+    def current(self) -> HpcJobs:
+        """The last jobs read: an immutable value, the same object while they are unchanged."""
+        with self._lock:
+            return self._jobs
+
+    def state(self) -> HpcJobsState:
+        with self._lock:
+            return self._state
+
+    def start(self) -> None:
+        self._refresher.start()
+
+    def wait_first(self, timeout_seconds: float) -> bool:
+        return self._refresher.wait_first(timeout_seconds)
+
+    def stop(self, timeout_seconds: float = 2.0) -> None:
+        self._refresher.stop(timeout_seconds)
+
+
+def make_hpc_job_source(directory: Optional[str], refresh_interval_seconds: float) -> Optional[HpcJobSource]:
+    """The source of --hpc.job-mapping-dir, not started, or None when it is not set."""
     if not directory:
         return None
     log("info", "HPC job mapping on: pod_gpu_hpc_job_info names the jobs in each GPU's file", directory=directory)
-    return HpcJobReader(HpcJobsOptions(directory))
+    return HpcJobSource(HpcJobsOptions(directory, refresh_interval_seconds=refresh_interval_seconds))

@@ -1,10 +1,10 @@
-"""One /gpu/metrics response: fetch dcgm text, rewrite it with the current mapping, add status gauges."""
+"""One /gpu/metrics response: fetch dcgm text, rewrite it with the current mapping, add the sections' blocks."""
 
 from __future__ import annotations
 
 import threading
 import time
-from typing import Callable, NamedTuple, Optional, Tuple
+from typing import NamedTuple, Optional, Sequence, Tuple
 
 from zlib_ng import zlib_ng
 
@@ -13,12 +13,9 @@ from exporter.base.logs import DependencyReporter
 from exporter.base.memory import fit_heap_to_answer
 from exporter.core.attribution import Attribution, Snapshot
 from exporter.core.mapping import Mapping
-from exporter.exposition import families
-from exporter.exposition.allocation import render_allocation_info
-from exporter.exposition.hpc_jobs import render_hpc_jobs
-from exporter.exposition.health import render_device_health
 from exporter.exposition.label_limit import LabelLimit
 from exporter.exposition.rewriter import Rewriter
+from exporter.exposition.sections import ScrapeView, Section, check_order
 from exporter.exposition.series import RewriteResult
 
 
@@ -78,8 +75,9 @@ class _Cached(NamedTuple):
     body: bytes
     mapping: Mapping
     result: RewriteResult
-    allocation_info: bytes
-    shared_gzip: _GzipPrefix  # of result.text + allocation_info, what every answer starts with
+    keys: tuple  # each kept section's key() its rows were made for
+    section_rows: bytes  # the kept sections' rows for this rewrite
+    shared_gzip: _GzipPrefix  # of result.text + section_rows, what every answer starts with
 
 
 class _SharedFetch:
@@ -120,30 +118,35 @@ class _Previous(NamedTuple):
 
     mapping: Mapping
     identities: frozenset
-    allocation_info: bytes
+    keys: tuple
+    section_rows: bytes
 
     @classmethod
     def of(cls, cached: Optional[_Cached]) -> Optional["_Previous"]:
-        return None if cached is None else cls(cached.mapping, cached.result.identities, cached.allocation_info)
+        if cached is None:
+            return None
+        return cls(cached.mapping, cached.result.identities, cached.keys, cached.section_rows)
 
 
 class Scraper:
-    """Builds scrape responses; safe to call from many request threads at once."""
+    """Builds scrape responses; safe to call from many request threads at once.
 
-    def __init__(self, source, attribution: Attribution, labels_style: str,
-                 kubernetes_up: Optional[Callable[[], bool]] = None,
-                 process_shares: Optional[Callable[[], bytes]] = None,
-                 labels_mode: str = "samples", label_limit: Optional[LabelLimit] = None,
-                 hpc_jobs: bool = False):
+    The answer is the rewritten samples, then each section's block in the order registered: the kept
+    sections' rows (made with the rewrite, and kept with it), then the per-scrape ones (the status
+    gauges, the shares, the XIDs). The scraper knows the sections only by their protocol.
+    """
+
+    def __init__(self, source, attribution: Attribution, labels_style: str, sections: Sequence[Section] = (),
+                 labels_mode: str = "samples", label_limit: Optional[LabelLimit] = None):
+        check_order(sections)
         self._source = source
-        self._hpc_jobs = hpc_jobs  # --hpc.job-mapping-dir: its rows and its skipped-files gauge
+        self.sections = tuple(sections)
+        self._kept = tuple(section for section in self.sections if not section.per_scrape)
+        self._per_scrape = tuple(section for section in self.sections if section.per_scrape)
         self._mode = labels_mode  # --labels.mode: owners on the samples, or only on the allocation rows
-        # --labels.limit, and its count of labels left off (shared with the process-share series)
+        # --labels.limit, and its count of labels left off (shared with the sections' series)
         self.label_limit = label_limit or LabelLimit(None)
         self._shared_fetch = _SharedFetch(source.fetch)
-        self._kubernetes_up = kubernetes_up  # None: the API is off and its gauge absent
-        # --sharing.mode process: the share series rendered by their refresher; None in device mode.
-        self._process_shares = process_shares
         self._attribution = attribution
         self._style = labels_style
         self._reporter = DependencyReporter("dcgm-exporter")
@@ -168,23 +171,23 @@ class Scraper:
         started = time.perf_counter()
         snapshot = self._attribution.current()
         body = self._fetch()
-        malformed = 0
+        malformed, identities = 0, frozenset()
         if body is not None:
-            cached = self._rewrite(body, snapshot.mapping)
-            shared, shared_gzip = (cached.result.text, cached.allocation_info), cached.shared_gzip
-            malformed = cached.result.malformed
+            cached = self._rewrite(body, snapshot)
+            shared, shared_gzip = (cached.result.text, cached.section_rows), cached.shared_gzip
+            malformed, identities = cached.result.malformed, cached.result.identities
             self._report_content(cached.result)
         else:
             # Without upstream samples there is nothing to join, but allocations are still known.
-            shared = (self._mapping_rows(snapshot.mapping, frozenset()),)
+            shared = (self._kept_rows(ScrapeView(snapshot, identities)),)
             shared_gzip = None
         with self._lock:
             self.scrapes += 1
             self.malformed_lines += malformed
-        status = self._status(body is not None, snapshot, malformed, time.perf_counter() - started).encode()
-        if self._process_shares is not None:
-            status += self._process_shares()
-        return ScrapeBody(shared, status, shared_gzip)
+        gauges = tuple(gauge for section in self.sections for gauge in section.gauges())
+        view = ScrapeView(snapshot, identities, body is not None, malformed, started, gauges)
+        own = b"".join(section.render(view) for section in self._per_scrape)
+        return ScrapeBody(shared, own, shared_gzip)
 
     def _fetch(self) -> Optional[bytes]:
         try:
@@ -211,10 +214,12 @@ class Scraper:
         else:
             self._content_reporter.succeeded("dcgm-exporter sends well-formed GPU samples again", source=source)
 
-    def _rewrite(self, body: bytes, mapping: Mapping) -> _Cached:
+    def _rewrite(self, body: bytes, snapshot: Snapshot) -> _Cached:
         # dcgm-exporter refreshes its values every 30 s by default while Prometheus may scrape far more
         # often: an unchanged body under an unchanged mapping is answered from the last rewrite. The
         # lock makes scrapes arriving together (an HA pair of Prometheus servers) rewrite it once.
+        mapping = snapshot.mapping
+        keys = tuple(section.key() for section in self._kept)
         with self._rewrite_lock:
             cached = self._cached
             if cached is None or cached.mapping is not mapping or cached.body != body:
@@ -222,42 +227,36 @@ class Scraper:
                 # of each in memory, whatever their size.
                 previous, cached, self._cached = _Previous.of(cached), None, None
                 started = time.perf_counter()
-                cached = self._cached = self._rewritten(body, mapping, previous)
+                cached = self._cached = self._rewritten(body, snapshot, keys, previous)
                 self.rewrite_seconds += time.perf_counter() - started
                 self.rewrites += 1
+            elif not _same(keys, cached.keys):
+                # A kept section's own data changed (new HPC jobs): its rows again, the rewrite kept.
+                rows = self._kept_rows(ScrapeView(snapshot, cached.result.identities))
+                cached = self._cached = cached._replace(
+                    keys=keys, section_rows=rows, shared_gzip=_GzipPrefix((cached.result.text, rows)))
             return cached
 
-    def _rewritten(self, body: bytes, mapping: Mapping, previous: Optional["_Previous"]) -> _Cached:
+    def _rewritten(self, body: bytes, snapshot: Snapshot, keys: tuple, previous: Optional[_Previous]) -> _Cached:
+        mapping = snapshot.mapping
         rewriter = self._rewriter
         if rewriter is None or rewriter.mapping is not mapping:
             rewriter = self._rewriter = Rewriter(mapping, self._style, self._mode, self.label_limit)
         result = rewriter.rewrite(body)
         fit_heap_to_answer(len(result.text))
-        if previous is not None and previous.mapping is mapping and previous.identities == result.identities:
-            allocation_info = previous.allocation_info  # new values of the same GPUs, held by the same pods
+        if (previous is not None and previous.mapping is mapping and previous.identities == result.identities
+                and _same(previous.keys, keys)):
+            rows = previous.section_rows  # new values of the same GPUs, held by the same pods
         else:
-            allocation_info = self._mapping_rows(mapping, result.identities)
-        return _Cached(body, mapping, result, allocation_info, _GzipPrefix((result.text, allocation_info)))
+            rows = self._kept_rows(ScrapeView(snapshot, result.identities))
+        return _Cached(body, mapping, result, keys, rows, _GzipPrefix((result.text, rows)))
 
-    def _mapping_rows(self, mapping: Mapping, identities: frozenset) -> bytes:
-        """What the mapping adds to the samples: the allocations, the held devices' health and taints, the
-        HPC jobs; all of them joined to the identities the samples carried, and so kept with the rewrite
-        they were made for."""
-        return (render_allocation_info(mapping, identities, self._style, self.label_limit)
-                + render_device_health(mapping, identities)
-                + render_hpc_jobs(mapping.hpc_jobs, identities)).encode()
+    def _kept_rows(self, view: ScrapeView) -> bytes:
+        """The kept sections' rows: what the mapping and the sections' own data add to the samples, joined
+        to the identities the samples carried, and so kept with the rewrite they were made for."""
+        return b"".join(section.render(view) for section in self._kept)
 
-    def _status(self, dcgm_up: bool, snapshot: Snapshot, malformed: int, duration: float) -> str:
-        values = [
-            (families.DCGM_UP, int(dcgm_up)),
-            (families.KUBELET_UP, int(snapshot.kubelet_up)),
-            (families.MAPPING_AGE, None if snapshot.age_seconds is None else round(snapshot.age_seconds, 3)),
-            (families.MALFORMED_LINES, malformed),
-            (families.UNRESOLVED_DEVICES, len(snapshot.mapping.unresolved)),
-            (families.SCRAPE_DURATION, round(duration, 6)),
-        ]
-        if self._kubernetes_up is not None:
-            values.append((families.KUBERNETES_API_UP, int(self._kubernetes_up())))
-        if self._hpc_jobs:
-            values.append((families.HPC_JOB_FILES_SKIPPED, snapshot.mapping.hpc_jobs.skipped_files))
-        return families.render_status(values)
+
+def _same(keys: tuple, other: tuple) -> bool:
+    """Whether two tuples of section keys are the very same objects (immutable values, compared by identity)."""
+    return len(keys) == len(other) and all(key is previous for key, previous in zip(keys, other))

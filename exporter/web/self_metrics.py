@@ -53,6 +53,7 @@ class SelfCollector:
         if self.connections is not None:
             yield _family_object(families.HTTP_CONNECTIONS_REFUSED, self.connections.refused)
             yield _family_object(families.HTTP_IDLE_CONNECTIONS_CLOSED, self.connections.evicted)
+        yield from _section_states(self._scraper.sections)
 
 
 def _kubernetes_counters(status: KubernetesStatus):
@@ -67,6 +68,18 @@ def _kubernetes_counters(status: KubernetesStatus):
         for reason in ("malformed", "other_node"):
             skipped.add_metric([watch.resource, reason], watch.skipped.get(reason, 0))
     yield from (requests, dropped, skipped)
+
+
+def _section_states(sections):
+    """Each section's up and last refresh duration, by section (a duration only once it has one)."""
+    up = _family_object(families.SECTION_UP)
+    duration = _family_object(families.SECTION_DURATION)
+    for section in sections:
+        state = section.state()
+        up.add_metric([section.name], int(state.up))
+        if state.duration_seconds is not None:
+            duration.add_metric([section.name], state.duration_seconds)
+    yield from (up, duration)
 
 
 class BuildInfoCollector:

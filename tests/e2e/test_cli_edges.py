@@ -28,6 +28,9 @@ def run(args, env=None):
         (["demo", "--dcgm.url", "http://127.0.0.1:9401/metrics"], None, "--dcgm.url"),
         (["demo", "--dcgm.file", "/run/prometheus/dcgm.prom"], None, "--dcgm.file"),
         (["demo"], {"POD_GPU_EXPORTER_DCGM_URL": "http://127.0.0.1:9401/metrics"}, "POD_GPU_EXPORTER_DCGM_URL"),
+        # The demo writes the job-mapping folder of its simulated Slurm job itself.
+        (["demo", "--hpc.job-mapping-dir", "/var/run/dcgm-hpc-jobs"], None, "--hpc.job-mapping-dir"),
+        (["demo"], {"POD_GPU_EXPORTER_HPC_JOB_MAPPING_DIR": "/var/run/dcgm-hpc-jobs"}, "POD_GPU_EXPORTER_HPC_JOB_MAPPING_DIR"),
         (["demo", "-o", "json"], None, "-o/--output"),
         (["-o", "json"], None, "-o/--output"),
         (["serve", "--output", "table"], None, "-o/--output"),

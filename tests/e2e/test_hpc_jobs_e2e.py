@@ -33,6 +33,13 @@ def _write_jobs(directory, files):
         (directory / name).write_bytes(content if isinstance(content, bytes) else content.encode())
 
 
+def _job_directory(tmp_path, files):
+    directory = tmp_path / "jobs"
+    directory.mkdir()
+    _write_jobs(directory, files)
+    return directory
+
+
 def _start(tmp_path, kubelet, run_exporter, extra=()):
     dcgm = FakeDcgmExporter(fixture_bytes(A800_MIG)).start()
     kubelet.set_devices([AllocatedDevice("hpc", "slurmd-0", "slurmd", "nvidia.com/gpu", GPU1)])
@@ -101,5 +108,44 @@ def test_a_directory_not_there_yet_serves_no_rows_until_it_is(tmp_path, kubelet,
         wait_until(lambda: 'hpc_job="8001"' in scrape(exporter).text, describe="the job once the directory is there")
         warned = [line for line in exporter.stderr_text().splitlines() if "directory cannot be read" in line]
         assert len(warned) == 1, exporter.stderr_text()
+    finally:
+        dcgm.stop()
+
+
+def test_jobs_are_served_with_no_kubelet_at_all(tmp_path, socket_dir, run_exporter):
+    # The job rows are read by a source of their own: the kubelet, here never there, has no say in them
+    # (they were read only after a successful List, and so never served without one).
+    jobs = _job_directory(tmp_path, {"1": "8001\n"})
+    dcgm = FakeDcgmExporter(fixture_bytes(A800_MIG)).start()
+    exporter = run_exporter(["--dcgm.url", dcgm.url, "--kubelet.socket", str(socket_dir / "absent.sock"),
+                             "--kubernetes.api", "off", "--hpc.job-mapping-dir", str(jobs), *FAST_REFRESH])
+    try:
+        text = wait_until(lambda: _served_with(exporter, "pod_gpu_hpc_job_info{"), describe="the job rows")
+        assert _job_rows(text) == [f'UUID="{GPU1}",gpu="1",hpc_job="8001"']
+        assert "pod_gpu_exporter_kubelet_up 0\n" in text and "pod_gpu_exporter_hpc_job_files_skipped 0\n" in text
+        assert_parses(text)
+        # /metrics tells the sections apart: the kubelet's is down, the job directory's up.
+        self_metrics = scrape(exporter, "/metrics").text
+        assert 'pod_gpu_exporter_section_up{section="allocation"} 0.0' in self_metrics
+        assert 'pod_gpu_exporter_section_up{section="hpc_jobs"} 1.0' in self_metrics
+        assert 'pod_gpu_exporter_section_duration_seconds{section="hpc_jobs"}' in self_metrics
+    finally:
+        dcgm.stop()
+
+
+def test_jobs_stay_served_once_the_kubelets_mapping_aged_out(tmp_path, kubelet, run_exporter):
+    # Seen: 30 s after the kubelet left, with --kubelet.mapping-max-age 5s, the job rows were gone with
+    # the mapping they were kept in.
+    jobs = _job_directory(tmp_path, {"1": "8001\n"})
+    dcgm, exporter = _start(jobs, kubelet, run_exporter, extra=["--kubelet.mapping-max-age", "1s"])
+    try:
+        wait_until(lambda: _served_with(exporter, 'pod="slurmd-0"'), describe="attributed samples")
+        kubelet.stop()
+        text = wait_until(lambda: (lambda t: t if 'pod="slurmd-0"' not in t else None)(scrape(exporter).text),
+                          describe="the mapping aged out")
+        assert _job_rows(text) == [f'UUID="{GPU1}",gpu="1",hpc_job="8001"']
+        _write_jobs(jobs, {"0.3": "7001\n"})  # and the directory is still read meanwhile
+        text = wait_until(lambda: _served_with(exporter, 'hpc_job="7001"'), describe="a new job, kubelet gone")
+        assert "pod_gpu_exporter_kubelet_up 0\n" in text
     finally:
         dcgm.stop()

@@ -8,6 +8,7 @@ import re
 
 from exporter.sources.kubelet import AllocatedDevice
 from support.deploy_tools import PROMETHEUS_DIR
+from support.fake_kubelet import FakeKubelet
 from support.promtool_tests import run_rule_test
 from support.scrape_checks import assert_parses, sample_lines, scrape, split_sample
 from support.share_invariants import check_memory_and_sm, parse_samples
@@ -180,3 +181,38 @@ def test_the_flag_turns_events_on_in_device_mode_and_off_in_process_mode(gpu_nod
     off = gpu_node.start(extra=("--health.xid-events", "off"))  # process mode
     text = shares_served(off)
     assert "pod_gpu_exporter_xid_events_up" not in text and "_xid_errors_total" not in text
+
+
+def test_a_kubelet_outage_past_the_mapping_max_age_keeps_the_holders_series_and_their_counts(gpu_node):
+    # The counters attribute by the trusted mapping the shares use: while there is none (the kubelet gone
+    # past --kubelet.mapping-max-age) no holder is taken to have left, and its counter goes on from where
+    # it was once the kubelet is back. (The old reading of an aged-out, empty, mapping forgot every holder
+    # an hour into an outage; tests/unit/test_xid_counters.py shows that on a hand-moved clock.)
+    gpu_node.add_pod("a")
+    held = [AllocatedDevice("ml", "a", "main", "nvidia.com/gpu", L4)]
+    gpu_node.kubelet.set_devices(held)
+    gpu_node.nvml.gpu(0, L4).process(L4, 11, 300 * MIB).write()
+    gpu_node.run_in(11, "a")
+    exporter = gpu_node.start(extra=["--kubelet.mapping-max-age", "1s"])
+    shares_served(exporter)
+    events_up(exporter)
+    gpu_node.nvml.xid(L4, 79)
+    counted(exporter, CONTAINER, xid(holder_labels("a"), 79), "1")
+    socket_path = gpu_node.kubelet.socket_path
+    gpu_node.kubelet.stop()
+    text = wait_until(lambda: (lambda t: t if "pod_gpu_allocation_info{" not in t else None)(scrape(exporter).text),
+                      describe="the mapping aged out")
+    assert series(text, CONTAINER) == {xid(holder_labels("a"), 79): "1"}
+    gpu_node.nvml.xid(L4, 79)  # no trusted mapping: counted on the device only
+    text = counted(exporter, DEVICE, xid(f'UUID="{L4}",gpu="0"', 79), "2")
+    assert series(text, CONTAINER) == {xid(holder_labels("a"), 79): "1"}
+    self_metrics = scrape(exporter, "/metrics").text
+    assert 'pod_gpu_exporter_section_up{section="allocation"} 0.0' in self_metrics
+    assert 'pod_gpu_exporter_section_up{section="xid_events"} 1.0' in self_metrics
+    gpu_node.kubelet = FakeKubelet(socket_path)
+    gpu_node.kubelet.set_devices(held)
+    gpu_node.kubelet.start()
+    wait_until(lambda: 'pod_gpu_allocation_info{namespace="ml",pod="a"' in scrape(exporter).text,
+               describe="the kubelet's mapping back")
+    gpu_node.nvml.xid(L4, 79)
+    counted(exporter, CONTAINER, xid(holder_labels("a"), 79), "2")  # counted on, never from 0 again

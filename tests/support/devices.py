@@ -16,3 +16,4 @@ class Device(NamedTuple):
     dra: bool = False
     claim: str = ""  # DRA only: "<claim namespace>/<claim name>"
     pool: str = ""  # DRA only: the ResourceSlice pool
+    cdi_id: str = ""  # DRA only: the first CDI device ID

@@ -23,13 +23,51 @@ from typing import Dict, List, Optional, Tuple
 
 from exporter.demo import kube_api as demo
 from exporter.demo.kube_api_http import MAX_WATCH_SECONDS as _MAX_WATCH_SECONDS
-from exporter.demo.kube_api_http import status_object
+from exporter.demo.kube_api_http import KubeApiHandler, ResourceRequest, status_object
 from exporter.demo.kube_objects import (BUILT_IN_KINDS, CUSTOM_KINDS, make_pod, owner_reference,  # noqa: F401
                                         write_kubeconfig)
 
 
+class _Handler(KubeApiHandler):
+    """The demo's request handler, recording each request and answering as the test told its FakeKubeApi."""
+
+    def _discover(self, version: str) -> None:
+        # Every authenticated user may read discovery (the system:discovery role): recorded, never refused.
+        self.api._record("discover", version, self.headers.get("Authorization"))
+        super()._discover(version)
+
+    def _resource(self, request: ResourceRequest, query: dict) -> None:
+        authorization = self.headers.get("Authorization")
+        self.api._record(request.verb, request.plural, authorization)
+        refused = self.api._refusal(request, authorization)
+        if refused:
+            return self._send(*refused)
+        if self.api.ignore_field_selector:
+            query.pop("fieldSelector", None)
+        if self.api.bookmarks == "always":
+            query["allowWatchBookmarks"] = "true"
+        super()._resource(request, query)
+
+    def _get(self, version, plural, namespace, name) -> None:
+        obj = self.api._get(version, plural, namespace, name)
+        if plural in self.api.hostile_gets:
+            return _hostile_get(self.api, self, self.api.hostile_gets[plural], obj or {})
+        if obj is not None and self.wants_metadata():
+            with self.api._cond:
+                self.api.metadata_gets += 1
+        super()._get(version, plural, namespace, name)
+
+    def event_line(self, plural: str, event: dict) -> bytes:
+        with self.api._cond:
+            corrupt = (self.api.corrupt_for_next_event.pop(plural, None)
+                       if event["type"] in ("ADDED", "MODIFIED", "DELETED") else None)
+        return super().event_line(plural, event) if corrupt is None else corrupt + b"\n"
+
+
 class FakeKubeApi(demo.FakeKubeApi):
     """The demo's API server, counting every request and told to misbehave."""
+
+    handler = _Handler
 
     def __init__(self, served_versions=("v1", "apps/v1", "batch/v1", "resource.k8s.io/v1")):
         super().__init__(served_versions)
@@ -52,6 +90,7 @@ class FakeKubeApi(demo.FakeKubeApi):
         # plural → "trickle" (headers, then one byte at a time for ever) or "oversized" (the object, padded
         # past any answer a working server sends): how every get of that resource is answered.
         self.hostile_gets: Dict[str, str] = {}
+        self._compacted = 0  # watches from a version below this get 410 Gone
 
     # --- the test's side -------------------------------------------------------------------------
     def request_count(self, verb: Optional[str] = None) -> int:
@@ -75,7 +114,15 @@ class FakeKubeApi(demo.FakeKubeApi):
         with self._cond:
             self.corrupt_for_next_event[plural] = line
 
-    # --- the hooks -------------------------------------------------------------------------------
+    def compact(self) -> None:
+        """Forget every event so far, as etcd compaction does: open watches get an ERROR 410 event."""
+        with self._cond:
+            self._compacted = self._version + 1
+            self._events.clear()
+            self._generation += 1
+            self._cond.notify_all()
+
+    # --- the server's side, counted and misbehaving ---------------------------------------------
     def _record(self, verb: str, plural: str, authorization: Optional[str]) -> None:
         with self._cond:
             self.requests.append((verb, plural))
@@ -83,14 +130,13 @@ class FakeKubeApi(demo.FakeKubeApi):
             token = authorization[len("Bearer "):] if authorization and authorization.startswith("Bearer ") else None
             self.tokens.append(token)
 
-    def _admit(self, verb, plural, group, namespace, name, authorization):
-        self._record(verb, plural, authorization)
-        if verb == "discover":  # every authenticated user may read discovery (the system:discovery role)
-            return None
+    def _refusal(self, request: ResourceRequest, authorization: Optional[str]) -> Optional[Tuple[int, dict]]:
+        """(status code, Status) to refuse a request with, or None to serve it."""
         if self.token is not None and authorization != f"Bearer {self.token}":
             with self._cond:
                 self.unauthorized += 1
             return 401, status_object(401, "Unauthorized", "Unauthorized")
+        verb, _, group, plural, namespace, name = request
         if self.forbidden.get(plural) == verb:
             scope = f'in the namespace "{namespace}"' if namespace else "at the cluster scope"
             what = (f"{plural}.{group}" if group else plural) + (f' "{name}"' if name else "")
@@ -99,31 +145,24 @@ class FakeKubeApi(demo.FakeKubeApi):
                                       f'"{plural}" in API group "{group}" {scope}')
         return None
 
-    def _served_selector(self, selector):
-        return None if self.ignore_field_selector else selector
-
-    def _counted_metadata_get(self) -> None:
+    def _watch_events(self, api, plural, namespace, selector, since, bookmarks, seconds):
+        """The demo's events, after a 410 ERROR event where compaction took the version (or took place
+        while watching), with the bookmarks sent counted."""
+        with self._cond:  # the compaction and the generation read together: none slips between them
+            compacted, generation = self._compacted, self._generation
+        if since < compacted - 1:
+            yield {"type": "ERROR", "object": status_object(410, "Expired", f"too old resource version: {since}")}
+            return
+        for event in self._events_after(generation, api, plural, namespace, selector, since, bookmarks, seconds):
+            if event["type"] == "BOOKMARK":
+                with self._cond:
+                    self.bookmarks_sent += 1
+                    self.bookmarks_sent_to[plural] = self.bookmarks_sent_to.get(plural, 0) + 1
+            yield event
         with self._cond:
-            self.metadata_gets += 1
-
-    def _watch_bookmarks(self, query: dict) -> bool:
-        return super()._watch_bookmarks(query) or self.bookmarks == "always"
-
-    def _bookmark_sent(self, plural: str) -> None:
-        self.bookmarks_sent += 1
-        self.bookmarks_sent_to[plural] = self.bookmarks_sent_to.get(plural, 0) + 1
-
-    def _answer_get(self, handler, plural: str, obj: Optional[dict]) -> bool:
-        if plural not in self.hostile_gets:
-            return False
-        _hostile_get(self, handler, self.hostile_gets[plural], obj or {})
-        return True
-
-    def _event_line(self, plural: str, event: dict) -> bytes:
-        with self._cond:
-            corrupt = (self.corrupt_for_next_event.pop(plural, None)
-                       if event["type"] in ("ADDED", "MODIFIED", "DELETED") else None)
-        return super()._event_line(plural, event) if corrupt is None else corrupt + b"\n"
+            expired = self._compacted != compacted and not self._stopped
+        if expired and not self.gone_as_http:  # as HTTP: the watch ends, and the next one gets the 410
+            yield {"type": "ERROR", "object": status_object(410, "Expired", "too old resource version")}
 
     def _answer_watch(self, handler, plural: str, since: int) -> bool:
         if self.watch_behaviour == "gone" or (self.gone_as_http and since and since < self._compacted - 1):

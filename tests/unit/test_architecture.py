@@ -125,6 +125,15 @@ def test_every_module_and_package_says_its_concern_in_one_line():
     assert not missing
 
 
+def test_the_installed_demo_api_server_carries_no_test_only_code():
+    """Compaction and its 410s, and the hooks for counting and faults are the tests' (support.fake_kube_api)."""
+    from exporter.demo.kube_api import FakeKubeApi
+
+    test_only = {"compact", "_compacted", "gone_as_http", "_admit", "_served_selector", "_answer_get",
+                 "_counted_metadata_get", "_watch_bookmarks", "_event_line", "_bookmark_sent"}
+    assert not test_only & set(dir(FakeKubeApi())), "the demo's server, as installed, has them"
+
+
 def test_tests_share_helpers_only_through_the_support_package():
     """No test module imports another (shared helpers live in tests/support), and none edits sys.path:
     pytest's `pythonpath` setting puts tests/ on the path."""

@@ -320,3 +320,18 @@ def test_xid_events_flag_and_its_environment_variable():
     with pytest.raises(ConfigError, match=re.escape("--health.xid-events is not used by `mapping`")):
         parse_config(["mapping", "--health.xid-events", "on"], {})
     assert parse_config(["mapping"], environ).command == "mapping"  # a serving container's environment
+
+
+def test_flags_a_source_needs_parsed_are_parsed_once_into_the_config():
+    # The label spec and --dcgm.url's parts are held by the Config (made again by dataclasses.replace,
+    # as the demo does), so that no source parses a flag after start-up.
+    import dataclasses
+
+    config = parse_config(["--labels.extra", "workload,queue", "--labels.pod-labels", "team|app"], {})
+    assert config.label_spec.workload and config.label_spec.queue and not config.label_spec.pod_uid
+    assert config.label_spec.pod_labels.pattern == "team|app" and config.label_spec.pod_annotations is None
+    assert config.dcgm_endpoint.port == 9401
+    served = dataclasses.replace(parse_config(["demo"], {}), command="serve", dcgm_url="http://127.0.0.1:1/m",
+                                 labels_extra="pod_uid")
+    assert (served.dcgm_endpoint.port, served.label_spec.pod_uid) == (1, True)
+    assert parse_config(["mapping"], {}).dcgm_endpoint is None  # `mapping` fetches nothing from dcgm-exporter

@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from exporter.demo.nvml import NO_INSTANCE, NVML_ERROR_TIMEOUT, XID_GPU, SimulatedNvml, nvmlEventTypeXidCriticalError
+from exporter.demo.nvml import (LOST_AFTER_SECONDS, LOST_GPU, NO_INSTANCE, NVML_ERROR_GPU_IS_LOST, NVML_ERROR_TIMEOUT,
+                                XID_FALLEN_OFF_THE_BUS, XID_GPU, NVMLError, SimulatedNvml,
+                                nvmlEventTypeXidCriticalError)
 from exporter.demo.workload import SIMULATED_PROCESSES, gpu_uuid
 from exporter.sources.nvml.processes import NvmlProcessReader
 
@@ -31,21 +33,47 @@ def test_the_process_reader_finds_every_simulated_process_on_its_gpu():
     assert NvmlProcessReader(nvml, 1.0).read()[0].energy_mj > first  # the counter grows
 
 
+def _register(nvml: SimulatedNvml, gpus) -> object:
+    events = nvml.nvmlEventSetCreate()
+    for index in gpus:
+        nvml.nvmlDeviceRegisterEvents(nvml.nvmlDeviceGetHandleByIndex(index), nvmlEventTypeXidCriticalError, events)
+    return events
+
+
+def _refusal(call) -> int:
+    with pytest.raises(NVMLError) as raised:
+        call()
+    return raised.value.value
+
+
 def test_xids_come_on_the_shared_gpu_now_and_then_as_the_event_api_delivers_them():
     clock = ManualClock()
     nvml = SimulatedNvml([], clock=clock)
-    events = nvml.nvmlEventSetCreate()
-    for index in range(nvml.nvmlDeviceGetCount()):
-        nvml.nvmlDeviceRegisterEvents(nvml.nvmlDeviceGetHandleByIndex(index), nvmlEventTypeXidCriticalError, events)
-    with pytest.raises(nvml.NVMLError) as raised:
-        nvml.nvmlEventSetWait_v2(events, 0)  # nothing yet
-    assert raised.value.value == NVML_ERROR_TIMEOUT
+    events = _register(nvml, [index for index in range(nvml.nvmlDeviceGetCount()) if index != LOST_GPU])
+    assert _refusal(lambda: nvml.nvmlEventSetWait_v2(events, 0)) == NVML_ERROR_TIMEOUT  # nothing yet
     clock.now += 60
     first, second = nvml.nvmlEventSetWait_v2(events, 0), nvml.nvmlEventSetWait_v2(events, 0)
     assert nvml.nvmlDeviceGetUUID(first.device) == gpu_uuid(XID_GPU)
     assert (first.eventType, first.eventData, second.eventData) == (nvmlEventTypeXidCriticalError, 13, 31)
     assert (first.gpuInstanceId, first.computeInstanceId) == (NO_INSTANCE, NO_INSTANCE)
     nvml.nvmlEventSetFree(events)
+
+
+def test_gpu_3_falls_off_the_bus_after_a_while_and_stays_lost():
+    clock = ManualClock()
+    nvml = SimulatedNvml([], clock=clock)
+    events = _register(nvml, [LOST_GPU])  # registered before it falls
+    clock.now += LOST_AFTER_SECONDS - 0.1
+    assert _refusal(lambda: nvml.nvmlEventSetWait_v2(events, 0)) == NVML_ERROR_TIMEOUT
+    clock.now += 0.1
+    fall = nvml.nvmlEventSetWait_v2(events, 0)  # the driver's last word on it: XID 79
+    assert (nvml.nvmlDeviceGetUUID(fall.device), fall.eventData) == (gpu_uuid(LOST_GPU), XID_FALLEN_OFF_THE_BUS)
+    assert _refusal(lambda: nvml.nvmlEventSetWait_v2(events, 0)) == NVML_ERROR_GPU_IS_LOST
+    assert _refusal(lambda: _register(nvml, [LOST_GPU])) == NVML_ERROR_GPU_IS_LOST
+    clock.now += 3600
+    assert _refusal(lambda: _register(nvml, [LOST_GPU])) == NVML_ERROR_GPU_IS_LOST
+    # The other GPUs register and deliver as before.
+    assert nvml.nvmlEventSetWait_v2(_register(nvml, [XID_GPU]), 0).device == XID_GPU
 
 
 def test_a_function_the_simulation_lacks_answers_not_supported_as_an_older_driver_does():

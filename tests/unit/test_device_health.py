@@ -7,15 +7,16 @@ import json
 
 import pytest
 
-from exporter.core.health import DeviceTaint, ResourceHealth, device_health
+from exporter.core.health import DEVICE_HEALTH, DeviceHealth, DeviceTaint, ResourceHealth, device_health, resource_ids
 from exporter.core.identity import GpuIdentity, GpuKey
-from exporter.core.mapping import Mapping, build_mapping
+from exporter.core.mapping import DeviceLike, Mapping, build_mapping
 from exporter.exposition.health import render_device_health
 from exporter.sources.kubelet import AllocatedDevice
 from exporter.sources.kubernetes.dra import DraDevices, slice_devices
 from exporter.sources.kubernetes.labels import LabelSpec
 from exporter.sources.kubernetes.pod_store import pod_info
 from exporter.sources.kubernetes.stream import decode_object
+from support.devices import Device
 from support.fake_kube_api import make_pod
 
 GPU_A = "GPU-11111111-2222-3333-4444-555555555555"
@@ -121,9 +122,17 @@ REPORTS = {
 }
 
 
+@pytest.mark.parametrize("kind", [AllocatedDevice, Device])
+def test_every_kubelet_device_kind_names_a_dra_device_by_its_cdi_id_as_the_protocol_says(kind):
+    device = kind("dra", "e", "main", "gpu.nvidia.com", "gpu-0", dra=True, claim="dra/train", pool="n", cdi_id=CDI)
+    assert all(hasattr(device, field) for field in DeviceLike.__annotations__)
+    assert resource_ids(device) == ("gpu.nvidia.com/n/gpu-0", CDI)
+    assert resource_ids(kind("ml", "c", "main", "nvidia.com/gpu", "3")) == ("3",)
+
+
 def test_each_held_device_gets_its_holders_health_in_every_device_id_form():
     mapping = build_mapping(DEVICES, context=_Context(REPORTS))
-    assert mapping.health == {
+    assert mapping.annotation(DEVICE_HEALTH).statuses == {
         GpuKey("UUID", GPU_A, ""): "unhealthy",  # two replicas' holders disagree: unhealthy wins
         GpuKey("gpu", "3", ""): "healthy",
         GpuKey("UUID", GPU_B, "13"): "healthy",
@@ -145,8 +154,8 @@ def test_a_known_answer_beats_unknown_and_anything_else_reads_unknown():
 
 def test_health_and_taints_are_written_with_the_identities_the_samples_carried():
     taint = DeviceTaint(GpuKey("UUID", GPU_B, "13"), "gpu.nvidia.com/xid", "79", "NoSchedule")
-    mapping = Mapping(health={GpuKey("gpu", "3", ""): "healthy", GpuKey("UUID", GPU_A, ""): "unhealthy"},
-                      taints=(taint,))
+    mapping = Mapping(annotations={DEVICE_HEALTH: DeviceHealth(
+        {GpuKey("gpu", "3", ""): "healthy", GpuKey("UUID", GPU_A, ""): "unhealthy"}, (taint,))})
     identities = [GpuIdentity(GPU_A, "0", "nvidia0", ""), GpuIdentity("GPU-c", "3", "nvidia3", ""),
                   GpuIdentity(GPU_B, "1", "nvidia1", "13")]
     lines = render_device_health(mapping, identities).splitlines()

@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import errno
 import os
+import threading
+import time
 
 from exporter.core.hpc_jobs import HpcJob
-from exporter.sources.hpc_jobs import HpcJobReader, HpcJobsOptions
+from exporter.sources.hpc_jobs import HpcJobReader, HpcJobSource, HpcJobsOptions
 
 
 def test_reads_gpu_and_mig_instance_files_and_ignores_other_names(tmp_path):
@@ -41,3 +44,46 @@ def test_a_named_pipe_or_folder_with_a_mapping_files_name_is_skipped_without_wai
     read = HpcJobReader(HpcJobsOptions(str(tmp_path))).read()
     assert read.jobs == (HpcJob("2", "", "ok"),)
     assert read.skipped_files == 2
+
+
+def test_a_file_fstat_fails_on_is_skipped_and_counted_and_the_others_read(tmp_path, monkeypatch):
+    # A failing file system (EIO from fstat) once aborted the whole mapping refresh, kubelet's List and all.
+    for name in ("0", "1"):
+        (tmp_path / name).write_text(f"job-{name}\n")
+    failing = os.open(tmp_path / "0", os.O_RDONLY)
+    bad_inode = os.fstat(failing).st_ino
+    os.close(failing)
+    real_fstat = os.fstat
+
+    def fstat(descriptor):
+        result = real_fstat(descriptor)
+        if result.st_ino == bad_inode:
+            raise OSError(errno.EIO, "Input/output error")
+        return result
+
+    monkeypatch.setattr(os, "fstat", fstat)  # the standard library's, standing in for a failing disk
+    read = HpcJobReader(HpcJobsOptions(str(tmp_path))).read()
+    assert read.jobs == (HpcJob("1", "", "job-1"),)
+    assert read.skipped_files == 1
+
+
+def test_a_reading_that_hangs_is_given_up_within_the_bound_and_the_last_jobs_kept(tmp_path, monkeypatch):
+    (tmp_path / "0").write_text("7001\n")
+    source = HpcJobSource(HpcJobsOptions(str(tmp_path), timeout_seconds=0.2))
+    assert source.refresh() and source.current().jobs == (HpcJob("0", "", "7001"),)
+    release = threading.Event()
+    real_listdir = os.listdir
+
+    def hanging_listdir(path):  # a hung network file system
+        release.wait(10)
+        return real_listdir(path)
+
+    monkeypatch.setattr(os, "listdir", hanging_listdir)
+    try:
+        started = time.monotonic()
+        assert not source.refresh()
+        assert time.monotonic() - started < 2
+        assert source.current().jobs == (HpcJob("0", "", "7001"),) and not source.state().up
+        assert not source.refresh()  # refused at once while the stuck reading has not returned
+    finally:
+        release.set()

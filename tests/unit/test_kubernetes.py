@@ -13,6 +13,7 @@ from exporter.sources.kubelet import AllocatedDevice
 from exporter.sources.kubernetes.client import make_client
 from exporter.sources.kubernetes.context import KubernetesContext
 from exporter.sources.kubernetes.labels import LabelSpec
+from exporter.sources.kubernetes.watch import ListWatch
 from support.fake_kube_api import FakeKubeApi, make_pod, write_kubeconfig
 from support.kube_scenario import NODE, POOL, UUID0, claim, resource_slice
 from support.waiting import wait_until
@@ -24,8 +25,8 @@ MIG_DEVICE = "gpu-0-mig-19-4-1"  # the driver's name: profile 19, placement star
 def context(api, tmp_path, spec=LabelSpec(), resolve_mig=None):
     ctx = KubernetesContext(make_client(write_kubeconfig(str(tmp_path / "kubeconfig"), api.url)), NODE, spec)
     ctx.dra.resolve_mig = resolve_mig
-    ctx.start()
-    wait_until(lambda: ctx.up and ctx.slice_watch.healthy)
+    ctx.lifecycle.start()
+    wait_until(lambda: ctx.lifecycle.up and ctx.lifecycle.slices_up)
     return ctx
 
 
@@ -61,9 +62,9 @@ def test_dra_mig_device_matched_through_its_slice_and_nvml(api, tmp_path):
     ctx = context(api, tmp_path, resolve_mig=nvml)
     try:
         wait_until(lambda: ctx.dra.resolve("gpu.nvidia.com", POOL, MIG_DEVICE, "ml/small").known)
-        mapping = build_mapping(devices, context=ctx)
+        mapping = build_mapping(devices, context=ctx.mapping)
     finally:
-        ctx.stop()
+        ctx.lifecycle.stop()
     assert mapping.owners_for(GpuKey("UUID", UUID0, "13"))[0].pod == "small-a"
     assert mapping.unresolved == () and set(looked_up) == {MIG}  # (the NVML resolver caches its answers)
 
@@ -73,9 +74,9 @@ def test_dra_mig_device_without_nvml_is_unresolved_not_guessed(api, tmp_path):
     ctx = context(api, tmp_path)
     try:
         wait_until(lambda: ctx.dra.resolve("gpu.nvidia.com", POOL, MIG_DEVICE, "ml/small").known)
-        mapping = build_mapping(devices, context=ctx)
+        mapping = build_mapping(devices, context=ctx.mapping)
     finally:
-        ctx.stop()
+        ctx.lifecycle.stop()
     assert mapping.owners == {} and mapping.unresolved == (MIG_DEVICE,)
 
 
@@ -87,9 +88,9 @@ def test_resource_slices_and_claims_fall_back_to_v1beta1(api, tmp_path):
     ctx = context(api, tmp_path, resolve_mig=lambda _: (UUID0, "13"))
     try:
         assert ctx.dra.resolve("gpu.nvidia.com", POOL, MIG_DEVICE, "other/none").key == GpuKey("UUID", UUID0, "13")
-        assert build_mapping(devices, context=ctx).allocations == ()  # its claim has adminAccess (v1beta1 fields)
+        assert build_mapping(devices, context=ctx.mapping).allocations == ()  # its claim has adminAccess (v1beta1 fields)
     finally:
-        ctx.stop()
+        ctx.lifecycle.stop()
 
 
 @pytest.mark.parametrize("behaviour, why", [("trickle", "took longer than 1 s"), ("oversized", "larger than")])
@@ -101,16 +102,16 @@ def test_a_claim_read_is_bounded_in_time_and_size_so_the_refresh_goes_on(api, tm
     api.hostile_gets["resourceclaims"] = behaviour
     ctx = KubernetesContext(make_client(write_kubeconfig(str(tmp_path / "kubeconfig"), api.url)), NODE, LabelSpec(),
                             read_seconds=1.0)
-    ctx.start()
+    ctx.lifecycle.start()
     try:
-        wait_until(lambda: ctx.up and ctx.slice_watch.healthy)
+        wait_until(lambda: ctx.lifecycle.up and ctx.lifecycle.slices_up)
         outcome = []
-        refresh = threading.Thread(target=lambda: outcome.append(ctx.resolve_dra(device)), daemon=True)
+        refresh = threading.Thread(target=lambda: outcome.append(ctx.mapping.resolve_dra(device)), daemon=True)
         refresh.start()
         refresh.join(30)  # far beyond the bound: only a read that never ends gets here alive
         assert not refresh.is_alive()
     finally:
-        ctx.stop()
+        ctx.lifecycle.stop()
     assert outcome[0].admin_access is False  # the claim could not be read: adminAccess is not assumed
     assert why in log_stream.getvalue()
 
@@ -123,11 +124,11 @@ def test_bookmarks_pass_and_the_cache_follows_the_watch(api, tmp_path):
     try:
         wait_until(lambda: api.bookmarks_sent >= 2, 10)
         api.put("v1", "pods", make_pod("ml", "c", NODE))
-        wait_until(lambda: ctx.pod("ml", "c") is not None)
-        info = ctx.pod("ml", "a")
-        assert ctx.up and ctx.pod("ml", "b") is None  # another node's pod is never seen
+        wait_until(lambda: ctx.pod_index.pod("ml", "c") is not None)
+        info = ctx.pod_index.pod("ml", "a")
+        assert ctx.lifecycle.up and ctx.pod_index.pod("ml", "b") is None  # another node's pod is never seen
     finally:
-        ctx.stop()
+        ctx.lifecycle.stop()
     # What per-process attribution needs next: the pod UID and each container's ID.
     assert info.uid and [name for name, _ in info.containers] == ["main", "sidecar"]
     assert all(container_id.startswith("containerd://") for _, container_id in info.containers)
@@ -142,19 +143,19 @@ def test_pods_that_ended_or_vanished_are_known_as_ended(api, tmp_path):
     port = api.port
     try:
         api.delete("v1", "pods", "ml", "deleted-live")  # a DELETED event
-        wait_until(lambda: ctx.pod("ml", "deleted-live") is None)
+        wait_until(lambda: ctx.pod_index.pod("ml", "deleted-live") is None)
         api.stop()
         api.delete("v1", "pods", "ml", "deleted-away")  # deleted while the watch was away...
         api.compact()  # ...and the event compacted: only the relist after a 410 can tell
         api.start(port)
-        wait_until(lambda: api.request_count("list") >= 3 and ctx.pod("ml", "deleted-away") is None and ctx.up, 30)
+        wait_until(lambda: api.request_count("list") >= 3 and ctx.pod_index.pod("ml", "deleted-away") is None and ctx.lifecycle.up, 30)
         pods = [("ml", name) for name in ("done", "failed", "running", "pending", "deleted-live", "deleted-away",
                                           "never-seen")]
-        assert ctx.ended_pods(pods) == {("ml", "done"), ("ml", "failed"), ("ml", "deleted-live"), ("ml", "deleted-away")}
+        assert ctx.mapping.ended_pods(pods) == {("ml", "done"), ("ml", "failed"), ("ml", "deleted-live"), ("ml", "deleted-away")}
         api.put("v1", "pods", make_pod("ml", "deleted-live", NODE))  # the same name again: a new pod
-        wait_until(lambda: ("ml", "deleted-live") not in ctx.ended_pods(pods))
+        wait_until(lambda: ("ml", "deleted-live") not in ctx.mapping.ended_pods(pods))
     finally:
-        ctx.stop()
+        ctx.lifecycle.stop()
 
 
 def test_a_pod_a_relist_skips_as_malformed_has_not_ended(api, tmp_path):
@@ -165,14 +166,54 @@ def test_a_pod_a_relist_skips_as_malformed_has_not_ended(api, tmp_path):
     try:
         api.put("v1", "pods", make_pod("ml", "trainer", NODE, labels={"team": 5}))  # not a string: skipped
         api.delete("v1", "pods", "ml", "gone")
-        wait_until(lambda: ctx.pod("ml", "gone") is None)
+        wait_until(lambda: ctx.pod_index.pod("ml", "gone") is None)
         lists = ctx.pod_watch.lists
         api.compact()  # the watch's version compacted: a relist, which skips the malformed pod
-        wait_until(lambda: ctx.pod_watch.lists > lists and ctx.up, 30)
+        wait_until(lambda: ctx.pod_watch.lists > lists and ctx.lifecycle.up, 30)
         assert ctx.pod_watch.skipped["malformed"] >= 2
-        assert ctx.ended_pods([("ml", "trainer"), ("ml", "gone")]) == {("ml", "gone")}
+        assert ctx.mapping.ended_pods([("ml", "trainer"), ("ml", "gone")]) == {("ml", "gone")}
     finally:
-        ctx.stop()
+        ctx.lifecycle.stop()
+
+
+class _RefusingStore:
+    """A WatchedStore whose add fails for pods named refused-…, as a bug in the cache would."""
+
+    def __init__(self):
+        self.names = set()
+
+    def replace(self, objects, complete):
+        self.names = {obj.metadata.name for obj in objects}
+
+    def add(self, obj):
+        if obj.metadata.name.startswith("refused"):
+            raise KeyError(obj.metadata.name)
+        self.names.add(obj.metadata.name)
+
+    def update(self, obj):
+        self.add(obj)
+
+    def delete(self, obj):
+        self.names.discard(obj.metadata.name)
+
+
+def test_a_store_that_fails_is_logged_once_not_counted_as_malformed_and_the_watch_goes_on(api, tmp_path,
+                                                                                           log_stream):
+    from lightkube.resources.core_v1 import Pod
+
+    store = _RefusingStore()
+    watch = ListWatch(make_client(write_kubeconfig(str(tmp_path / "kubeconfig"), api.url)), Pod, "pods", None, store)
+    watch.start()
+    try:
+        wait_until(lambda: watch.healthy)
+        for name in ("refused-1", "refused-2", "taken"):
+            api.put("v1", "pods", make_pod("ml", name, NODE))
+        wait_until(lambda: "taken" in store.names)
+        assert watch.status().skipped == {} and watch.lists == 1  # no object skipped, no relist
+    finally:
+        watch.stop()
+    logged = [line for line in log_stream.getvalue().splitlines() if "not taken by the cache" in line]
+    assert len(logged) == 1 and "KeyError" in logged[0] and "refused-1" in logged[0]
 
 
 def get_forbidden(api_version, kind, namespace, name):
@@ -193,17 +234,38 @@ def test_failing_workload_lookups_stay_within_the_cache_bound(api, tmp_path, log
     client = make_client(write_kubeconfig(str(tmp_path / "kubeconfig"), api.url))
     ctx = KubernetesContext(client, NODE, LabelSpec(workload=True), clock=lambda: 1000.0,  # no retry is due
                             read_owners=get_forbidden)
-    ctx.start()
+    ctx.lifecycle.start()
     try:
-        wait_until(lambda: ctx.up and ctx.pod_count() == jobs, 60)
+        wait_until(lambda: ctx.lifecycle.up and len(ctx.pod_index) == jobs, 60)
         pods = [("batch", f"job-{n}-pod") for n in range(jobs)]
-        extras = ctx.extra_labels_for(pods)
+        extras = ctx.mapping.extra_labels_for(pods)
         # The walk stops at the Job it cannot read: the workload is that Job, known by its name.
         assert extras[pods[7]] == (("workload_kind", "Job"), ("workload", "job-7"))
         assert ctx.workloads.lookups == jobs
-        ctx.extra_labels_for(pods[:1])  # within the retry interval, yet asked again: the oldest made room
+        ctx.mapping.extra_labels_for(pods[:1])  # within the retry interval, yet asked again: the oldest made room
         assert ctx.workloads.lookups == jobs + 1
         assert len(ctx.workloads) <= 4096
     finally:
-        ctx.stop()
+        ctx.lifecycle.stop()
     assert log_stream.getvalue().count("cannot read Job objects (403)") == 1  # once, not once per Job
+
+
+def test_queue_labels_stay_on_when_owner_reads_are_injected(api, tmp_path):
+    # Injected owner reads replace only the owners' metadata reads: the queue a Job's metadata names is
+    # still kept, and its LocalQueue still read from the API server (they were silently off).
+    from support.kube_queues import put_local_queue, serve_kueue
+
+    serve_kueue(api)
+    put_local_queue(api, "kueue.x-k8s.io/v1beta2", "ml", "lq-train", "cq-research")
+    api.put("v1", "pods", make_pod("ml", "train-0", NODE, owner=("Job", "train")))
+    job = {"labels": {"kueue.x-k8s.io/queue-name": "lq-train"}, "ownerReferences": []}
+    client = make_client(write_kubeconfig(str(tmp_path / "kubeconfig"), api.url))
+    ctx = KubernetesContext(client, NODE, LabelSpec(workload=True, queue=True),
+                            read_owners=lambda version, kind, namespace, name: job)
+    ctx.lifecycle.start()
+    try:
+        wait_until(lambda: ctx.lifecycle.up and ctx.pod_index.pod("ml", "train-0") is not None)
+        assert ctx.mapping.extra_labels_for([("ml", "train-0")])[("ml", "train-0")] == (
+            ("workload_kind", "Job"), ("workload", "train"), ("cluster_queue", "cq-research"), ("local_queue", "lq-train"))
+    finally:
+        ctx.lifecycle.stop()

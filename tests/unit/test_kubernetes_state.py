@@ -4,6 +4,7 @@ and the log-once bounds they rely on."""
 from __future__ import annotations
 
 import json
+import time
 
 import pytest
 
@@ -69,6 +70,19 @@ def test_a_watch_that_stays_open_is_reported_recovered_without_any_reader():
     watch.listed()
     watch.watch_opened()
     wait_until(lambda: recovered.calls == 2, timeout_seconds=10, describe="the recovery reported by the proof timer")
+    assert watch.state.stage is Stage.UP
+
+
+def test_the_proof_without_a_reader_follows_the_clock_given_not_the_wall():
+    watch, clock, recovered = health()
+    watch.listed()
+    watch.failed("watch")
+    watch.listed()
+    watch.watch_opened()
+    time.sleep(WATCH_CONFIRM_SECONDS * 1.5)  # real time passing while the clock stands still is the point
+    assert watch.state.stage is Stage.PROVING and recovered.calls == 1  # open a while on the wall: not proven
+    clock.now += WATCH_CONFIRM_SECONDS  # open long enough by the clock: proven with nobody reading
+    wait_until(lambda: recovered.calls == 2, timeout_seconds=10, describe="the recovery reported by the proof")
     assert watch.state.stage is Stage.UP
 
 

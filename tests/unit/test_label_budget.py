@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import re
+import threading
 
 from exporter.core.mapping import build_mapping
 from exporter.exposition.allocation import render_allocation_info
@@ -56,6 +57,35 @@ def test_a_holder_that_stays_is_not_counted_again_however_many_come_and_go():
         limit.fit((("pod_uid", f"gone-{number}"), ("label_a", "1")), 8, 3)
         assert limit.fit(held, 8, 3) == held[:1]
     assert limit.dropped == counted + 10_000  # each short-lived pod's label_a, once; the stayer's never again
+
+
+class _MeetingLimit(LabelLimit):
+    """Holds each cut until a second thread is cutting too (or a second has passed): where two
+    threads may both miss the remembered answers, they both cut, and the test sees it every time."""
+
+    def __init__(self, limit):
+        super().__init__(limit)
+        self.meeting = threading.Barrier(2, timeout=1.0)
+
+    def _fit(self, *args):
+        try:
+            self.meeting.wait()
+        except threading.BrokenBarrierError:
+            pass  # nobody else was cutting: the answer was remembered, or the lock kept them out
+        return super()._fit(*args)
+
+
+def test_a_cut_asked_for_on_two_threads_at_once_is_counted_once():
+    limit = _MeetingLimit(12)
+    held = (("pod_uid", "u"), ("label_a", "1"), ("annotation_x", "t"))
+    answers = []
+    threads = [threading.Thread(target=lambda: answers.append(limit.fit(held, 8, 3))) for _ in range(2)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert answers == [held[:1], held[:1]]
+    assert limit.dropped == 2  # label_a and annotation_x, once
 
 
 def test_samples_within_the_limit_and_unattributed_when_owners_cannot_fit():

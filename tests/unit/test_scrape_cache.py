@@ -8,6 +8,10 @@ import zlib
 import pytest
 
 from exporter.core.attribution import Attribution
+from exporter.core.hpc_jobs import HpcJob, HpcJobs
+from exporter.exposition.allocation import AllocationSection
+from exporter.exposition.hpc_jobs import HpcJobsSection
+from exporter.exposition.sections import SectionState, StatusSection
 from exporter.sources.dcgm.file_source import FileSource
 from exporter.sources.dcgm.options import DcgmFileOptions
 from exporter.sources.kubelet import AllocatedDevice
@@ -35,7 +39,9 @@ def node(tmp_path):
     kubelet = Kubelet([AllocatedDevice("ml", "trainer-0", "pytorch", "nvidia.com/gpu", L4_UUID)])
     attribution = Attribution(kubelet.list_devices, refresh_interval_seconds=60, max_age_seconds=600)
     attribution.refresh()
-    return path, kubelet, attribution, Scraper(FileSource(DcgmFileOptions(str(path))), attribution, "kubernetes")
+    sections = [AllocationSection("kubernetes", None, lambda: True), StatusSection()]
+    return path, kubelet, attribution, Scraper(FileSource(DcgmFileOptions(str(path))), attribution, "kubernetes",
+                                               sections)
 
 
 def test_unchanged_body_and_mapping_are_rewritten_once(node):
@@ -87,3 +93,21 @@ def test_plain_bytes_answer_has_the_same_parts_and_gzip():
 def _without_status(answer: bytes) -> bytes:
     # The status gauges (scrape duration, mapping age) change on every scrape by design.
     return answer.split(b"# HELP pod_gpu_exporter_dcgm_up", 1)[0]
+
+
+def test_new_hpc_jobs_are_served_at_once_without_rewriting_the_body(node):
+    # A kept section with a source of its own: its rows follow its data (a new value, compared by
+    # identity) while the rewrite of the unchanged body and mapping is kept.
+    path, _, attribution, _ = node
+    jobs = [HpcJobs((HpcJob("0", "", "7001"),))]
+    hpc = HpcJobsSection(lambda: jobs[0], lambda: SectionState(True, 0.0))
+    scraper = Scraper(FileSource(DcgmFileOptions(str(path))), attribution, "kubernetes",
+                      [AllocationSection("kubernetes", None, lambda: True), hpc, StatusSection()])
+    assert b'hpc_job="7001"' in scraper.scrape()
+    jobs[0] = HpcJobs((HpcJob("0", "", "7002"),), 1)
+    answer = scraper.scrape()
+    assert b'hpc_job="7002"' in answer and b'hpc_job="7001"' not in answer
+    assert b"pod_gpu_exporter_hpc_job_files_skipped 1\n" in answer
+    compressed = gzip.decompress(b"".join(scraper.scrape_body().gzip_parts()))  # its shared prefix made again
+    assert b'hpc_job="7002"' in compressed and b'hpc_job="7001"' not in compressed
+    assert scraper.rewrites == 1

@@ -3,14 +3,20 @@ most so many kept, those whose pods left the longest ago dropped first; a GPU lo
 
 from __future__ import annotations
 
+from exporter.base.errors import KubeletError
+from exporter.core.attribution import Attribution
 from exporter.core.identity import GpuIdentity, GpuKey, Owner
 from exporter.core.mapping import Mapping
 from exporter.shares.xid_counters import XidCounters
+from exporter.sources.kubelet import AllocatedDevice
 from exporter.sources.nvml.events import EventsStatus, XidEvent
+from support.clocks import ManualClock
 
 GPU0 = "GPU-11111111-2222-3333-4444-555555555555"
 WHOLE0 = GpuIdentity(GPU0, "0", "nvidia0", "")
 UP = EventsStatus(True, frozenset())
+A_79 = (f'pod_gpu_container_xid_errors_total{{{{UUID="{GPU0}",gpu="0",namespace="ml",pod="a",container="main",'
+        'xid="79"}} {}')
 
 
 def holding(*pods: str) -> Mapping:
@@ -51,3 +57,29 @@ def test_past_the_most_series_those_whose_pods_left_the_longest_ago_go_first_sai
 def test_a_gpu_lost_before_it_was_named_is_served_by_its_index():
     counters = XidCounters(Mapping, lambda: EventsStatus(False, frozenset({GpuIdentity("", "1", "", "")})), "legacy")
     assert 'pod_gpu_device_lost{gpu="1"} 1' in counters.text().decode().splitlines()
+
+
+def test_a_kubelet_outage_past_the_mapping_max_age_forgets_no_holder_nor_resets_its_counter():
+    # A real Attribution on a hand-moved clock, read as the shares read it (mapping_in_use): once the
+    # kubelet's mapping aged out, the counters that read attribution.current().mapping took every holder
+    # for gone, forgot it after the retention, and counted it again from 0 when the kubelet came back.
+    clock, devices, failing = ManualClock(0.0), [AllocatedDevice("ml", "a", "main", "nvidia.com/gpu", GPU0)], [False]
+
+    def list_devices():
+        if failing[0]:
+            raise KubeletError("kubelet gone", reason="unavailable")
+        return list(devices)
+
+    attribution = Attribution(list_devices, refresh_interval_seconds=5, max_age_seconds=5, clock=clock)
+    counters = XidCounters(attribution.mapping_in_use, lambda: UP, "kubernetes", retention_seconds=60, clock=clock)
+    attribution.refresh()
+    counters.record(XidEvent(WHOLE0, "79"))
+    failing[0] = True
+    for clock.now in (1.0, 10.0, 100.0, 1000.0):  # an outage far past max age and retention, scraped
+        attribution.refresh()
+        assert attribution.mapping_in_use() is None or clock.now < 5
+        assert container_series(counters) == [A_79.format(1)]
+    failing[0] = False
+    attribution.refresh()
+    counters.record(XidEvent(WHOLE0, "79"))
+    assert container_series(counters) == [A_79.format(2)]  # counted on, never from 0 again

@@ -11,6 +11,7 @@ from exporter.base.logs import log
 from exporter.sources.kubernetes.client import in_cluster, make_client
 from exporter.sources.kubernetes.context import KubernetesContext
 from exporter.sources.kubernetes.options import KubernetesOptions
+from exporter.sources.kubernetes.roles import KubernetesLifecycle
 
 
 def node_name(options: KubernetesOptions) -> str:
@@ -20,7 +21,7 @@ def node_name(options: KubernetesOptions) -> str:
 
 
 def prepare_kubernetes(options: KubernetesOptions) -> Optional[KubernetesContext]:
-    """A context ready to start, or None when --kubernetes.api rules it out; ConfigError for a bad config."""
+    """A context (its three roles) ready to start, or None when --kubernetes.api rules it out; ConfigError for a bad config."""
     enabled = options.api == "on" or (options.api == "auto" and (options.kubeconfig is not None or in_cluster()))
     if not enabled:
         if options.labels.enabled:
@@ -41,13 +42,13 @@ def prepare_kubernetes(options: KubernetesOptions) -> Optional[KubernetesContext
                              watch_silence_seconds=options.watch_silence_seconds)
 
 
-def start_and_wait(context: KubernetesContext, resolve_mig, wait_seconds: float, slices: bool = False) -> None:
+def start_and_wait(lifecycle: KubernetesLifecycle, resolve_mig, wait_seconds: float, slices: bool = False) -> None:
     """Start the watches and wait up to `wait_seconds` for the first pod list (and ResourceSlice list,
     with `slices`), so that the first mapping already has the extra labels; an API that does not
     answer yet is retried in the background."""
-    context.dra.resolve_mig = resolve_mig
-    context.start()
+    lifecycle.start(resolve_mig)
     deadline = time.monotonic() + wait_seconds
-    while not (context.up and (context.slice_watch.healthy or not slices)) and time.monotonic() < deadline:
+    while not (lifecycle.up and (lifecycle.slices_up or not slices)) and time.monotonic() < deadline:
         time.sleep(0.02)
-    log("info", "Kubernetes API in use", node=context.node_name, pod_watch_up=context.up, pods=context.pod_count())
+    log("info", "Kubernetes API in use", node=lifecycle.node_name, pod_watch_up=lifecycle.up,
+        slice_watch_up=lifecycle.slices_up)

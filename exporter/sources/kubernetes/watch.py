@@ -274,8 +274,13 @@ class ListWatch:
                 self._store.update(obj)
             else:
                 self._store.delete(obj)
-        except Exception as exc:  # noqa: BLE001 - one odd object must never stop the watch
-            self._skip("malformed", f"{type(exc).__name__}: {exc}")
+        except Exception as exc:  # noqa: BLE001 - the object passed its checks: a failing store is our bug
+            # Not a malformed object, so not counted as one; the watch goes on, as client-go's reflector
+            # does when its store refuses an event (a relist would feed the same object to the same store).
+            self._skips_logged.log(("store", type(exc).__name__), "error",
+                                   "Kubernetes watch event not taken by the cache (a bug of the exporter); "
+                                   "watching on, logged once", resource=self.resource_name, event=event_type,
+                                   detail=f"{type(exc).__name__}: {exc}"[:200])
 
     def _undecodable(self, exc: BaseException) -> None:
         self._count(self.dropped, "undecodable")

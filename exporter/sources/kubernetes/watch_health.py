@@ -10,6 +10,7 @@ from typing import Callable, NamedTuple, Optional
 # After a failed watch, a new one that stays open this long counts as working (one the server refuses,
 # a 403, fails within it), unless the failed one fell silent or was dropped: then only an event counts.
 WATCH_CONFIRM_SECONDS = 1.0
+_PROOF_CHECK_SECONDS = 0.05  # the shortest pause of the proof thread between two looks at the clock
 
 
 class Stage(Enum):
@@ -40,7 +41,7 @@ class WatchHealth:
         any -------------------------failed(verb)--------------------> FAILED(verb)
         PROVING ---------------------line_arrived--------------------> UP
         PROVING ---------------------open WATCH_CONFIRM_SECONDS------> UP, made by whoever reads `healthy`
-                                     (not while needs_event)      first: a timer armed when the watch opened
+                                     (not while needs_event)      first: a thread started when the watch opened, on the clock given
 
     The watch thread makes every transition but the last. Each move into UP calls `on_up` (which reports
     the API answering again: the reporter logs that only after a failure) under the lock, so that it
@@ -87,13 +88,26 @@ class WatchHealth:
             state = self._state
             starts = state.stage is Stage.PROVING and state.opened_at is None
             if starts:
-                self._state = state._replace(opened_at=self._clock())
+                state = self._state = state._replace(opened_at=self._clock())
         if starts and not state.needs_event:
             # Nothing else may read `healthy` soon (a ResourceSlice watch is read by /metrics only), and
             # the API's recovery is logged when the watch has proved itself, not at some later read.
-            proof = threading.Timer(WATCH_CONFIRM_SECONDS, lambda: self.healthy)
-            proof.daemon = True
-            proof.start()
+            threading.Thread(target=self._prove, args=(state.opened_at,), name="watch-proof",
+                             daemon=True).start()
+
+    def _prove(self, opened_at: float) -> None:
+        """Reads `healthy` once the watch opened at `opened_at` has been open WATCH_CONFIRM_SECONDS by the
+        clock (not the wall's: a test's clock moves by hand), unless this proof ended meanwhile."""
+        while True:
+            with self._lock:
+                state = self._state
+                remaining = opened_at + WATCH_CONFIRM_SECONDS - self._clock()
+            if state.stage is not Stage.PROVING or state.opened_at != opened_at or state.needs_event:
+                return  # proven by a line, failed, or listed again: no longer this proof's to make
+            if remaining <= 0:
+                self.healthy  # noqa: B018 - the read makes the move into UP
+                return
+            time.sleep(max(remaining, _PROOF_CHECK_SECONDS))
 
     def line_arrived(self) -> None:
         """A watch delivered an event or a bookmark: the watch works."""

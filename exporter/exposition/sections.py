@@ -1,0 +1,137 @@
+"""The seam every block of exporter-owned families goes through: a Section serves its rows for one scrape.
+
+A section is one block of the answer (the allocations, the devices' health, the HPC jobs, the status
+gauges, the shares, the XIDs) with one small protocol: what it serves for a scrape, the status gauges
+it owns, and its own state, which /metrics reports for each section (pod_gpu_exporter_section_up and
+_duration_seconds, as node_exporter reports its collectors). The scraper takes the list app.py
+registers and names no feature; adding a family is one section and one registration line.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Callable, Iterable, NamedTuple, Optional, Protocol, Sequence, Tuple
+
+from exporter.core.attribution import Snapshot
+from exporter.exposition import families
+from exporter.exposition.families import Family
+
+Gauge = Tuple[Family, Optional[object]]  # a status gauge and its one value, None for none yet
+
+
+class ScrapeView(NamedTuple):
+    """What one scrape knows when its sections render, read once and shared by them all."""
+
+    snapshot: Snapshot  # the attribution in use: its mapping, whether the kubelet is up, its age
+    identities: frozenset  # the GPUs the rewritten samples named; empty without upstream samples
+    dcgm_up: bool = False
+    malformed: int = 0  # upstream lines dropped from this scrape
+    started: float = 0.0  # time.perf_counter() when the scrape began
+    gauges: Tuple[Gauge, ...] = ()  # the sections' own status gauges, in registration order
+
+
+class SectionState(NamedTuple):
+    """Whether a section's data could be had at its last refresh, and how long that refresh took."""
+
+    up: bool
+    duration_seconds: Optional[float] = None  # None before its first refresh
+
+
+class Section(Protocol):
+    """One block of families. `per_scrape` False: its rows depend only on the mapping, the samples'
+    identities and its `key()`, and are kept with the rewrite they were made for (no work on a cached
+    scrape); a new `key()` (compared by identity: an immutable value, or a generation) renders them
+    again. `per_scrape` True: rendered on every scrape, after the kept blocks."""
+
+    name: str
+    per_scrape: bool
+
+    def key(self) -> object:
+        """What its kept rows were made from besides the mapping and the identities (None: nothing)."""
+
+    def render(self, view: ScrapeView) -> bytes:
+        """Its headers and rows for this scrape; b"" for none."""
+
+    def gauges(self) -> Iterable[Gauge]:
+        """The status gauges it owns, written after the common ones, in registration order."""
+
+    def state(self) -> SectionState:
+        """Its up/error state and last refresh duration, for /metrics."""
+
+
+class BaseSection:
+    """What most sections share: rows from `_rows`, timed; up from a callable; no key, no gauges."""
+
+    name = ""
+    per_scrape = False
+
+    def __init__(self, up: Callable[[], bool] = lambda: True):
+        self._up = up
+        self._last_seconds: Optional[float] = None
+
+    def key(self) -> object:
+        return None
+
+    def render(self, view: ScrapeView) -> bytes:
+        started = time.perf_counter()
+        rows = self._rows(view)
+        self._last_seconds = time.perf_counter() - started
+        return rows
+
+    def _rows(self, view: ScrapeView) -> bytes:
+        raise NotImplementedError
+
+    def gauges(self) -> Iterable[Gauge]:
+        return ()
+
+    def state(self) -> SectionState:
+        return SectionState(bool(self._up()), self._last_seconds)
+
+
+class StatusSection(BaseSection):
+    """The status gauges every scrape carries, in their fixed order, then those the sections own."""
+
+    name = "status"
+    per_scrape = True
+
+    def _rows(self, view: ScrapeView) -> bytes:
+        snapshot = view.snapshot
+        values = [
+            (families.DCGM_UP, int(view.dcgm_up)),
+            (families.KUBELET_UP, int(snapshot.kubelet_up)),
+            (families.MAPPING_AGE, None if snapshot.age_seconds is None else round(snapshot.age_seconds, 3)),
+            (families.MALFORMED_LINES, view.malformed),
+            (families.UNRESOLVED_DEVICES, len(snapshot.mapping.unresolved)),
+            (families.SCRAPE_DURATION, round(time.perf_counter() - view.started, 6)),
+        ]
+        return families.render_status(values + list(view.gauges)).encode()
+
+
+class TextSection(BaseSection):
+    """A section whose source renders its own text on a refresher (the shares, the XIDs): served as is
+    on every scrape; its state is the source's."""
+
+    per_scrape = True
+
+    def __init__(self, name: str, text: Callable[[], bytes], state: Callable[[], SectionState]):
+        super().__init__()
+        self.name = name
+        self._text = text
+        self._source_state = state
+
+    def _rows(self, view: ScrapeView) -> bytes:
+        return self._text()
+
+    def state(self) -> SectionState:
+        return self._source_state()
+
+
+def check_order(sections: Sequence[Section]) -> None:
+    """Kept blocks come before per-scrape ones: the kept part of the answer is shared, and compressed
+    once, as one prefix."""
+    flags = [section.per_scrape for section in sections]
+    if flags != sorted(flags):
+        raise ValueError("sections kept with the rewrite must be registered before those rendered per scrape")
+    names = [section.name for section in sections]
+    if len(set(names)) != len(names):
+        raise ValueError(f"section names repeat: {names}")

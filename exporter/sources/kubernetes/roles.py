@@ -1,0 +1,110 @@
+"""The Kubernetes source's three roles, each what one kind of caller takes: the mapping's, the lifecycle, the pod index.
+
+`context.KubernetesContext` builds the parts (watches, pod store, DRA devices, extra labels) and hands each
+role only the parts it reads.
+"""
+
+from __future__ import annotations
+
+from typing import Callable, Dict, Iterable, List, Optional, Set
+
+from exporter.core.mapping import DraResolution
+from exporter.sources.kubernetes.dra import DraDevices
+from exporter.sources.kubernetes.extra_labels import ExtraLabels
+from exporter.sources.kubernetes.labels import PodInfo
+from exporter.sources.kubernetes.pod_store import PodKey, PodStore
+from exporter.sources.kubernetes.status import KubernetesStatus
+
+
+class KubernetesMapping:
+    """The MappingContext (core.mapping) that build_mapping asks for DRA keys, extra labels, ended pods,
+    device health and taints. Asked on the mapping refresher only."""
+
+    def __init__(self, dra: DraDevices, store: PodStore, extras: ExtraLabels, fresh: Callable[[], bool]):
+        self._dra = dra
+        self._store = store
+        self._extras = extras
+        self._fresh = fresh  # whether the pod store is trusted (the pod watch up, or within its grace)
+
+    def resolve_dra(self, device) -> DraResolution:
+        """A kubelet DRA device's key from its ResourceSlice, and whether its claim is adminAccess."""
+        return self._dra.resolve(device.resource, device.pool, device.device_id, device.claim)
+
+    def retain_claims(self, devices: List) -> None:
+        """Forget the claims that none of the kubelet's devices is held through any more."""
+        self._dra.retain_claims({device.claim for device in devices if device.dra})
+
+    def extra_labels_for(self, pods: Iterable[PodKey]) -> Dict[PodKey, tuple]:
+        """(namespace, pod) → the extra labels' (name, value) pairs, for the pods the store knows."""
+        return self._extras.for_pods(pods)
+
+    def ended_pods(self, pods: Iterable[PodKey]) -> Set[PodKey]:
+        """Those of `pods` that hold no device any more, though the kubelet may still report them: phase
+        Succeeded or Failed, or deleted since the watch saw them. Only while the store is fresh: without a
+        synced watch nothing is known to have ended."""
+        return self._store.ended_among(pods) if self._fresh() else set()
+
+    def resource_health_for(self, pods: Iterable[PodKey]) -> Optional[Dict[PodKey, tuple]]:
+        """(namespace, pod) → its containers' allocatedResourcesStatus entries, while the store is fresh;
+        else None, health unknown to us (a stale store's health would be served as current)."""
+        if not self._fresh():
+            return None
+        infos = {pod: self._store.get(pod) for pod in pods}
+        return {pod: info.resource_health for pod, info in infos.items() if info is not None and info.resource_health}
+
+    def device_taints(self) -> tuple:
+        """The taints on this node's DRA GPU devices, from its ResourceSlices."""
+        return self._dra.taints()
+
+
+class KubernetesLifecycle:
+    """The watches started and stopped, and what they say of themselves (kubernetes_api_up, /metrics)."""
+
+    def __init__(self, node_name: str, pod_watch, slice_watch, dra: DraDevices):
+        self.node_name = node_name
+        self._pod_watch = pod_watch
+        self._slice_watch = slice_watch
+        self._dra = dra
+
+    def start(self, resolve_mig=None) -> None:
+        """Start both watches; `resolve_mig` (NVML's, wired after the context is made) names dynamic MIG devices."""
+        if resolve_mig is not None:
+            self._dra.resolve_mig = resolve_mig
+        self._pod_watch.start()
+        self._slice_watch.start()
+
+    def stop(self) -> None:
+        self._pod_watch.stop()
+        self._slice_watch.stop()
+
+    @property
+    def up(self) -> bool:
+        """pod_gpu_exporter_kubernetes_api_up: the pod watch is listed and connected."""
+        return self._pod_watch.healthy
+
+    @property
+    def slices_up(self) -> bool:
+        """The ResourceSlice watch is listed and connected."""
+        return self._slice_watch.healthy
+
+    def status(self) -> KubernetesStatus:
+        """Both watches' counters, as one immutable snapshot (for /metrics, from any thread)."""
+        return KubernetesStatus((self._pod_watch.status(), self._slice_watch.status()))
+
+
+class KubernetesPods:
+    """The pod index: this node's pods as the store has them (the per-process shares, start-up, tests)."""
+
+    def __init__(self, store: PodStore, fresh: Callable[[], bool]):
+        self._store = store
+        self._fresh = fresh
+
+    def pods(self) -> Optional[Dict[PodKey, PodInfo]]:
+        """A copy of the pod store while it is fresh (the same grace as the extra labels), else None."""
+        return self._store.copy() if self._fresh() else None
+
+    def pod(self, namespace: str, name: str) -> Optional[PodInfo]:
+        return self._store.get((namespace, name))
+
+    def __len__(self) -> int:
+        return len(self._store)
