@@ -2,25 +2,23 @@
 
 Samples are never parsed into numbers and rendered again: prometheus_client's parser/renderer would
 rename counters that lack `_total` (dcgm-exporter has several) and reformat value text. Instead each
-line is split into name, label text and the rest, checked against the 0.0.4 text format
-(exporter.exposition.text), and written back from the original substrings.
+line is split into name, label text and the rest, judged by the one rule of what is served
+(exporter.exposition.line_rule), and written back from the original substrings.
 """
 
 from __future__ import annotations
 
 import io
-from typing import Dict, List, Optional, Tuple
+from typing import Callable, Dict, List, Optional
 
 from exporter.core.mapping import Mapping
 from exporter.exposition.label_limit import LabelLimit
 from exporter.exposition.metadata import FamilyRecord
-from exporter.exposition.series import (LabelSet, RewriteResult, Series, SeriesBuilder, copy_comment, replace_copy,
-                                        split_unlabelled)
+from exporter.exposition.line_rule import read_line
+from exporter.exposition.series import LabelSet, RewriteResult, Series, SeriesBuilder, replace_copy
 from exporter.exposition.streamed import rewrite_streamed
 from exporter.exposition.template import BodyTemplate
-from exporter.exposition.text import cut_short, is_value
-
-_UNSEEN = object()  # not in a cache, told apart from a cached None (known to be malformed)
+from exporter.exposition.text import cut_short
 
 # The caches of series and label sets keep what the last rewrite used; once they hold more entries
 # than twice its lines (plus this slack), a churning upstream (label values new on every scrape) has filled
@@ -44,6 +42,22 @@ class _TooManyLabelSets(Exception):
     """A large body's lines do not share label sets: it is streamed instead (see STREAM_MIN_BYTES)."""
 
 
+class _SeriesCache(dict):
+    """A sample's head → its Series (None: the head breaks the format), built at its first lookup.
+
+    From one collection to the next only values change, so all the work on a line's head (checks,
+    owner lookup, rendering) is done once and looked up after.
+    """
+
+    def __init__(self, build: Callable[[str], Optional[Series]]):
+        super().__init__()
+        self._build = build
+
+    def __missing__(self, head: str) -> Optional[Series]:
+        series = self[head] = self._build(head)
+        return series
+
+
 class Rewriter:
     """Rewrites scrapes for one Mapping; series repeat between scrapes (only values move), so the
     work on everything but the value is done once per series and cached."""
@@ -54,8 +68,7 @@ class Rewriter:
         self.mapping = mapping
         self.style = style
         self._label_sets: Dict[str, Optional[LabelSet]] = {}
-        self._series: Dict[str, Optional[Series]] = {}
-        self._odd_series: Dict[str, Series] = {}  # see _series_for
+        self._series = _SeriesCache(self._build_series)
         self._template: Optional[BodyTemplate] = None
         # How rewrites were made. A refill gives the very bytes a line-by-line rewrite would, at a
         # fraction of the cost, so only these counts tell the two apart: benchmarks/perf.py checks
@@ -78,7 +91,8 @@ class Rewriter:
                 # A fitting template answers without the caches; they would only speed up the next
                 # line-by-line rewrite, which mostly follows a new mapping (and a new Rewriter) anyway.
                 # Let them go first: the cut pieces take about as much memory again.
-                self._series, self._label_sets = {}, {}
+                self._series.clear()
+                self._label_sets = {}
                 template.build()
             text = template.fill(body) if template.built else None
             if text is not None:  # the same series as last time, new plain values: no line loop
@@ -97,7 +111,8 @@ class Rewriter:
         try:
             return self._rewrite_lines(body)
         except _TooManyLabelSets:
-            self._series, self._label_sets = {}, {}
+            self._series.clear()
+            self._label_sets = {}
             return self._rewrite_streamed(body)
         finally:
             self._label_set_budget = None
@@ -115,7 +130,6 @@ class Rewriter:
         record = FamilyRecord()  # what the lines written so far said about their families
         sampled = record.sampled  # metric names with samples written
         written: Dict[str, Series] = {}  # the series written so far, by key
-        known = self._series
         self._replaced = False
         line_count = body.count(b"\n")
         if line_count > STREAM_MIN_LINES:
@@ -123,6 +137,7 @@ class Rewriter:
         # Each line is decoded on its own as the loop reaches it: the whole body decoded and split
         # beforehand held two more copies of it (12 MiB at 25,600 series) at the rewrite's peak.
         start = 0
+        series_of = self._series.__getitem__  # a C-level call for a series seen before
         for _ in range(line_count):
             end = body.index(b"\n", start)
             try:
@@ -130,33 +145,21 @@ class Rewriter:
             except UnicodeDecodeError:
                 line = None  # not UTF-8: dropped
             start = end + 1
-            rest = None
-            if line is None:
-                malformed += 1
-            elif not line or line.isspace():
-                pass
-            else:
-                if line[0] in " \t":
-                    line = line.lstrip(" \t")  # the format allows leading blanks; Prometheus skips them
-                if line[0] == "#":
-                    malformed += copy_comment(line, record, out)
+            series, rest, dropped = read_line(line, series_of, record, out)
+            if series is None:
+                malformed += dropped
+            elif series.key not in written:  # most lines: written here, without a call
+                written[series.key] = series
+                name = series.name
+                if name not in sampled:
+                    record.note_sample(name)
+                if series.variants is None:
+                    out.append(name + rest)
                 else:
-                    # The fast path of this loop: a series seen in an earlier scrape, not yet written
-                    # in this one, with a valid value. Anything else takes _copy_sample, which handles
-                    # every case itself.
-                    close = line.rfind("}")
-                    head, rest = line[: close + 1], line[close + 1 :]  # no "}": head "", rest the whole line
-                    series = known.get(head)
-                    if series is not None and series.key not in written and is_value(rest):
-                        written[series.key] = series
-                        name = series.name
-                        if name not in sampled:  # the fast path spares itself the call for a known name
-                            record.note_sample(name)
-                        for labels in series.variants:  # cached series always have labels
-                            out.append(f"{name}{{{labels}}}{rest}")
-                    else:
-                        dropped, rest = self._copy_sample(line, head, rest, out, written, record)
-                        malformed += dropped
+                    for labels in series.variants:
+                        out.append(f"{name}{{{labels}}}{rest}")
+            else:
+                malformed += self._repeat(series, rest, out, written)
             ends.append(len(out))
             rests.append(rest)
         # What follows the last newline: "" in a whole answer; anything else was cut short (a value
@@ -169,7 +172,7 @@ class Rewriter:
         identities = frozenset(series.identity for series in written.values() if series.identity is not None)
         text = _joined_lines(out)
         out = None  # the template reads the output lines back from the text: no need to keep both
-        # A copy's lines replaced by a later line's (see _copy_sample) no longer end in their own
+        # A copy's lines replaced by a later line's (see _repeat) no longer end in their own
         # line's value, which a template needs: such a body is rewritten line by line each time.
         self._template = None if self._replaced else BodyTemplate(body, text, ends, rests, malformed, identities)
         self._trim_caches(line_count, written)
@@ -179,58 +182,32 @@ class Rewriter:
         """Cut the caches back to the series of this rewrite once they hold twice as many entries as
         it had lines: bounded by what one answer needs, whatever label values do from scrape to
         scrape. (By lines, not series: per-pod copies from dcgm-exporter -k are heads of their own.)"""
-        if len(self._series) + len(self._odd_series) > 2 * lines + _CACHE_SLACK_ENTRIES:
-            self._series = {series.head: series for series in written.values() if not series.odd_bounds}
-            self._odd_series = {}
+        if len(self._series) > 2 * lines + _CACHE_SLACK_ENTRIES:
+            # Not the heads of samples without labels (`name{}` is written back as it came, with its braces).
+            self._series.clear()
+            self._series.update((series.head, series) for series in written.values() if series.variants is not None)
             self._label_sets = {}
 
-    def _copy_sample(self, line: str, head: str, rest: str, out: List[str], written: Dict[str, Series],
-                     record: FamilyRecord) -> Tuple[int, str]:
-        """Copy one sample line (once per owner); return (1 when it must be dropped as malformed, else
-        0; the text after its series: value and timestamp).
+    def _repeat(self, series: Series, rest: str, out: List[str], written: Dict[str, Series]) -> int:
+        """A sample of a series already written: 1 when it must be dropped as malformed, else 0.
 
-        `head` is the line up to its last "}" and `rest` what follows.
+        The text format allows each series (name + labels) once; Prometheus rejects repeats within a
+        scrape. A repeated line (an upstream sending a family twice) is malformed; lines that differ
+        only in upstream owner labels (dcgm-exporter -k copies samples per pod) become the same
+        series once ours replace them, so the first is kept and the rest dropped without complaint.
         """
-        if head:
-            series = self._series_for(head)
-        else:
-            series, rest = split_unlabelled(line)
-        if series is None or not is_value(rest):
-            return 1, rest
-        if series.odd_bounds and record.refuses_bounds(series.name, series.odd_bounds):
-            return 1, rest
-        # The text format allows each series (name + labels) once; Prometheus rejects repeats within a
-        # scrape. A repeated line (an upstream sending a family twice) is malformed; lines that differ
-        # only in upstream owner labels (dcgm-exporter -k copies samples per pod) become the same
-        # series once ours replace them, so the first is kept and the rest dropped without complaint.
-        first = written.get(series.key)
-        if first is not None:
-            # The device-level sample wins over dcgm-exporter's attributed copies (Series.attributed),
-            # in whatever order they come.
-            if first.attributed and not series.attributed:
-                replace_copy(out, first.lines("")[0].__eq__, series.lines(rest))
-                written[series.key] = series
-                self._replaced = True
-                return 0, rest
-            return int(first.dropped == series.dropped), rest  # the same line again, or a copy (Series.dropped)
-        written[series.key] = series
-        record.note_sample(series.name)
-        out.extend(series.lines(rest))
-        return 0, rest
+        first = written[series.key]
+        # The device-level sample wins over dcgm-exporter's attributed copies (Series.attributed),
+        # in whatever order they come.
+        if first.attributed and not series.attributed:
+            replace_copy(out, first.lines("")[0].__eq__, series.lines(rest))
+            written[series.key] = series
+            self._replaced = True
+            return 0
+        return int(first.dropped == series.dropped)  # the same line again, or a copy (Series.dropped)
 
-    def _series_for(self, head: str) -> Optional[Series]:
-        # From one collection to the next only values change, so all the work on a line's head
-        # (checks, owner lookup, rendering) is done once and looked up after, in rewrite().
-        series = self._series.get(head, _UNSEEN)
-        if series is _UNSEEN:
-            series = self._odd_series.get(head, _UNSEEN)
-        if series is not _UNSEEN:
-            return series
-        series = self._builder.build_series(head, self._label_set)
-        # A series whose quantile or le is not a number is written or not by what came before it in
-        # the body (FamilyRecord), so it is kept out of the fast path's cache.
-        (self._odd_series if series is not None and series.odd_bounds else self._series)[head] = series
-        return series
+    def _build_series(self, head: str) -> Optional[Series]:
+        return self._builder.build_series(head, self._label_set)
 
     def _label_set(self, label_text: str) -> Optional[LabelSet]:
         try:

@@ -10,8 +10,7 @@ from exporter.exposition import families
 from exporter.exposition.label_limit import LabelLimit
 from exporter.exposition.labels import (LABEL_STYLES, UPSTREAM_OWNER_LABELS, check_label_style, owner_label_pairs,
                                         render_owner_labels)
-from exporter.exposition.metadata import FamilyRecord
-from exporter.exposition.text import HELP_LINE, METRIC_NAME, TYPE_LINE, is_float, parse_label_pairs, render_label_pairs
+from exporter.exposition.text import METRIC_NAME, is_float, parse_label_pairs, render_label_pairs
 
 SELF_METRIC_PREFIX = "pod_gpu_exporter_"
 
@@ -198,37 +197,3 @@ def split_unlabelled(line: str) -> Tuple[Optional[Series], str]:
     # `name` and `name{}` are one series; keyed alike so that a repeat is caught either way.
     name = match.group()
     return Series(None, None, (name, ""), name + "{}", name), line[match.end() :]
-
-
-def copy_comment(line: str, record: FamilyRecord, out: List[str]) -> int:
-    """Keep HELP/TYPE lines as written; return 1 when the line must be dropped as malformed.
-
-    `record` holds what the lines written so far said about their families; it is updated.
-    """
-    if line.startswith(("# HELP ", "# HELP\t")):
-        match = HELP_LINE.fullmatch(line)
-        kind = "HELP"
-    elif line.startswith(("# TYPE ", "# TYPE\t")):
-        match = TYPE_LINE.fullmatch(line)
-        kind = "TYPE"
-    elif line[1:].split(None, 1)[:1] in (["HELP"], ["TYPE"]):
-        # `# HELP` with nothing after it (an upstream line cut short) is a plain comment to
-        # Prometheus, but prometheus_client 0.17's parser (our declared floor) fails the whole
-        # text on it: dropped like any line that breaks a parser.
-        return 1
-    else:
-        out.append(line)  # any other comment is allowed by the format and harmless
-        return 0
-    if not match or is_reserved_name(match.group(1)):
-        return 1
-    name = match.group(1)
-    # A family described twice (an upstream repeating itself) would fail every parser downstream;
-    # the first description wins (its samples are kept unless they repeat a series).
-    if (kind, name) in record.described:
-        return 0
-    # A TYPE line after its family's samples, or a second HELP or TYPE of a family under another name
-    # (`x_sum` of a summary `x`): expfmt rejects the text for it (see FamilyRecord).
-    if not record.accepts(kind, name, match.group(2) if kind == "TYPE" else ""):
-        return 1
-    out.append(line)
-    return 0

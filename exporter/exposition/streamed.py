@@ -14,8 +14,9 @@ from __future__ import annotations
 from typing import Dict, List, Tuple
 
 from exporter.exposition.metadata import FamilyRecord
-from exporter.exposition.series import RewriteResult, Series, SeriesBuilder, copy_comment, replace_copy, split_unlabelled
-from exporter.exposition.text import UNDECODABLE, cut_short, decode, is_value
+from exporter.exposition.line_rule import read_line
+from exporter.exposition.series import RewriteResult, Series, SeriesBuilder, replace_copy
+from exporter.exposition.text import UNDECODABLE, cut_short, decode
 
 _SLICE_BYTES = 64 * 1024  # ~4,000 tiny lines at most: a few MiB of objects alive at once
 
@@ -34,7 +35,7 @@ class _StreamState:
         self._written: Dict[int, int] = {}
         # hash(series key) -> (slice number, hash of its first output) of series written from an
         # upstream-attributed copy, which a later device-level sample replaces (as
-        # Rewriter._copy_sample does); two ints again, for -k answers attribute every GPU line.
+        # Rewriter._repeat does); two ints again, for -k answers attribute every GPU line.
         self._copies: Dict[int, Tuple[int, int]] = {}
 
     def first_write(self, series: Series, out: List[str], rest: str) -> bool:
@@ -88,27 +89,16 @@ def rewrite_streamed(builder: SeriesBuilder, body: bytes, slice_bytes: int = _SL
 def _rewrite_slice(builder: SeriesBuilder, chunk: bytes, state: _StreamState) -> bytes:
     text, maybe_undecodable = decode(chunk)
     out: List[str] = []
+    record = state.record
     for line in text.split("\n"):
-        if not line or line.isspace():
-            continue
         if maybe_undecodable and UNDECODABLE.search(line):
-            state.malformed += 1
-            continue
-        line = line.lstrip(" \t")
-        if line[0] == "#":
-            state.malformed += copy_comment(line, state.record, out)
-            continue
-        close = line.rfind("}")
-        head, rest = line[: close + 1], line[close + 1 :]
-        if head:
-            series = builder.build_series(head)  # nothing cached: these answers' lines do not repeat
-        else:
-            series, rest = split_unlabelled(line)
-        if series is None or not is_value(rest) or (series.odd_bounds and
-                                                     state.record.refuses_bounds(series.name, series.odd_bounds)):
-            state.malformed += 1
+            line = None  # not UTF-8: dropped
+        # Nothing cached: these answers' lines do not repeat.
+        series, rest, dropped = read_line(line, builder.build_series, record, out)
+        if series is None:
+            state.malformed += dropped
         elif state.first_write(series, out, rest):
-            state.record.note_sample(series.name)
+            record.note_sample(series.name)
             if series.identity is not None:
                 state.identities.add(series.identity)
             out.extend(series.lines(rest))

