@@ -2,16 +2,26 @@
 
 from __future__ import annotations
 
+import os
 import shutil
 import tempfile
 from pathlib import Path
 
 import pytest
+from hypothesis import settings
 
 from support.exporter_process import start_exporter
 from support.fake_dcgm import FakeDcgmExporter
 from support.fake_kubelet import FakeKubelet
 from support.fixtures import fixture_bytes
+
+# The property tests draw the same examples on every run (a seed fixed per test), so that the test
+# command's answer depends on the code alone: a run that finds a new counter-example by chance is a
+# red run nobody can repeat. HYPOTHESIS_PROFILE=explore draws new examples (and replays those it
+# found, from .hypothesis/) when hunting for them on purpose.
+settings.register_profile("repeatable", derandomize=True)
+settings.register_profile("explore", derandomize=False)
+settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "repeatable"))
 
 
 @pytest.hookimpl(hookwrapper=True)

@@ -72,10 +72,10 @@ def copy_comment(line: str, record: FamilyRecord, out: List[str]) -> int:
     elif line.startswith(("# TYPE ", "# TYPE\t")):
         match = TYPE_LINE.fullmatch(line)
         kind = "TYPE"
-    elif line[1:].split(None, 1)[:1] in (["HELP"], ["TYPE"]):
-        # `# HELP` with nothing after it (an upstream line cut short) is a plain comment to
-        # Prometheus, but prometheus_client 0.17's parser (our declared floor) fails the whole
-        # text on it: dropped like any line that breaks a parser.
+    elif _read_as_metadata(line):
+        # `# HELP` with nothing after it (an upstream line cut short), or `#\x00 TYPE x auge`, is a
+        # plain comment to Prometheus, but prometheus_client's parser reads it as a HELP/TYPE line and
+        # fails the whole text on it: dropped like any line that breaks a parser.
         return 1
     else:
         out.append(line)  # any other comment is allowed by the format and harmless
@@ -93,6 +93,18 @@ def copy_comment(line: str, record: FamilyRecord, out: List[str]) -> int:
         return 1
     out.append(line)
     return 0
+
+
+# prometheus_client splits a comment on ASCII whitespace and takes its second token as the keyword,
+# whatever the first token is ("#", "#\x00", "#x"): the line `#\x00 TYPE x auge` is a TYPE line to it.
+_ASCII_BLANKS = re.compile(r"[ \t\r\x0b\x0c]+")
+_METADATA_KEYWORDS = (["HELP"], ["TYPE"])
+
+
+def _read_as_metadata(line: str) -> bool:
+    """Whether some parser reads this comment (no valid HELP/TYPE line) as a HELP or TYPE line."""
+    return (line[1:].split(None, 1)[:1] in _METADATA_KEYWORDS
+            or _ASCII_BLANKS.split(line.strip(), 2)[1:2] in _METADATA_KEYWORDS)
 
 
 # The values of lines `name{labels} value`, one a line: VALUE, the very syntax is_value reads.

@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import List, Optional
 
 import pytest
+from prometheus_client.parser import text_string_to_metric_families
 
 from exporter.core.mapping import build_mapping
 from exporter.exposition.line_rule import read_line
@@ -52,6 +53,7 @@ LINES: List[bytes] = (
         '# HELP DCGM_X say \\"hi\\"', "# HELP DCGM_X text \\", "# HELP DCGM_FI_DEV_GPU_TEMP again",
         "# TYPE DCGM_X gauge", "# TYPE DCGM_X\tgauge", "# TYPE DCGM_X  gauge", "# TYPE DCGM_X gauge ",
         "# TYPE DCGM_X GAUGE", "# TYPE DCGM_X", "# TYPE DCGM_FI_DEV_GPU_TEMP counter", "# TYPE DCGM_S_count gauge",
+        "#\x00 TYPE DCGM_X auge", "#x HELP DCGM_X", "#\x00\tTYPE : gauge",
         "# TYPE pod_gpu_exporter_dcgm_up gauge", "  # TYPE DCGM_X gauge",
     ]]
     + [f"{SAMPLE} 1".encode() + raw for raw in (b"\xff", b"\xc3", b"\xed\xa0\x80")]
@@ -111,3 +113,12 @@ def test_every_path_serves_or_drops_a_line_as_the_rule_decides(line, rewrite):
     after = AFTER.decode().split("\n")[0]
     lines = "".join(f"{out}\n" for out in served or [])
     assert result.text.decode() == without.text.decode().replace(after, lines + after)
+
+
+@pytest.mark.parametrize("comment", [b"#\x00 TYPE : auge", b"#x HELP DCGM_X", b"#\x00\x0bTYPE DCGM_X gauge"])
+def test_a_comment_prometheus_client_reads_as_help_or_type_is_dropped_and_counted(comment):
+    """prometheus_client takes a comment's second token as its keyword whatever its first is: served,
+    `#\x00 TYPE : auge` failed its whole parse (found by the damaged-text property test)."""
+    result = Rewriter(mapping(), "kubernetes").rewrite(comment + b"\n: 1\n")
+    assert result.malformed == 1
+    assert [family.name for family in text_string_to_metric_families(result.text.decode())] == [":"]
