@@ -105,8 +105,7 @@ def test_when_every_slot_is_answering_new_connections_are_refused_warned_and_cou
     finally:
         for conn in busy:
             conn.close()
-    warnings = [line for line in exporter.stderr_text().splitlines()
-                if "level=warn" in line and "connection slots" in line]
+    warnings = exporter.wait_for_lines("level=warn", "connection slots")
     assert len(warnings) == 1, "refusals are warned once per interval, not once each"
     assert counter(exporter, "pod_gpu_exporter_http_connections_refused") >= 4
 
@@ -196,7 +195,7 @@ def test_users_and_headers_are_re_read_for_the_next_request(secured):
     assert get(exporter, folder).status_code == 401
     fresh = get(exporter, folder, auth=("prom", "second"))
     assert fresh.status_code == 200 and fresh.headers["Strict-Transport-Security"] == "max-age=120"
-    assert "msg=\"web config re-read\"" in exporter.stderr_text()
+    exporter.wait_for_log("msg=\"web config re-read\"")
 
 
 @needs_openssl
@@ -219,7 +218,7 @@ def test_a_broken_new_config_keeps_the_last_good_one_and_is_logged_once(secured)
     write_config(folder, users={}, text="tls_server_config:\n  cert_file: nope.crt\n  key_file: server.key\n")
     for _ in range(5):
         assert get(exporter, folder).status_code == 200  # the last good config: TLS and the old user
-    warnings = [line for line in exporter.stderr_text().splitlines() if "new web config not loaded" in line]
+    warnings = exporter.wait_for_lines("new web config not loaded")
     assert len(warnings) == 1 and "nope.crt" in warnings[0]
     write_config(folder, users={"prom": "third"})
     assert get(exporter, folder, auth=("prom", "third")).status_code == 200
