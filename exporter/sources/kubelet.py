@@ -23,9 +23,9 @@ DEFAULT_SOCKET = "/var/lib/kubelet/pod-resources/kubelet.sock"
 MAX_RECEIVE_BYTES = 64 * 1024 * 1024
 _CHANNEL_OPTIONS = (
     # A restarting kubelet re-creates its socket within seconds; gRPC's default backoff (up to
-    # 120 s) would keep us blind long after it is back.
+    # 120 s) would keep us blind long after it is back. (Not grpc.min_reconnect_backoff_ms: gRPC
+    # reads it as the least time a connection attempt is given, see _connect.)
     ("grpc.initial_reconnect_backoff_ms", 100),
-    ("grpc.min_reconnect_backoff_ms", 100),
     ("grpc.max_reconnect_backoff_ms", 1000),
     # A re-created channel must not inherit a subchannel (and its backoff) from the global pool.
     ("grpc.use_local_subchannel_pool", 1),
@@ -164,7 +164,12 @@ class PodResourcesClient:
             self._socket_identity = identity
             self._use_v1alpha1 = False  # a new socket may be a new (upgraded) kubelet: probe v1 again
         target = "unix:" + os.path.abspath(self.socket_path)
-        options = (("grpc.max_receive_message_length", self.max_receive_bytes), *_CHANNEL_OPTIONS)
+        # A connection attempt, handshake included, may take the whole call's time: at 100 ms (gRPC's
+        # floor) a kubelet slow to answer on a busy node failed the List at once as "not answering"
+        # (grpc/grpc src/core/client_channel/subchannel.cc: the attempt's deadline is the larger of
+        # the next backoff and grpc.min_reconnect_backoff_ms).
+        options = (("grpc.max_receive_message_length", self.max_receive_bytes),
+                   ("grpc.min_reconnect_backoff_ms", max(100, round(self.timeout_seconds * 1000))), *_CHANNEL_OPTIONS)
         self._channel = grpc.insecure_channel(target, options=options)
         # The v1 answer is taken as bytes, parsed only when it differs from the last one.
         self._v1 = self._channel.unary_unary(

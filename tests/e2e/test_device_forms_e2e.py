@@ -169,14 +169,15 @@ def test_mig_uuid_without_nvml_is_reported_unresolved_and_logged_once(kubelet, d
     wait_until(lambda: 'pod="whole"' in scrape(exporter).text)
     calls = kubelet.list_calls
     wait_until(lambda: kubelet.list_calls >= calls + 5)
-    log = exporter.stderr_text()
+    log = exporter.wait_for_log("will be reported as unresolved", "cannot be matched to dcgm samples")
     assert log.count("will be reported as unresolved") == 1 and "libnvidia-ml.so.1 visible" in log
     warnings = [line for line in log.splitlines() if "cannot be matched to dcgm samples" in line]
     assert len(warnings) == 1 and MIG_UUID in warnings[0]
     # A device newly unresolved is warned about, alone.
     kubelet.set_devices([mig, device("dra-mig", "gpu.nvidia.com", "gpu-0-mig-9-4-2", dra=True)])
     wait_until(lambda: gauge(scrape(exporter).text, "pod_gpu_exporter_unresolved_devices") == "2")
-    warnings = [line for line in exporter.stderr_text().splitlines() if "cannot be matched to dcgm samples" in line]
+    # The warning is written by the refresh that the scrape above already shows: it may come a moment later.
+    warnings = exporter.wait_for_lines("cannot be matched to dcgm samples", count=2)
     assert len(warnings) == 2 and "gpu-0-mig-9-4-2" in warnings[1] and MIG_UUID not in warnings[1]
 
 

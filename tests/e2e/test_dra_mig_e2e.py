@@ -59,7 +59,7 @@ def test_dra_mig_device_resolved_through_its_slice_and_nvml(node, api, run_expor
     info = [line for line in lines_of(text, "small-a") if line.startswith("pod_gpu_allocation_info")]
     assert len(info) == 1 and f'UUID="{UUID0}",gpu="0",GPU_I_ID="13"' in info[0], info
     assert gauge(text, "pod_gpu_exporter_unresolved_devices") == "0" and slice_read(text)
-    assert "NVML available" in exporter.stderr_text()
+    exporter.wait_for_log("NVML available")
     # The slice's `profile` says how much of GPU 0 the instance is: one of an H100's 8 memory slices.
     assert f'pod_gpu_container_allocated_gpus{{{owner} 0.125' in text.splitlines()
 
@@ -82,7 +82,6 @@ def test_dra_mig_device_without_nvml_is_unresolved_not_guessed(node, api, run_ex
     assert len(info) == 1 and "UUID=" not in info[0] and "GPU_I_ID" not in info[0], info
     # The warnings come from the refresher's thread (NVML opened on a worker, waited for within a
     # bound): they may be written a moment after the scrape that already shows the device unresolved.
-    wait_until(lambda: f"device_ids={MIG_DEVICE}" in exporter.stderr_text())  # what stays unmatched
+    exporter.wait_for_log(f"device_ids={MIG_DEVICE}")  # what stays unmatched
     if library == "driver-not-loaded":  # ("none" may find a real driver's NVML, which knows no MIG13)
-        wait_until(lambda: "will be reported as unresolved" in exporter.stderr_text()
-                   and "Driver Not Loaded" in exporter.stderr_text())
+        exporter.wait_for_log("will be reported as unresolved", "Driver Not Loaded")

@@ -167,8 +167,8 @@ def test_upstream_down_then_back(socket_dir, kubelet, run_exporter):
         assert 'DCGM_FI_DEV_GPU_TEMP{gpu="0"' in back
     finally:
         revived.stop()
-    log = exporter.stderr_text()
-    assert log.count("level=warn") == 1 and "dcgm-exporter answering again" in log
+    log = exporter.wait_for_log("dcgm-exporter answering again")
+    assert log.count("level=warn") == 1
 
 
 def test_kubelet_socket_absent_at_start_then_appears(socket_dir, dcgm, run_exporter):
@@ -181,7 +181,7 @@ def test_kubelet_socket_absent_at_start_then_appears(socket_dir, dcgm, run_expor
         kubelet.set_devices([AllocatedDevice("late", "arrival", "c", "nvidia.com/gpu", L4_UUID)])
         out = wait_until(lambda: (lambda t: t if 'pod="arrival"' in t else None)(scrape(exporter).text))
     assert "pod_gpu_exporter_kubelet_up 1" in out
-    assert "not found" in exporter.stderr_text()
+    exporter.wait_for_log("not found")
 
 
 def test_kubelet_restart_with_new_mapping(socket_dir, dcgm, run_exporter):

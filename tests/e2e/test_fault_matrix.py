@@ -160,7 +160,7 @@ def run_fault(node: Node, fault: Fault, dependency: str, uid: Optional[int] = No
     fault.inject(node)
     wait_until(lambda: passes(fault.during, get_checked(exporter)))
     ride_out(exporter, fault.during)
-    warnings = log_lines(exporter, "warn", dependency)
+    warnings = exporter.wait_for_lines("level=warn ", f"dependency={dependency}")
     assert len(warnings) == 1, "the fault must be logged once, not per scrape or refresh:\n" + "\n".join(warnings)
     assert f"reason={fault.reason}" in warnings[0], warnings[0]
     node.kubelet.set_devices(AFTER)
@@ -168,7 +168,7 @@ def run_fault(node: Node, fault: Fault, dependency: str, uid: Optional[int] = No
     wait_until(lambda: healthy(exporter, "after"))
     ride_out(exporter, lambda text: assert_healthy(text, "after"), refreshes=1)
     assert len(log_lines(exporter, "warn", dependency)) == 1
-    recoveries = log_lines(exporter, "info", dependency)
+    recoveries = exporter.wait_for_lines("level=info ", f"dependency={dependency}")
     assert len(recoveries) == 1, "the recovery must be logged once:\n" + "\n".join(recoveries)
 
 

@@ -71,7 +71,7 @@ def test_a_watch_line_past_the_cap_drops_the_connection_relists_and_stays_within
     labelled(exporter, 'label_team="b"')
     wait_until(lambda: gauge(scrape(exporter), "pod_gpu_exporter_kubernetes_api_up") == "1", 30)
     assert api.request_count("list") > lists
-    assert "reason=pods:too_large" in exporter.stderr_text()
+    exporter.wait_for_log("reason=pods:too_large")
     print(f"peak RSS (VmHWM) {peak:.1f} MiB; the server got {api.raw_bytes_sent / MIB:.1f} MiB out")
     assert peak <= WATCH_MEMORY_BOUND_MIB, f"peak RSS {peak:.1f} MiB"
 
@@ -95,7 +95,7 @@ def test_a_watch_that_stalls_after_its_headers_is_dropped_and_api_up_says_so(nod
     text = labelled(exporter, 'label_team="b"')
     wait_until(lambda: gauge(scrape(exporter), "pod_gpu_exporter_kubernetes_api_up") == "1", 30)
     assert lines_of(text, "small-a")
-    assert "reason=pods:silent" in exporter.stderr_text()
+    exporter.wait_for_log("reason=pods:silent")
 
 
 def test_malformed_objects_are_skipped_and_counted_and_a_new_owner_is_still_attributed(node, api, run_exporter):
@@ -122,7 +122,7 @@ def test_malformed_objects_are_skipped_and_counted_and_a_new_owner_is_still_attr
     text = labelled(exporter, 'pod="new-owner",container="c",label_team="new"}')
     assert gauge(text, "pod_gpu_exporter_kubelet_up") == "1" and gauge(text, "pod_gpu_exporter_kubernetes_api_up") == "1"
     assert lines_of(text, "infer-1") and all("label_team" not in line for line in lines_of(text, "infer-1"))
-    log = exporter.stderr_text()
+    log = exporter.wait_for_log("Kubernetes object skipped")
     assert "Traceback" not in log and log.count("Kubernetes object skipped") == 1, log
 
 
@@ -143,7 +143,7 @@ def test_an_undecodable_watch_line_is_rewatched_from_the_last_good_version_and_i
     assert counter(exporter, "pod_gpu_exporter_kubernetes_watch_dropped_total",
                    resource="pods", reason="undecodable") == 1
     assert gauge(scrape(exporter), "pod_gpu_exporter_kubernetes_api_up") == "1"
-    log = exporter.stderr_text()
+    log = exporter.wait_for_log("Kubernetes watch line is no event")
     assert "Traceback" not in log and log.count("Kubernetes watch line is no event") == 1, log
 
 

@@ -77,7 +77,7 @@ def test_a_hung_mig_lookup_does_not_stop_attribution_of_the_other_gpus(kubelet, 
     text = requests.get(exporter.url(), timeout=10).text
     assert "pod_gpu_exporter_unresolved_devices 2" in text  # the MIG devices: unresolved, never guessed
     assert not any('pod="on-mig' in line for line in text.splitlines() if line.startswith("DCGM_"))
-    log = exporter.stderr_text()
+    log = exporter.wait_for_log("did not return in time")
     assert log.count("did not return in time") == 1, log  # the first timeout at warn, the rest at debug
     metrics = requests.get(exporter.url("/metrics"), timeout=10).text
     assert re.search(r"(?m)^pod_gpu_exporter_nvml_timeouts_total [1-9]", metrics), metrics
@@ -93,7 +93,7 @@ def test_a_hung_nvml_init_delays_neither_serving_nor_attribution(kubelet, h100, 
         assert requests.get(exporter.url("/healthz"), timeout=10).status_code == 200
         wait_until(lambda: attributed(exporter, "whole-a"), timeout_seconds=HANG_MS / 1000 / 2)
         assert time.monotonic() - started < HANG_MS / 1000 / 2  # nvmlInit still hangs
-        assert "nvmlInit (for MIG lookups) did not return in time" in exporter.stderr_text()
+        exporter.wait_for_log("nvmlInit (for MIG lookups) did not return in time")
     finally:
         exporter.stop()
 
@@ -107,8 +107,7 @@ def test_a_hung_process_shares_read_is_bounded_and_reported(kubelet, h100, fake_
     proc_root.mkdir()
     exporter = run_exporter(base_args(kubelet, h100, "--sharing.mode", "process", "--sharing.proc-root",
                                       str(proc_root)), env=nvml_env(fake_nvml_library, node))
-    wait_until(lambda: "reason=timeout" in exporter.stderr_text() and "dependency=nvml" in exporter.stderr_text(),
-               timeout_seconds=HANG_MS / 1000 / 2)
+    exporter.wait_for_log("reason=timeout", "dependency=nvml", timeout_seconds=HANG_MS / 1000 / 2)
     text = requests.get(exporter.url(), timeout=10).text
     assert "pod_gpu_exporter_nvml_up 0" in text and attributed(exporter, "whole-a")
     # Later refreshes go on, each refused at once while the read still hangs: no thread per refresh.

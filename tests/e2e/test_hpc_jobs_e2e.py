@@ -88,7 +88,7 @@ def test_a_changed_file_is_served_at_the_next_refresh_and_a_bad_one_logged_once(
         assert _job_rows(text) == [f'UUID="{GPU0}",gpu="0",GPU_I_ID="6",hpc_job="7009"',
                                    f'UUID="{GPU1}",gpu="1",hpc_job="8004"']
         assert "pod_gpu_exporter_hpc_job_files_skipped 1\n" in text
-        skipped = [line for line in exporter.stderr_text().splitlines() if "HPC job-mapping file skipped" in line]
+        skipped = exporter.wait_for_lines("HPC job-mapping file skipped")
         assert len(skipped) == 1 and "file=5" in skipped[0], exporter.stderr_text()
         (tmp_path / "5").unlink()  # the last bad file gone: nothing is skipped
         wait_until(lambda: "pod_gpu_exporter_hpc_job_files_skipped 0\n" in scrape(exporter).text,
@@ -106,7 +106,7 @@ def test_a_directory_not_there_yet_serves_no_rows_until_it_is(tmp_path, kubelet,
         directory.mkdir()
         _write_jobs(directory, {"1": "8001\n"})
         wait_until(lambda: 'hpc_job="8001"' in scrape(exporter).text, describe="the job once the directory is there")
-        warned = [line for line in exporter.stderr_text().splitlines() if "directory cannot be read" in line]
+        warned = exporter.wait_for_lines("directory cannot be read")
         assert len(warned) == 1, exporter.stderr_text()
     finally:
         dcgm.stop()

@@ -66,7 +66,8 @@ def test_pod_labels_and_annotations_allow_listed_sanitised_and_ordered(node, api
     assert all("pod_uid" not in line for line in lines_of(text, "infer-2"))
     for _ in range(5):
         scrape(exporter)
-    assert exporter.stderr_text().count("not (yet) known to the API server watch") == 3  # infer-2, small-a, train
+    unknown = exporter.wait_for_lines("not (yet) known to the API server watch", count=3)
+    assert len(unknown) == 3, unknown  # infer-2, small-a, train
     assert gauge(text, "pod_gpu_exporter_kubernetes_api_up") == "1"
 
 
@@ -100,7 +101,7 @@ def test_api_down_and_back(node, api, run_exporter):
     api.start(port)
     text = wait_until(lambda: (lambda t: t if 'label_team="a"' in t else None)(scrape(exporter)), 30)
     assert gauge(text, "pod_gpu_exporter_kubernetes_api_up") == "1"
-    log = exporter.stderr_text()
+    log = exporter.wait_for_log('msg="Kubernetes API answering again" dependency=kubernetes-api resource=pods')
     assert len(re.findall(r"Kubernetes API unreachable for \w+ pods", log)) == 1, log
     assert log.count('msg="Kubernetes API answering again" dependency=kubernetes-api resource=pods') == 1, log
 
@@ -109,7 +110,7 @@ def test_forbidden_names_the_verb_and_resource_once(node, api, run_exporter):
     add_pod(api, "ml", "small-a", labels={"team": "a"})
     api.forbidden["pods"] = "watch"
     exporter = start(run_exporter, node, "--labels.pod-labels", "team")
-    wait_until(lambda: "forbids watch on pods" in exporter.stderr_text())
+    exporter.wait_for_log("forbids watch on pods")
     for _ in range(10):
         text = scrape(exporter)
     assert gauge(text, "pod_gpu_exporter_kubernetes_api_up") == "0"
@@ -125,7 +126,7 @@ def test_unauthorized_is_logged_and_never_an_outage(node, api, run_exporter):
     api.token = "the-right-token"
     write_kubeconfig(kubeconfig, api.url, token="a-stale-token")
     exporter = start(run_exporter, node, "--labels.extra", "pod_uid")
-    wait_until(lambda: "refused our credentials (401)" in exporter.stderr_text())
+    exporter.wait_for_log("refused our credentials (401)")
     text = scrape(exporter)
     assert gauge(text, "pod_gpu_exporter_kubernetes_api_up") == "0" and gauge(text, "pod_gpu_exporter_dcgm_up") == "1"
     assert lines_of(text, "infer-1") and "pod_uid" not in text
@@ -145,7 +146,7 @@ def test_watch_expired_410_relists(node, api, run_exporter, as_http):
     add_pod(api, "ml", "small-a", labels={"team": "b"})
     wait_until(lambda: 'label_team="b"' in scrape(exporter), 30)
     assert api.request_count("list") > lists
-    assert "410 Gone" in exporter.stderr_text()
+    exporter.wait_for_log("410 Gone")
 
 
 def test_dra_device_identified_by_its_resource_slice_and_admin_access_never_owns(node, api, run_exporter):

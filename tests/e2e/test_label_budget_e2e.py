@@ -77,7 +77,8 @@ def test_no_sample_exceeds_the_limit_and_extras_go_in_order(node, api, run_expor
     assert dropped > 0
     for _ in range(3):
         scrape(exporter)
-    assert exporter.stderr_text().count("--labels.limit 20") == 1, exporter.stderr_text()
+    log = exporter.wait_for_log("--labels.limit 20")
+    assert log.count("--labels.limit 20") == 1, log
 
 
 def test_join_mode_moves_the_owners_onto_the_allocation_rows(node, api, run_exporter):

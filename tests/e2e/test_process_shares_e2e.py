@@ -150,7 +150,7 @@ def test_without_nvml_the_mode_serves_nvml_up_0_until_the_driver_appears(gpu_nod
     assert "pod_gpu_container_memory_used_bytes" not in text
     assert 'pod="a"' in text and "pod_gpu_exporter_dcgm_up 1" in text  # dcgm samples still attributed
     # nvml_up 0 is served before the first refresh has run too: wait until it has found no driver.
-    wait_until(lambda: "NVML unavailable" in exporter.stderr_text())
+    exporter.wait_for_log("NVML unavailable")
     gpu_node.nvml.gpu(0, L4).process(L4, 10, 64 * MIB).write()  # the GPU operator installs the driver
     text = shares_served(exporter)
     assert series(text, "pod_gpu_container_memory_used_bytes") == {holder_labels("a"): str(64 * MIB)}
@@ -168,7 +168,7 @@ def test_without_host_pids_or_the_api_no_share_is_guessed(gpu_node, tmp_path):
     no_host_pids = gpu_node.start(extra=["--sharing.proc-root", str(own_pids.root)])
     no_api = gpu_node.start(api=False)
     for exporter, why in ((no_host_pids, "hostPID"), (no_api, "need the Kubernetes API")):
-        wait_until(lambda: why in exporter.stderr_text())
+        exporter.wait_for_log(why)
         text = scrape(exporter).text
         assert "pod_gpu_exporter_nvml_up 1" in text and "pod_gpu_container_memory_used_bytes" not in text
         assert 'pod="a"' in text  # dcgm samples unaffected

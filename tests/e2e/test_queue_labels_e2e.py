@@ -84,7 +84,8 @@ def test_without_the_crds_the_labels_are_empty_and_nothing_fails(node, api, run_
     for _ in range(5):
         scrape(exporter)
     assert api.request_count("get") + api.request_count("discover") == gets  # never retried per scrape
-    log = exporter.stderr_text()
+    log = exporter.wait_for_log("localqueues.kueue.x-k8s.io is not served",
+                                "podgroups.scheduling.volcano.sh is not served")
     assert "Traceback" not in log and '"level": "error"' not in log, log
     assert log.count("localqueues.kueue.x-k8s.io is not served") == 1, log
     assert log.count("podgroups.scheduling.volcano.sh is not served") == 1, log
@@ -99,7 +100,7 @@ def test_a_forbidden_queue_read_leaves_the_labels_empty_logged_once(node, api, r
     assert_queues(text, "DCGM_", {pod: ("", "") if pod in kueue_pods else queues for pod, queues in EXPECTED.items()})
     for _ in range(3):
         scrape(exporter)
-    log = exporter.stderr_text()
+    log = exporter.wait_for_log("cannot read localqueues.kueue.x-k8s.io (403)", "needs verb 'get' on 'localqueues'")
     assert log.count("cannot read localqueues.kueue.x-k8s.io (403)") == 1, log
     assert "needs verb 'get' on 'localqueues' in API group 'kueue.x-k8s.io'" in log
 

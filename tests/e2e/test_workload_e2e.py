@@ -64,7 +64,7 @@ def test_a_forbidden_level_ends_the_walk_at_the_last_known_owner_and_is_logged_o
                    for line in lines_of(text, pod) if line.startswith("DCGM_")), pod
     for _ in range(5):
         scrape(exporter)
-    log = exporter.stderr_text()
+    log = exporter.wait_for_log("cannot read StatefulSet objects (403)", "cannot read Rollout objects (403)")
     assert log.count("cannot read StatefulSet objects (403)") == 1, log
     assert "needs verb 'get' on 'statefulsets' in API group 'apps'" in log
     assert log.count("cannot read Rollout objects (403)") == 1, log

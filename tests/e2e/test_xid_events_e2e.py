@@ -145,7 +145,8 @@ def test_a_lost_gpu_is_shown_until_it_registers_again_and_one_without_events_is_
     node.lines = [line for line in node.lines if not line.startswith("fail nvmlDeviceRegisterEvents 15")]
     node.write()  # the GPU is back (reset): the next registration finds it
     wait_until(lambda: "pod_gpu_device_lost" not in scrape(exporter).text, timeout_seconds=30)
-    log = exporter.stderr_text()  # said once each, not at every registration
+    # Said once each, not at every registration:
+    log = exporter.wait_for_log("NVML has no XID events for this GPU", "NVML reports a GPU lost")
     assert log.count("NVML has no XID events for this GPU") == 1 and log.count("NVML reports a GPU lost") == 1, log
 
 

@@ -9,7 +9,7 @@ import subprocess
 import sys
 import threading
 from pathlib import Path
-from typing import List, Optional, Sequence
+from typing import Callable, List, Optional, Sequence
 
 from support.waiting import wait_until
 
@@ -38,6 +38,30 @@ class ExporterProcess:
     def stderr_text(self) -> str:
         with self._lock:
             return "".join(self._lines)
+
+    def wait_for_log(self, *needles: str, timeout_seconds: float = 15.0) -> str:
+        """The log once it holds every needle. What the exporter logs while it runs (at a refresh, a
+        scrape, a reload) reaches this process later, through the pipe and the reader thread: a log
+        read once right after the event may not hold it yet."""
+        return self._wait_for(lambda text: text if all(n in text for n in needles) else "", timeout_seconds,
+                              f"the exporter's log to hold {needles}")
+
+    def wait_for_lines(self, *needles: str, count: int = 1, timeout_seconds: float = 15.0) -> List[str]:
+        """The log's lines holding every needle, once there are at least `count` of them."""
+        def lines(text: str) -> List[str]:
+            found = [line for line in text.splitlines() if all(n in line for n in needles)]
+            return found if len(found) >= count else []
+        return self._wait_for(lines, timeout_seconds, f"{count} line(s) of the exporter's log holding {needles}")
+
+    def _wait_for(self, found: Callable[[str], object], timeout_seconds: float, describe: str):
+        def look():
+            done = not self._reader.is_alive()  # read before the text: a finished reader has read it all
+            value = found(self.stderr_text())
+            if not value and done:
+                raise AssertionError(f"waited for {describe}, but the exporter exited ({self.proc.poll()}) "
+                                     f"without writing it:\n{self.stderr_text()}")
+            return value
+        return wait_until(look, timeout_seconds, 0.02, describe)
 
     def wait_listening(self, timeout_seconds: float) -> None:
         try:

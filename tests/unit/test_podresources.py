@@ -16,6 +16,7 @@ import pytest
 from exporter.base.errors import KubeletError
 from exporter.sources.kubelet import MAX_RECEIVE_BYTES, AllocatedDevice, KubeletOptions, PodResourcesClient
 from support.fake_kubelet import FakeKubelet
+from support.unix_relay import SlowUnixRelay
 from support.waiting import wait_until
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
@@ -130,6 +131,15 @@ def test_restart_between_two_calls_is_invisible(socket_path, kubelet, client):
     with FakeKubelet(socket_path) as restarted:
         restarted.set_devices(PLUGIN_DEVICES[:1])
         assert client.list_devices() == PLUGIN_DEVICES[:1]
+
+
+def test_a_kubelet_slow_to_answer_a_connection_is_listed_within_the_timeout(socket_path, kubelet, tmp_path):
+    # gRPC gave a connection attempt (its handshake included) only 100 ms: on a busy node, and in the
+    # end-to-end tests, a first List failed at once as "kubelet not answering".
+    slow = str(tmp_path / "slow.sock")
+    with SlowUnixRelay(slow, socket_path, delay_seconds=0.5), \
+            PodResourcesClient(KubeletOptions(slow, timeout_seconds=5.0)) as patient:
+        assert _sorted(patient.list_devices()) == _sorted(DEVICES)
 
 
 def test_hanging_kubelet_times_out_and_the_client_recovers(socket_path, kubelet):
