@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 from exporter.core.mapping import build_mapping
 from exporter.exposition.rewriter import Rewriter
 from exporter.exposition.line_rule import are_plain_values
-from exporter.exposition.text import VALUE
+from exporter.exposition.text import VALUE, is_finite_or_inf
 from exporter.sources.kubelet import AllocatedDevice as Device
 
 # Every character the fast decimal check and the regular expression treat differently, so that
@@ -22,7 +22,9 @@ PLAIN_VALUE = re.compile(VALUE, re.ASCII)  # the value syntax itself (re.ASCII: 
 
 
 def reference(items) -> bool:
-    return all(PLAIN_VALUE.fullmatch(item.decode("utf-8")) for item in items)
+    """The value syntax, within a double's range (`1E309` is a VALUE that Go's parsers refuse)."""
+    texts = [item.decode("utf-8") for item in items]
+    return all(PLAIN_VALUE.fullmatch(text) and is_finite_or_inf(text) for text in texts)
 
 
 @settings(max_examples=2000, deadline=None)
