@@ -22,6 +22,7 @@ from exporter.core.offered import OfferedReplicas
 from exporter.exposition.label_limit import LabelLimit
 from exporter.mapping_report import print_report
 from exporter.nvml_wiring import mig_resolver, process_shares, xid_events
+from exporter.section_wiring import build_sections
 
 if TYPE_CHECKING:  # for the annotations only: serve imports these when it runs (see _build_sources)
     from exporter.core.mapping import MappingContext
@@ -134,32 +135,10 @@ def _build_core(config: Config, sources: _Sources, nvml: Any = None) -> _Core:
     shares = process_shares(config, attribution, sources.pod_index, label_limit, nvml)
     xids = xid_events(config, attribution, label_limit, nvml)
     hpc_jobs = make_hpc_job_source(config.hpc_job_mapping_dir, config.kubelet_refresh_interval_seconds)
-    sections = _sections(config, attribution, label_limit, lifecycle, hpc_jobs, shares, xids)
+    sections = build_sections(config, attribution, label_limit, lifecycle, hpc_jobs, shares, xids)
     scraper = Scraper(sources.dcgm, attribution, config.labels_style, sections,
                       labels_mode=config.labels_mode, label_limit=label_limit)
     return _Core(client, resolve_mig, attribution, shares, scraper, xids, hpc_jobs)
-
-
-def _sections(config: Config, attribution: Attribution, label_limit: LabelLimit, kubernetes, hpc_jobs, shares, xids):
-    """The blocks of exporter-owned families, in the order they are written: one line each, those that
-    are off left out (see docs/architecture.md, "Adding a family")."""
-    from exporter.exposition.allocation import AllocationSection
-    from exporter.exposition.health import DeviceHealthSection
-    from exporter.exposition.hpc_jobs import HpcJobsSection
-    from exporter.exposition.sections import StatusSection, TextSection
-
-    def on(source, section):  # a section whose source is off (None) is not registered
-        return None if source is None else section(source)
-
-    registered = [
-        AllocationSection(config.labels_style, label_limit, lambda: attribution.current().kubelet_up),
-        on(kubernetes, lambda api: DeviceHealthSection(lambda: api.up)),
-        on(hpc_jobs, lambda source: HpcJobsSection(source.current, source.state)),
-        StatusSection(),
-        on(shares, lambda source: TextSection("process_shares", source.text, source.state)),
-        on(xids, lambda source: TextSection("xid_events", source.text, source.state)),
-    ]
-    return [section for section in registered if section is not None]
 
 
 def _listen(config: Config, sources: _Sources, core: _Core):
@@ -187,21 +166,32 @@ def _start(config: Config, sources: _Sources, core: _Core) -> None:
     # the refresher's thread (so that the first mapping carries its labels; an API slower than that
     # adds them at a later refresh), and scrapes that come before the first mapping wait for it, at
     # most as long as it can take.
+    # The HPC jobs' first reading is awaited the same way, so that the first answers carry their rows.
     lifecycle = sources.kubernetes_lifecycle
-    before_first, api_wait = None, 0.0
+    before_first, waits = [], 0.0
+    if core.hpc_jobs is not None:
+        core.hpc_jobs.start()
+        before_first.append(functools.partial(core.hpc_jobs.wait_first, core.hpc_jobs.timeout_seconds))
+        waits += core.hpc_jobs.timeout_seconds
     if lifecycle is not None:
         from exporter.sources.kubernetes.startup import start_and_wait
 
         api_wait = min(config.kubelet_timeout_seconds, API_FIRST_LIST_WAIT_SECONDS)
-        before_first = functools.partial(start_and_wait, lifecycle, core.resolve_mig, api_wait)
-    if core.hpc_jobs is not None:  # first: its first reading is quick, and so in the first scrapes' answers
-        core.hpc_jobs.start()
-    core.attribution.start(before_first=before_first,
-                           first_wait_seconds=api_wait + config.kubelet_timeout_seconds + OPEN_TIMEOUT_SECONDS)
+        before_first.append(functools.partial(start_and_wait, lifecycle, core.resolve_mig, api_wait))
+        waits += api_wait
+    core.attribution.start(before_first=_in_turn(before_first) if before_first else None,
+                           first_wait_seconds=waits + config.kubelet_timeout_seconds + OPEN_TIMEOUT_SECONDS)
     if core.shares is not None:
         core.shares.start()
     if core.xid_events is not None:
         core.xid_events.start()
+
+
+def _in_turn(calls: list) -> Callable[[], None]:
+    def call_each() -> None:
+        for call in calls:
+            call()
+    return call_each
 
 
 def _announce(config: Config, sources: _Sources, server, on_ready: Optional[Callable[[str], None]]) -> None:

@@ -40,7 +40,7 @@ def xid_events(config: Config, attribution: Attribution, label_limit: LabelLimit
     from exporter.sources.nvml.library import open_nvml
 
     # The trusted mapping the shares attribute by: once the kubelet's has aged out it is None, and no
-    # holder is then taken to have left (an aged-out mapping read as empty forgot them all).
+    # holder is then taken to have left (an empty mapping would read as every holder gone).
     return XidEvents(functools.partial(open_nvml, nvml), attribution.mapping_in_use, config.labels_style,
                      label_limit)
 

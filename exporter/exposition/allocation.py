@@ -13,8 +13,6 @@ from exporter.exposition.labels import device_label_pairs, identities_by_key, re
 from exporter.exposition.sections import BaseSection, ScrapeView
 from exporter.exposition.rows import label_text, render_family
 
-ALLOCATION_INFO = families.ALLOCATION_INFO.name
-ALLOCATED_GPUS = families.ALLOCATED_GPUS.name
 # The labels kube-state-metrics' kube_pod_resourceclaim_info names a pod's claim with, for joins.
 CLAIM_NAMESPACE, CLAIM_NAME = "resourceclaim_namespace", "resourceclaim_name"
 

@@ -31,7 +31,6 @@ def render_hpc_jobs(hpc_jobs: HpcJobs, identities: Iterable[GpuIdentity]) -> str
                                         for identity, job in found if identity is not None))
 
 
-
 class HpcJobsSection(BaseSection):
     """The job rows, kept with the rewrite until the jobs change (`current` hands the same value while
     they do not): read by a source of their own, so served whatever the kubelet does. It owns

@@ -137,8 +137,9 @@ class HpcJobSource:
         self._refresher = Refresher("hpc-job-refresher", self.refresh, options.refresh_interval_seconds,
                                     "the HPC job mapping")
         self._lock = threading.Lock()
+        self.timeout_seconds = options.timeout_seconds  # a reading's bound, so also the wait for the first
         self._jobs: HpcJobs = NO_HPC_JOBS
-        self._state = HpcJobsState(True, None)
+        self._state = HpcJobsState(False, None)  # up once a reading was done in time
 
     def refresh(self) -> bool:
         """Read the directory once within the bound; on a timeout keep the last jobs. Returns success."""

@@ -164,8 +164,8 @@ class PodResourcesClient:
             self._socket_identity = identity
             self._use_v1alpha1 = False  # a new socket may be a new (upgraded) kubelet: probe v1 again
         target = "unix:" + os.path.abspath(self.socket_path)
-        # A connection attempt, handshake included, may take the whole call's time: at 100 ms (gRPC's
-        # floor) a kubelet slow to answer on a busy node failed the List at once as "not answering"
+        # A connection attempt, handshake included, may take the whole call's time: at 100 ms a kubelet
+        # slow to answer on a busy node would fail the List at once as "not answering"
         # (grpc/grpc src/core/client_channel/subchannel.cc: the attempt's deadline is the larger of
         # the next backoff and grpc.min_reconnect_backoff_ms).
         options = (("grpc.max_receive_message_length", self.max_receive_bytes),

@@ -132,8 +132,8 @@ class Scraper:
     """Builds scrape responses; safe to call from many request threads at once.
 
     The answer is the rewritten samples, then each section's block in the order registered: the kept
-    sections' rows (made with the rewrite, and kept with it), then the per-scrape ones (the status
-    gauges, the shares, the XIDs). The scraper knows the sections only by their protocol.
+    sections' rows (made with the rewrite, and kept with it), then the per-scrape ones. The scraper
+    knows the sections only by their protocol.
     """
 
     def __init__(self, source, attribution: Attribution, labels_style: str, sections: Sequence[Section] = (),
@@ -231,7 +231,7 @@ class Scraper:
                 self.rewrite_seconds += time.perf_counter() - started
                 self.rewrites += 1
             elif not _same(keys, cached.keys):
-                # A kept section's own data changed (new HPC jobs): its rows again, the rewrite kept.
+                # A kept section's key() changed (its own data is new): its rows again, the rewrite kept.
                 rows = self._kept_rows(ScrapeView(snapshot, cached.result.identities))
                 cached = self._cached = cached._replace(
                     keys=keys, section_rows=rows, shared_gzip=_GzipPrefix((cached.result.text, rows)))

@@ -133,6 +133,19 @@ def test_jobs_are_served_with_no_kubelet_at_all(tmp_path, socket_dir, run_export
         dcgm.stop()
 
 
+def test_the_first_answer_carries_the_job_rows(tmp_path, socket_dir, run_exporter):
+    # Scrapes that come before the first mapping wait for it, and it waits for the directory's first
+    # reading (within its bound): the job rows are never missing from the first answers.
+    jobs = _job_directory(tmp_path, {"1": "8001\n"})
+    dcgm = FakeDcgmExporter(fixture_bytes(A800_MIG)).start()
+    exporter = run_exporter(["--dcgm.url", dcgm.url, "--kubelet.socket", str(socket_dir / "absent.sock"),
+                             "--kubernetes.api", "off", "--hpc.job-mapping-dir", str(jobs), *FAST_REFRESH])
+    try:
+        assert _job_rows(scrape(exporter).text) == [f'UUID="{GPU1}",gpu="1",hpc_job="8001"']
+    finally:
+        dcgm.stop()
+
+
 def test_jobs_stay_served_once_the_kubelets_mapping_aged_out(tmp_path, kubelet, run_exporter):
     # Seen: 30 s after the kubelet left, with --kubelet.mapping-max-age 5s, the job rows were gone with
     # the mapping they were kept in.

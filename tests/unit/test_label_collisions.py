@@ -11,7 +11,8 @@ from hypothesis import strategies as st
 from prometheus_client.parser import text_string_to_metric_families
 
 from exporter.core.mapping import build_mapping
-from exporter.exposition.allocation import ALLOCATED_GPUS, render_allocation_info
+from exporter.exposition import families
+from exporter.exposition.allocation import render_allocation_info
 from exporter.exposition.labels import LABEL_STYLES, UPSTREAM_OWNER_LABELS
 from exporter.exposition.rewriter import Rewriter
 from exporter.exposition.series import SeriesBuilder
@@ -87,7 +88,7 @@ def _check(out: str, mapping, style: str) -> None:
         labels = dict(pairs)
         # Held (a sample of the shared GPU, or a holder's allocated-GPU count): every name we add
         # carries our value, and nothing else of ours.
-        if ("UUID", SHARED) in pairs or name == ALLOCATED_GPUS:
+        if ("UUID", SHARED) in pairs or name == families.ALLOCATED_GPUS.name:
             wanted = ours[("ml", labels[pod_label])]
             assert {n: labels[n] for n in wanted} == wanted, (name, pairs)
             assert not UPSTREAM_OWNER_LABELS & (set(labels) - set(wanted)), (name, pairs)

@@ -93,7 +93,8 @@ class KubernetesLifecycle:
 
 
 class KubernetesPods:
-    """The pod index: this node's pods as the store has them (the per-process shares, start-up, tests)."""
+    """The pod index: this node's pods as the store has them: `pods()` for the per-process shares while
+    it is fresh; `pod()` and its size read the store as it is, fresh or not."""
 
     def __init__(self, store: PodStore, fresh: Callable[[], bool]):
         self._store = store
