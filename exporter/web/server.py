@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import os
 import selectors
+import signal
 import socket
 import ssl
+import threading
 from http.server import ThreadingHTTPServer
 from typing import Optional
 
@@ -62,13 +65,16 @@ class ExporterHTTPServer(ThreadingHTTPServer):
         """Accept connections until stop(). socketserver's serve_forever wakes every poll_interval
         to look for a shutdown() request, several times a second in an idle process; this loop
         sleeps until a connection or stop() arrives."""
-        with selectors.DefaultSelector() as selector:
+        os.set_blocking(self._wake_read, False)
+        with selectors.DefaultSelector() as selector, _signals_wake(self._wake_write):
             selector.register(self, selectors.EVENT_READ)
             selector.register(self._wake_read, selectors.EVENT_READ)
             while not self._stop_requested:
                 for key, _ in selector.select():
                     if key.fileobj is self and not self._stop_requested:
                         self._handle_request_noblock()
+                    elif key.fileobj is self._wake_read:
+                        _drain(self._wake_read)  # a signal other than ours to stop, or stop() itself
 
     def stop(self) -> None:
         """Make serve_until_stopped return at once; safe to call from a signal handler."""
@@ -163,3 +169,29 @@ def _answered_plain_http(request: socket.socket) -> bool:
     request.sendall(_PLAIN_HTTP_ANSWER)
     return True
 
+
+@contextlib.contextmanager
+def _signals_wake(descriptor: int):
+    """While the loop runs, every signal also writes to the wake pipe (signal.set_wakeup_fd).
+
+    The kernel may hand a process's SIGTERM or SIGINT to any of its threads (gRPC's, a refresher's):
+    Python then runs the handler on the main thread only once that thread wakes, and the loop sleeps in
+    select() until a connection comes. The byte in the pipe wakes it, so the handler runs at once.
+    Only the main thread may set it; elsewhere (a server run by a test's thread) nothing changes.
+    """
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    previous = signal.set_wakeup_fd(descriptor, warn_on_full_buffer=False)
+    try:
+        yield
+    finally:
+        signal.set_wakeup_fd(previous)  # before the pipe is closed: its number may be reused
+
+
+def _drain(descriptor: int) -> None:
+    try:
+        while os.read(descriptor, 4096):
+            pass
+    except (BlockingIOError, OSError):
+        pass  # empty, or closed

@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
+import ctypes
 import gzip
+import os
+import platform
 import re
 import signal
+import sys
 from concurrent.futures import ThreadPoolExecutor
 
 import pytest
@@ -247,6 +251,24 @@ def test_sigterm_exits_cleanly(socket_dir, kubelet, dcgm, run_exporter):
     scrape(exporter)
     assert exporter.stop(signal.SIGTERM, timeout_seconds=10) == 0
     assert "msg=stopped" in exporter.stderr_text()
+
+
+# tgkill(2): a signal to one thread of a process; what the kernel may do with a SIGTERM sent to the process.
+_TGKILL = {"x86_64": 234, "aarch64": 131}.get(platform.machine())
+
+
+@pytest.mark.skipif(_TGKILL is None or not sys.platform.startswith("linux"),
+                    reason="tgkill's number is known on Linux x86_64 and aarch64")
+def test_a_signal_taken_by_another_thread_still_stops_the_exporter_at_once(socket_dir, kubelet, dcgm, run_exporter):
+    # The main thread sleeps in select() for connections; a SIGTERM the kernel hands to another thread
+    # (gRPC's, a refresher's) ran its handler only when a connection came, never on an idle node.
+    exporter = run_exporter(["--dcgm.url", dcgm.url, "--kubelet.socket", kubelet.socket_path])
+    pid = exporter.proc.pid
+    others = [int(tid) for tid in os.listdir(f"/proc/{pid}/task") if int(tid) != pid]
+    assert others, "the exporter runs threads besides its main one"
+    assert ctypes.CDLL(None, use_errno=True).syscall(_TGKILL, pid, others[0], signal.SIGTERM) == 0
+    assert exporter.proc.wait(timeout=5) == 0
+    assert 'msg="shutting down" signal=SIGTERM' in exporter.stderr_text()
 
 
 def test_sigint_exits_cleanly(socket_dir, kubelet, dcgm, run_exporter):

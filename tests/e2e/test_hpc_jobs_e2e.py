@@ -115,10 +115,7 @@ def test_a_directory_not_there_yet_serves_no_rows_until_it_is(tmp_path, kubelet,
 def test_jobs_are_served_with_no_kubelet_at_all(tmp_path, socket_dir, run_exporter):
     # The job rows are read by a source of their own: the kubelet, here never there, has no say in them
     # (they were read only after a successful List, and so never served without one).
-    jobs = _job_directory(tmp_path, {"1": "8001\n"})
-    dcgm = FakeDcgmExporter(fixture_bytes(A800_MIG)).start()
-    exporter = run_exporter(["--dcgm.url", dcgm.url, "--kubelet.socket", str(socket_dir / "absent.sock"),
-                             "--kubernetes.api", "off", "--hpc.job-mapping-dir", str(jobs), *FAST_REFRESH])
+    dcgm, exporter = _start_without_kubelet(tmp_path, socket_dir, run_exporter)
     try:
         text = wait_until(lambda: _served_with(exporter, "pod_gpu_hpc_job_info{"), describe="the job rows")
         assert _job_rows(text) == [f'UUID="{GPU1}",gpu="1",hpc_job="8001"']
@@ -136,14 +133,20 @@ def test_jobs_are_served_with_no_kubelet_at_all(tmp_path, socket_dir, run_export
 def test_the_first_answer_carries_the_job_rows(tmp_path, socket_dir, run_exporter):
     # Scrapes that come before the first mapping wait for it, and it waits for the directory's first
     # reading (within its bound): the job rows are never missing from the first answers.
-    jobs = _job_directory(tmp_path, {"1": "8001\n"})
-    dcgm = FakeDcgmExporter(fixture_bytes(A800_MIG)).start()
-    exporter = run_exporter(["--dcgm.url", dcgm.url, "--kubelet.socket", str(socket_dir / "absent.sock"),
-                             "--kubernetes.api", "off", "--hpc.job-mapping-dir", str(jobs), *FAST_REFRESH])
+    dcgm, exporter = _start_without_kubelet(tmp_path, socket_dir, run_exporter)
     try:
         assert _job_rows(scrape(exporter).text) == [f'UUID="{GPU1}",gpu="1",hpc_job="8001"']
     finally:
         dcgm.stop()
+
+
+def _start_without_kubelet(tmp_path, socket_dir, run_exporter):
+    """A fake dcgm-exporter and an exporter whose kubelet socket is never there, with job 8001 on GPU 1."""
+    jobs = _job_directory(tmp_path, {"1": "8001\n"})
+    dcgm = FakeDcgmExporter(fixture_bytes(A800_MIG)).start()
+    exporter = run_exporter(["--dcgm.url", dcgm.url, "--kubelet.socket", str(socket_dir / "absent.sock"),
+                             "--kubernetes.api", "off", "--hpc.job-mapping-dir", str(jobs), *FAST_REFRESH])
+    return dcgm, exporter
 
 
 def test_jobs_stay_served_once_the_kubelets_mapping_aged_out(tmp_path, kubelet, run_exporter):
