@@ -53,5 +53,4 @@ class HpcJobsSection(BaseSection):
         return ((families.HPC_JOB_FILES_SKIPPED, self._current().skipped_files),)
 
     def state(self) -> SectionState:
-        up, duration = self._source_state()
-        return SectionState(up, duration)
+        return SectionState(*self._source_state())  # the source's own tuple: sources may not import sections

@@ -93,8 +93,7 @@ class ProcessShares:
     def text(self) -> bytes:
         """What a scrape appends: the share series while fresh, nvml_up, and the last refresh's duration."""
         rendered = self._rendered
-        fresh = rendered is not None and self._clock() - rendered.at <= 2 * self._interval
-        series, up = (rendered.text, rendered.nvml_up) if fresh else (b"", False)
+        series, up = (rendered.text, rendered.nvml_up) if self._fresh(rendered) else (b"", False)
         status = [(NVML_UP, int(up))]
         if rendered is not None:
             status.append((PROCESS_SHARES_REFRESH_DURATION, f"{rendered.duration_seconds:.6f}"))
@@ -105,8 +104,11 @@ class ProcessShares:
         rendered = self._rendered
         if rendered is None:
             return SectionState(False, None)
-        return SectionState(rendered.nvml_up and self._clock() - rendered.at <= 2 * self._interval,
-                            rendered.duration_seconds)
+        return SectionState(rendered.nvml_up and self._fresh(rendered), rendered.duration_seconds)
+
+    def _fresh(self, rendered: Optional[_Rendered]) -> bool:
+        """Whether the last refresh is recent enough to serve: two intervals at most (one missed)."""
+        return rendered is not None and self._clock() - rendered.at <= 2 * self._interval
 
     def start(self) -> None:
         """Refresh now and then every interval, all on the refresher's thread (NVML's calls on a worker
