@@ -63,7 +63,7 @@ def _named(pairs: Pairs) -> Pairs:
 
 class DeviceHealthSection(BaseSection):
     """The held devices' health and taints, kept with the rewrite; it owns pod_gpu_exporter_kubernetes_api_up,
-    and is up while the Kubernetes API's watches are healthy."""
+    and is up while the Kubernetes API's pod watch is healthy."""
 
     name = "device_health"
 
