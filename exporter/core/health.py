@@ -82,11 +82,13 @@ def device_health(devices: Iterable, allocations: Iterable,
     """
     if reports is None:
         return {}
-    keys = {(a.owner, a.resource, a.device_id): a.key for a in allocations if a.key is not None}
+    # A DRA allocation's row may name the extended resource it was requested as, not the driver the
+    # kubelet lists: it is found by its claim.
+    keys = {(a.owner, a.claim if a.dra else a.resource, a.device_id): a.key for a in allocations if a.key is not None}
     health: Dict[GpuKey, str] = {}
     for device in devices:
         owner = Owner(device.namespace, device.pod, device.container)
-        key = keys.get((owner, device.resource, device.device_id))
+        key = keys.get((owner, device.claim if device.dra else device.resource, device.device_id))
         if key is None:
             continue
         status = health.get(key, UNKNOWN)

@@ -33,6 +33,10 @@ class DraResolution(NamedTuple):
     key: Optional[GpuKey]  # None: fall back to the kubelet-only rule (device known to no slice)
     known: bool  # whether a ResourceSlice describes the device
     profile: str = ""  # a MIG device's profile ("1g.10gb") as its ResourceSlice publishes it
+    # False: the kubelet lists the device under this container, but the pod's extended-resource claim
+    # allocated it for another container's request (the kubelet lists that whole claim under each).
+    held: bool = True
+    resource: str = ""  # the extended resource it was requested as ("nvidia.com/gpu"); "" for a claim's device
 
 
 class MappingContext(Protocol):
@@ -40,7 +44,8 @@ class MappingContext(Protocol):
     method runs on the mapping refresher, never on a scrape, and never raises."""
 
     def resolve_dra(self, device: DeviceLike) -> DraResolution:
-        """A DRA device's key from its ResourceSlice, and whether its claim is adminAccess."""
+        """A DRA device's key from its ResourceSlice, whether its claim is adminAccess, and whether this
+        container holds it (an extended-resource claim's device is held by one container of its pod)."""
 
     def extra_labels_for(self, pods: Iterable[Tuple[str, str]]) -> Dict[Tuple[str, str], tuple]:
         """(namespace, pod) → the ((name, value), …) written after the owner labels, for the pods known."""
@@ -135,7 +140,8 @@ def _group(devices: Iterable[DeviceLike], resolve_mig: MigResolver | None,
            context: MappingContext | None) -> Mapping:
     """Group the GPU devices by key; replicas of one container collapse into one owner.
 
-    A DRA device held through an adminAccess claim (a monitoring pod) is left out altogether.
+    A DRA device held through an adminAccess claim (a monitoring pod), or listed under a container its
+    pod's extended-resource claim did not allocate it for, is left out of that container altogether.
     """
     owner_sets: dict = {}
     allocations: dict = {}  # keyed so that a replica listed twice gives one allocation
@@ -144,12 +150,11 @@ def _group(devices: Iterable[DeviceLike], resolve_mig: MigResolver | None,
         if not is_gpu_device(device.resource, device.device_id, device.dra):
             continue
         owner = Owner(device.namespace, device.pod, device.container)
-        key, profile = _device_key(device, resolve_mig, context)
+        key, profile, resource = _device_key(device, resolve_mig, context)
         if key is _NOT_AN_OWNER:
             continue
-        allocations[(owner, device.resource, device.device_id)] = Allocation(
-            owner, device.resource, device.device_id, key, device.dra,
-            device.claim if device.dra else "", profile,
+        allocations[(owner, resource, device.device_id)] = Allocation(
+            owner, resource, device.device_id, key, device.dra, device.claim if device.dra else "", profile,
         )
         if key is None:
             unresolved.add(device.device_id)
@@ -166,14 +171,17 @@ _NOT_AN_OWNER = object()
 
 
 def _device_key(device: DeviceLike, resolve_mig: MigResolver | None, context: MappingContext | None):
-    """(key, MIG profile from a ResourceSlice) of one device; the key is _NOT_AN_OWNER for adminAccess."""
+    """(key, MIG profile from a ResourceSlice, resource of its allocation row) of one device; the key is
+    _NOT_AN_OWNER for adminAccess and for a device its container does not hold."""
     if device.dra and context is not None:
         resolution = context.resolve_dra(device)
-        if resolution.admin_access:
-            return _NOT_AN_OWNER, ""
+        if resolution.admin_access or not resolution.held:
+            return _NOT_AN_OWNER, "", ""
+        resource = resolution.resource or device.resource
         if resolution.known:  # a ResourceSlice describes it: its answer, even None, beats the name rule
-            return resolution.key, resolution.profile
-    return key_for_device(device.device_id, device.dra, resolve_mig), ""
+            return resolution.key, resolution.profile, resource
+        return key_for_device(device.device_id, device.dra, resolve_mig), "", resource
+    return key_for_device(device.device_id, device.dra, resolve_mig), "", device.resource
 
 
 def _allocation_order(allocation: Allocation) -> tuple:

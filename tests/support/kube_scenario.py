@@ -49,3 +49,32 @@ def claim(namespace, name, device, admin=False):
     return {"apiVersion": "resource.k8s.io/v1", "kind": "ResourceClaim", "metadata": {"name": name, "namespace": namespace},
             "spec": {"devices": {"requests": []}},
             "status": {"allocation": {"devices": {"results": [result]}}}}
+
+
+def extended_resource_claim(pod: dict, name: str, devices_by_request: dict) -> dict:
+    """The ResourceClaim the scheduler makes for a pod whose `nvidia.com/gpu` requests a DRA DeviceClass meets
+    (KEP-5004): owned by the pod, annotated, one request per container's extended resource, allocated one
+    device of this node's pool per request (request name → device name)."""
+    meta = pod["metadata"]
+    return {"apiVersion": "resource.k8s.io/v1", "kind": "ResourceClaim",
+            "metadata": {"name": name, "namespace": meta["namespace"], "generateName": f"{meta['name']}-extended-resources-",
+                         "annotations": {"resource.kubernetes.io/extended-resource-claim": "true"},
+                         "ownerReferences": [{"apiVersion": "v1", "kind": "Pod", "name": meta["name"], "uid": meta["uid"],
+                                              "controller": True, "blockOwnerDeletion": True}]},
+            "spec": {"devices": {"requests": [
+                {"name": request, "exactly": {"deviceClassName": "gpu.nvidia.com", "allocationMode": "ExactCount",
+                                              "count": 1}} for request in devices_by_request]}},
+            "status": {"allocation": {"devices": {"results": [
+                {"request": request, "driver": "gpu.nvidia.com", "pool": POOL, "device": device}
+                for request, device in devices_by_request.items()]}},
+                "reservedFor": [{"resource": "pods", "name": meta["name"], "uid": meta["uid"]}]}}
+
+
+def with_extended_resource_claim(pod: dict, name: str, mappings) -> dict:
+    """The pod with the status.extendedResourceClaimStatus the scheduler writes: `mappings` are
+    (container, resource name, request name)."""
+    pod["status"]["extendedResourceClaimStatus"] = {
+        "resourceClaimName": name,
+        "requestMappings": [{"containerName": container, "resourceName": resource, "requestName": request}
+                            for container, resource, request in mappings]}
+    return pod

@@ -1,10 +1,10 @@
-"""DRA devices' identities from ResourceSlices, and adminAccess claims, for the GPU mapping."""
+"""DRA devices' identities from ResourceSlices, and what claims' allocations say of them, for the GPU mapping."""
 
 from __future__ import annotations
 
 import threading
 import time
-from typing import Callable, Dict, Iterable, NamedTuple, Optional, Tuple
+from typing import Callable, Dict, FrozenSet, Iterable, NamedTuple, Optional, Tuple
 
 from exporter.base.cache import RetryingCache
 from exporter.base.logs import DependencyReporter
@@ -12,6 +12,7 @@ from exporter.core.device_ids import DRA_GPU_DRIVER
 from exporter.core.health import DeviceTaint
 from exporter.core.identity import GpuKey, MigResolver
 from exporter.core.mapping import DraResolution
+from exporter.sources.kubernetes.extended_resources import request_name
 from exporter.sources.kubernetes.stream import ANSWER_SECONDS, decode_object, read_answer
 from exporter.sources.kubernetes.watch import describe_failure
 
@@ -34,6 +35,13 @@ class SliceDevice(NamedTuple):
     parent_uuid: str
     profile: str = ""  # a MIG device's profile ("1g.10gb"): what share of its GPU it is
     taints: Tuple[Tuple[str, str, str], ...] = ()  # (key, value, effect) of each taint its driver put on it
+
+
+class ClaimResults(NamedTuple):
+    """What one claim's allocation results say of their devices."""
+
+    admin_access: FrozenSet[DeviceRef]  # the devices held with adminAccess
+    requests: Dict[DeviceRef, FrozenSet[str]]  # device → the requests it was allocated for (never mutated)
 
 
 def slice_devices(resource_slice) -> Dict[DeviceRef, SliceDevice]:
@@ -67,7 +75,7 @@ def _string_value(value) -> str:
 
 
 class DraDevices:
-    """ResourceSlice devices of this node (fed by a watch) and adminAccess results of claims (fetched
+    """ResourceSlice devices of this node (fed by a watch) and the allocation results of claims (fetched
     once per claim, on the refresher, and forgotten when the kubelet stops reporting the claim)."""
 
     def __init__(self, get_claim: Callable[[str, str], object], resolve_mig: Optional[MigResolver] = None,
@@ -77,8 +85,8 @@ class DraDevices:
         self._lock = threading.Lock()
         self._by_slice: Dict[str, Dict[DeviceRef, SliceDevice]] = {}
         self._devices: Dict[DeviceRef, SliceDevice] = {}
-        # "<namespace>/<name>" of a claim → the device refs it holds with adminAccess.
-        self._claims: RetryingCache[str, frozenset] = RetryingCache(
+        # "<namespace>/<name>" of a claim → its allocation results.
+        self._claims: RetryingCache[str, ClaimResults] = RetryingCache(
             self._fetch_claim, _CLAIM_RETRY_SECONDS, _MAX_CLAIMS, clock)
         self._reporter = DependencyReporter("kubernetes-api")
 
@@ -136,13 +144,19 @@ class DraDevices:
         reused later)."""
         self._claims.retain(claims)
 
+    def requests_for(self, claim: str, ref: DeviceRef) -> Optional[FrozenSet[str]]:
+        """The requests of `claim` ("<namespace>/<name>") this device was allocated for; None while the claim
+        cannot be read."""
+        results = self._claims.get(claim) if claim.partition("/")[2] else None
+        return None if results is None else results.requests.get(ref, frozenset())
+
     def _is_admin_access(self, claim: str, ref: DeviceRef) -> bool:
         if not claim.partition("/")[2]:
             return False
-        held = self._claims.get(claim)
-        return held is not None and ref in held
+        results = self._claims.get(claim)
+        return results is not None and ref in results.admin_access
 
-    def _fetch_claim(self, claim: str) -> Optional[frozenset]:
+    def _fetch_claim(self, claim: str) -> Optional[ClaimResults]:
         namespace, _, name = claim.partition("/")
         try:
             found = self._get_claim(namespace, name)
@@ -151,7 +165,7 @@ class DraDevices:
             self._reporter.failed(f"resourceclaims:{reason}", message, claim=claim)
             return None
         self._reporter.succeeded("Kubernetes API answering again", resource="resourceclaims")
-        return frozenset(_admin_access_results(found))
+        return _claim_results(found)
 
 
 def read_claim(http, namespace: str, name: str, seconds: float = ANSWER_SECONDS):
@@ -175,12 +189,17 @@ def read_claim(http, namespace: str, name: str, seconds: float = ANSWER_SECONDS)
     return decode_object(raw, ResourceClaim)
 
 
-def _admin_access_results(claim):
+def _claim_results(claim) -> ClaimResults:
     allocation = claim.status.allocation if claim.status is not None else None
     devices = allocation.devices if allocation is not None else None
+    admin, requests = set(), {}
     for result in (devices.results if devices is not None else None) or ():
+        ref = (result.driver, result.pool, result.device)
         if result.adminAccess:
-            yield (result.driver, result.pool, result.device)
+            admin.add(ref)
+        if isinstance(result.request, str):
+            requests[ref] = requests.get(ref, frozenset()) | {request_name(result.request)}
+    return ClaimResults(frozenset(admin), requests)
 
 
 def _merged(by_slice: Dict[str, Dict[DeviceRef, SliceDevice]]) -> Dict[DeviceRef, SliceDevice]:

@@ -35,6 +35,9 @@ class PodInfo(NamedTuple):
     queue: Optional[QueueHint] = None  # with --labels.extra queue: what the pod's own metadata says of its queue
     # The containers' status.allocatedResourcesStatus entries (core.health.ResourceHealth), for device health.
     resource_health: tuple = ()
+    # status.extendedResourceClaimStatus (extended_resources.ExtendedResourceClaim): which requests of the claim
+    # the scheduler made for the pod each container's extended resources became; None for nearly every pod.
+    extended_claim: Optional[tuple] = None
 
 
 @dataclass(frozen=True)

@@ -7,6 +7,7 @@ from typing import Dict, Iterable, Optional, Set, Tuple
 
 from exporter.base.logs import LogOnce
 from exporter.core.health import ResourceHealth
+from exporter.sources.kubernetes.extended_resources import extended_resource_claim
 from exporter.sources.kubernetes.labels import LabelSpec, PodInfo, allowed_items
 from exporter.sources.kubernetes.queue_hints import queue_hint
 from exporter.sources.kubernetes.workloads import controller_of
@@ -32,6 +33,7 @@ def pod_info(pod, spec: LabelSpec) -> PodInfo:
         ended=status is not None and status.phase in _ENDED_PHASES,
         queue=queue_hint(meta.labels, meta.annotations) if spec.queue else None,
         resource_health=_resource_health(status.containerStatuses or () if status is not None else ()),
+        extended_claim=extended_resource_claim(status),
     )
 
 

@@ -10,6 +10,7 @@ from typing import Callable, Dict, Iterable, List, Optional, Set
 
 from exporter.core.mapping import DraResolution
 from exporter.sources.kubernetes.dra import DraDevices
+from exporter.sources.kubernetes.extended_resources import ContainerShare, container_share
 from exporter.sources.kubernetes.extra_labels import ExtraLabels
 from exporter.sources.kubernetes.labels import PodInfo
 from exporter.sources.kubernetes.pod_store import PodKey, PodStore
@@ -27,8 +28,23 @@ class KubernetesMapping:
         self._fresh = fresh  # whether the pod store is trusted (the pod watch up, or within its grace)
 
     def resolve_dra(self, device) -> DraResolution:
-        """A kubelet DRA device's key from its ResourceSlice, and whether its claim is adminAccess."""
-        return self._dra.resolve(device.resource, device.pool, device.device_id, device.claim)
+        """A kubelet DRA device's key from its ResourceSlice, whether its claim is adminAccess, and, for the
+        claim the scheduler made for the pod's extended resources, whether this container holds it."""
+        resolution = self._dra.resolve(device.resource, device.pool, device.device_id, device.claim)
+        share = None if resolution.admin_access else self._extended_share(device)
+        return resolution if share is None else resolution._replace(held=share.held, resource=share.resource)
+
+    def _extended_share(self, device) -> Optional[ContainerShare]:
+        """None unless the device comes through its pod's extended-resource claim and that claim's results
+        are known: then the kubelet's listing (the whole claim under each container) is all there is."""
+        # Read fresh or not: a pod's claim name never changes, and a pod made again under its name (a
+        # StatefulSet's) gets a claim of another name, which then matches nothing.
+        info = self._store.get((device.namespace, device.pod))
+        claim = info.extended_claim if info is not None else None
+        if claim is None or device.claim != f"{device.namespace}/{claim.name}":
+            return None
+        requests = self._dra.requests_for(device.claim, (device.resource, device.pool, device.device_id))
+        return container_share(claim, device.container, requests) if requests else None
 
     def retain_claims(self, devices: List) -> None:
         """Forget the claims that none of the kubelet's devices is held through any more."""
