@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+from typing import Optional, Tuple
 
 from exporter.core.identity import GpuKey, MigResolver
 
@@ -17,6 +18,10 @@ _GKE_MIG = re.compile(r"nvidia(\d+)/gi(\d+)(?:/vgpu\d+)?")  # GKE MIG partition,
 _MIG_GPU_FORM = re.compile(r"MIG-(GPU-[0-9A-Za-z-]+)/(\d+)/\d+")  # MIG-GPU-<uuid>/<gi>/<ci>, old drivers
 _MIG_UUID_FORM = re.compile(r"MIG-[0-9A-Fa-f]{8}-[0-9A-Za-z-]+")  # R470+ MIG UUIDs
 _DRA_GPU = re.compile(r"gpu-(\d+)")
+# NVIDIA's DRA driver from 25.12: gpu-<minor>-mig-<profile, dots dropped>-<GPU instance profile ID>-<placement
+# start>. Its profile part holds a letter ("1g10gb"), which tells it from the earlier all-digit form
+# gpu-<minor>-mig-<profile ID>-<start>-<size>.
+_DRA_MIG_PLACEMENT = re.compile(r"gpu-\d+-mig-([0-9a-z-]*[a-z][0-9a-z-]*)-(\d+)-(\d+)")
 
 
 def is_gpu_device(resource: str, device_id: str, dra: bool = False) -> bool:
@@ -71,3 +76,11 @@ def _key_for_dra_device(device_name: str) -> GpuKey | None:
     if match:
         return GpuKey("device", "nvidia" + match.group(1), "")
     return None
+
+
+def dra_mig_placement(device_name: str) -> Optional[Tuple[int, int]]:
+    """(GPU instance profile ID, placement start) that a DRA MIG device's name (driver 25.12 and later)
+    gives, else None. With its parent GPU they name one GPU instance: a dynamic MIG device, made when its
+    claim is prepared, publishes no UUID to find it by."""
+    match = _DRA_MIG_PLACEMENT.fullmatch(device_name)
+    return (int(match.group(2)), int(match.group(3))) if match else None

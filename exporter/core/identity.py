@@ -25,6 +25,10 @@ class GpuKey(NamedTuple):
 # Called while building a Mapping (on the refresher, never on a scrape); it must not raise.
 MigResolver = Callable[[str], Optional[Tuple[str, str]]]
 
+# Resolves a MIG device known by where it lies — (parent "GPU-<uuid>", GPU instance profile ID, placement
+# start) — to its GPU instance ID, or None when unknown. The same rules as a MigResolver.
+MigPlacementResolver = Callable[[str, int, int], Optional[str]]
+
 
 class GpuIdentity(NamedTuple):
     """One GPU or MIG instance, named the four ways dcgm-exporter's samples name it ("" where unknown)."""

@@ -18,17 +18,22 @@ MIG11 = "MIG-0b1c2d3e-4f50-5162-a3b4-c5d6e7f80912"  # GPU 0's instance 11: in NV
 MIG_DEVICE = "gpu-0-mig-1g10gb-0"  # the DRA driver's name: no GPU instance ID, nor gpu-<minor>
 
 
-def dra_mig_node(api, kubelet):
+# NVIDIA's DRA driver from 25.12: gpu-<minor>-mig-<profile>-<GPU instance profile ID>-<placement start>.
+# A static MIG device so named still has its `uuid`; a dynamic one (made when its claim is prepared) has none.
+MIG_DEVICE_25_12 = "gpu-0-mig-1g10gb-19-6"
+
+
+def dra_mig_node(api, kubelet, name=MIG_DEVICE, uuid=MIG13):
     """One pod holding GPU 0's instance 13 through a DRA claim; its ResourceSlice names only the MIG
-    device's own UUID and its parent's, as NVIDIA's DRA driver publishes them. A second pod holds a
-    whole GPU that only the slice identifies: its samples' owner shows the slice has been read."""
-    api.put("resource.k8s.io/v1", "resourceslices", resource_slice({
-        MIG_DEVICE: {"type": "mig", "uuid": MIG13, "parentUUID": UUID0, "profile": "1g.10gb"},
-        "gpu-h100-a": {"type": "gpu", "uuid": UUID3}}))
-    api.put("resource.k8s.io/v1", "resourceclaims", claim("ml", "small", MIG_DEVICE))
+    device's own UUID (none for a dynamic MIG device) and its parent's, as NVIDIA's DRA driver publishes
+    them. A second pod holds a whole GPU that only the slice identifies: its samples' owner shows the
+    slice has been read."""
+    mig = {"type": "mig", "parentUUID": UUID0, "profile": "1g.10gb", **({"uuid": uuid} if uuid else {})}
+    api.put("resource.k8s.io/v1", "resourceslices", resource_slice({name: mig, "gpu-h100-a": {"type": "gpu", "uuid": UUID3}}))
+    api.put("resource.k8s.io/v1", "resourceclaims", claim("ml", "small", name))
     api.put("resource.k8s.io/v1", "resourceclaims", claim("batch", "train-gpu", "gpu-h100-a"))
     uid = add_pod(api, "ml", "small-a")["metadata"]["uid"]
-    kubelet.set_devices([AllocatedDevice("ml", "small-a", "c", "gpu.nvidia.com", MIG_DEVICE, dra=True,
+    kubelet.set_devices([AllocatedDevice("ml", "small-a", "c", "gpu.nvidia.com", name, dra=True,
                                          claim="ml/small", pool=POOL),
                          AllocatedDevice("batch", "train-x7k2p", "main", "gpu.nvidia.com", "gpu-h100-a", dra=True,
                                          claim="batch/train-gpu", pool=POOL)])
@@ -43,10 +48,18 @@ def dcgm_samples(text: str, instance: str):
     return [line for line in text.splitlines() if line.startswith("DCGM_") and f'GPU_I_ID="{instance}"' in line]
 
 
-def test_dra_mig_device_resolved_through_its_slice_and_nvml(node, api, run_exporter, fake_nvml_library, tmp_path):
+@pytest.mark.parametrize("name, uuid", [
+    (MIG_DEVICE, MIG13),  # static MIG, found by its UUID
+    (MIG_DEVICE_25_12, MIG13),  # static MIG under the 25.12 name: by its UUID still
+    (MIG_DEVICE_25_12, None),  # dynamic MIG: by its parent, profile ID 19 and placement start 6
+])
+def test_dra_mig_device_resolved_through_its_slice_and_nvml(node, api, run_exporter, fake_nvml_library, tmp_path,
+                                                            name, uuid):
     kubelet = node[0]
-    uid = dra_mig_node(api, kubelet)
-    nvml = FakeNode(tmp_path / "nvml-node.txt").gpu(0, UUID0).mig(0, 11, MIG11).mig(0, 13, MIG13).write()
+    uid = dra_mig_node(api, kubelet, name, uuid)
+    # Both instances are of profile 19; only 13 starts at memory slice 6.
+    nvml = FakeNode(tmp_path / "nvml-node.txt").gpu(0, UUID0).mig(0, 11, MIG11, profile=19, start=4)
+    nvml.mig(0, 13, MIG13, profile=19, start=6).write()
     exporter = start(run_exporter, node, "--labels.extra", "pod_uid",
                      env={"LD_LIBRARY_PATH": str(fake_nvml_library.parent), NODE_ENV: str(nvml.path)})
     owner = f'namespace="ml",pod="small-a",container="c",pod_uid="{uid}"}}'
@@ -65,10 +78,11 @@ def test_dra_mig_device_resolved_through_its_slice_and_nvml(node, api, run_expor
 
 
 @pytest.mark.parametrize("library", ["none", "driver-not-loaded"])
+@pytest.mark.parametrize("name, uuid", [(MIG_DEVICE, MIG13), (MIG_DEVICE_25_12, None)])
 def test_dra_mig_device_without_nvml_is_unresolved_not_guessed(node, api, run_exporter, fake_nvml_library,
-                                                                tmp_path, library):
+                                                                tmp_path, library, name, uuid):
     kubelet = node[0]
-    dra_mig_node(api, kubelet)
+    dra_mig_node(api, kubelet, name, uuid)
     # No NVML library at all; or the fake one with no node file, which answers nvmlInit as a node
     # without the driver does (whatever libnvidia-ml the machine running the tests may have).
     env = {} if library == "none" else {"LD_LIBRARY_PATH": str(fake_nvml_library.parent),
@@ -82,6 +96,6 @@ def test_dra_mig_device_without_nvml_is_unresolved_not_guessed(node, api, run_ex
     assert len(info) == 1 and "UUID=" not in info[0] and "GPU_I_ID" not in info[0], info
     # The warnings come from the refresher's thread (NVML opened on a worker, waited for within a
     # bound): they may be written a moment after the scrape that already shows the device unresolved.
-    exporter.wait_for_log(f"device_ids={MIG_DEVICE}")  # what stays unmatched
+    exporter.wait_for_log(f"device_ids={name}")  # what stays unmatched
     if library == "driver-not-loaded":  # ("none" may find a real driver's NVML, which knows no MIG13)
         exporter.wait_for_log("will be reported as unresolved", "Driver Not Loaded")

@@ -44,8 +44,12 @@ class FakeNode:
         self.lines.append(f"gpu {index} {uuid}{options}")
         return self
 
-    def mig(self, gpu_index: int, instance: int, uuid: str, slices: int = None) -> "FakeNode":
-        self.lines.append(f"mig {gpu_index} {instance} {uuid}" + ("" if slices is None else f" slices={slices}"))
+    def mig(self, gpu_index: int, instance: int, uuid: str, slices: int = None, profile: int = None,
+            start: int = None) -> "FakeNode":
+        """A MIG device: its GPU instance spans `slices` memory slices from `start`, of profile ID `profile`."""
+        options = {"slices": slices, "profile": profile, "start": start}
+        self.lines.append(f"mig {gpu_index} {instance} {uuid}"
+                          + "".join(f" {name}={value}" for name, value in options.items() if value is not None))
         return self
 
     def energy(self, gpu_uuid: str, millijoules: int, milliwatts: int = 0) -> "FakeNode":

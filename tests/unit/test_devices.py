@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from exporter.core.device_ids import is_gpu_device, key_for_device
+from exporter.core.device_ids import dra_mig_placement, is_gpu_device, key_for_device
 from exporter.core.identity import GpuIdentity, GpuKey, Owner
 from exporter.core.mapping import EMPTY_MAPPING, DraResolution, build_mapping
 from support.devices import Device
@@ -65,6 +65,19 @@ def test_dra_whole_gpus_match_the_device_label_and_mig_devices_stay_unresolved()
     # A device-plugin form means nothing under DRA, and the reverse.
     assert key_for_device(UUID, dra=True) is None
     assert key_for_device("gpu-0") is None
+    assert key_for_device("gpu-0-mig-1g12gb-19-0", dra=True) is None  # the 25.12 name: no instance ID either
+
+
+@pytest.mark.parametrize("name, placement", [
+    ("gpu-0-mig-1g12gb-19-0", (19, 0)),  # NVIDIA's DRA driver from 25.12: <profile>-<profile ID>-<start>
+    ("gpu-3-mig-3g40gb-9-4", (9, 4)),
+    ("gpu-12-mig-1g10gb-me-20-6", (20, 6)),  # "1g.10gb+me": dots dropped, "+" made a dash
+    ("gpu-0-mig-19-0-1", None),  # before 25.12: <profile ID>-<start>-<size>, all digits (always with a uuid)
+    ("gpu-0", None),
+    ("gpu-0-mig-1g12gb-19", None),
+])
+def test_a_dra_mig_name_gives_its_placement_only_in_the_25_12_form(name, placement):
+    assert dra_mig_placement(name) == placement
 
 
 def test_mig_uuid_goes_to_the_resolver_and_only_it():

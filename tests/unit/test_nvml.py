@@ -175,3 +175,35 @@ def wait_for(call):
     answers = []
     wait_until(lambda: answers.append(call()) or answers[-1] is not None, timeout_seconds=10)
     return answers[-1]
+
+
+def test_a_placement_names_its_gpu_instance_through_the_real_binding_and_is_asked_again_each_time(nvml_node, log_stream):
+    """A dynamic DRA MIG device has no UUID: the parent, the GPU instance profile ID and the placement start
+    find its instance (nvmlDeviceGetGpuInstances, nvmlGpuInstanceGetInfo), through nvidia-ml-py and the fake
+    libnvidia-ml.so.1. An instance made again at the same placement may get another ID: nothing is cached."""
+    import pynvml
+
+    nvml_node.gpu(0, PARENT).mig(0, 11, MIG_A, profile=19, start=4).mig(0, 13, MIG_B, profile=19, start=6)
+    nvml_node.mig(0, 2, "MIG-0f0e0d0c-0b0a-5908-8706-050403020100", slices=2, profile=14, start=6).write()
+    resolver = make_mig_resolver()
+    try:
+        assert resolver.placement(PARENT, 19, 6) == "13"
+        assert resolver.placement(PARENT, 19, 4) == "11"
+        assert resolver.placement(PARENT, 14, 6) == "2"  # the profile tells two instances at one start apart
+        for _ in range(2):
+            assert resolver.placement(PARENT, 19, 5) is None  # nothing there
+        assert resolver.placement("GPU-00000000-0000-0000-0000-000000000000", 19, 6) is None
+        nvml_node.lines = [line for line in nvml_node.lines if MIG_B not in line]
+        nvml_node.mig(0, 7, MIG_B, profile=19, start=6).write()
+        pynvml.nvmlDeviceGetCount()  # the fake reads its node again there
+        assert resolver.placement(PARENT, 19, 6) == "7"
+    finally:
+        pynvml.nvmlShutdown()
+    log = log_stream.getvalue()
+    assert log.count("NVML cannot find a MIG device's GPU instance") == 2  # once per placement, not per ask
+    assert "placement_start=5" in log and "Not Found" in log
+
+
+def test_a_placement_lookup_a_plain_binding_cannot_make_is_unresolved():
+    resolver = NvmlMigResolver(FakeNvml({MIG_A: (PARENT, 13)}))  # no GPU instance calls at all
+    assert resolver.placement(PARENT, 19, 0) is None

@@ -8,7 +8,7 @@ from typing import Callable, Dict, FrozenSet, Iterable, NamedTuple, Optional, Tu
 
 from exporter.base.cache import RetryingCache
 from exporter.base.logs import DependencyReporter
-from exporter.core.device_ids import DRA_GPU_DRIVER
+from exporter.core.device_ids import DRA_GPU_DRIVER, dra_mig_placement
 from exporter.core.health import DeviceTaint
 from exporter.core.identity import GpuKey, MigResolver
 from exporter.core.mapping import DraResolution
@@ -27,7 +27,9 @@ class SliceDevice(NamedTuple):
     Whole GPU (type "gpu"): `uuid` is the GPU's "GPU-…" UUID. MIG device (type "mig"): `uuid` is the
     MIG device's own "MIG-…" UUID and `parentUUID` its GPU's; the driver publishes no GPU instance
     ID (its device name encodes the profile and memory placement, not the instance ID), so the
-    instance is looked up from the MIG UUID through NVML when that is available.
+    instance is looked up from the MIG UUID through NVML when that is available. A dynamic MIG device
+    (made when its claim is prepared) has no `uuid`: its instance is looked up from the parent and the
+    placement its name gives.
     """
 
     kind: str  # "gpu", "mig", or whatever else the driver says
@@ -119,25 +121,38 @@ class DraDevices:
             published = self._devices.get((driver, pool, device))
         if published is None or driver != DRA_GPU_DRIVER:
             return DraResolution(False, None, False)
-        return DraResolution(False, self._key_for(published), True, published.profile)
+        return DraResolution(False, self._key_for(device, published), True, published.profile)
 
     def taints(self) -> Tuple[DeviceTaint, ...]:
         """The taints on this node's GPU devices whose keys are known (MIG devices need NVML), sorted."""
         with self._lock:
-            devices = [published for (driver, _, _), published in self._devices.items()
+            devices = [(name, published) for (driver, _, name), published in self._devices.items()
                        if driver == DRA_GPU_DRIVER and published.taints]
         found = set()
-        for published in devices:
-            key = self._key_for(published)
+        for name, published in devices:
+            key = self._key_for(name, published)
             if key is not None:
                 found.update(DeviceTaint(key, *taint) for taint in published.taints)
         return tuple(sorted(found))
 
-    def _key_for(self, published: SliceDevice) -> Optional[GpuKey]:
+    def _key_for(self, name: str, published: SliceDevice) -> Optional[GpuKey]:
         if published.kind == "mig" or published.uuid.startswith("MIG-"):
-            parent = self.resolve_mig(published.uuid) if self.resolve_mig and published.uuid else None
+            if not published.uuid:
+                return self._dynamic_mig_key(name, published)
+            parent = self.resolve_mig(published.uuid) if self.resolve_mig else None
             return GpuKey("UUID", parent[0], parent[1]) if parent else None
         return GpuKey("UUID", published.uuid, "") if published.uuid.startswith("GPU-") else None
+
+    def _dynamic_mig_key(self, name: str, published: SliceDevice) -> Optional[GpuKey]:
+        """A MIG device published without a UUID (dynamic MIG): its GPU instance is found through NVML from
+        its parent's UUID and the profile ID and placement start its name gives."""
+        placement = dra_mig_placement(name)
+        # A resolver that is a plain function (no NVML placement lookup) leaves such a device unresolved.
+        lookup = getattr(self.resolve_mig, "placement", None)
+        if placement is None or lookup is None or not published.parent_uuid.startswith("GPU-"):
+            return None
+        instance = lookup(published.parent_uuid, *placement)
+        return GpuKey("UUID", published.parent_uuid, instance) if instance is not None else None
 
     def retain_claims(self, claims: Iterable[str]) -> None:
         """Forget cached claims ("<namespace>/<name>") the kubelet no longer reports (a claim name may be

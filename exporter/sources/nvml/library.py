@@ -7,11 +7,10 @@ from typing import Any, Optional, Tuple
 
 from exporter.base.bounded import BoundedRunner, CallTimeout
 from exporter.base.logs import log
-from exporter.core.identity import MigResolver
 from exporter.sources.nvml.mig import NvmlMigResolver
 
-_UNRESOLVED_NOTE = ("MIG-<uuid> device IDs (nvidia.com/mig-* on R470+ drivers) will be reported as "
-                    "unresolved: make the driver's libnvidia-ml.so.1 visible in the container to resolve them "
+_UNRESOLVED_NOTE = ("MIG-<uuid> device IDs (nvidia.com/mig-* on R470+ drivers) and DRA MIG devices will be "
+                    "reported as unresolved: make the driver's libnvidia-ml.so.1 visible in the container to resolve them "
                     "(the NVIDIA container runtime with NVIDIA_DRIVER_CAPABILITIES=utility does)")
 
 
@@ -38,7 +37,7 @@ def open_nvml(library: Any = None) -> Tuple[Any, str]:
     return library, ""
 
 
-def make_mig_resolver(library: Any = None) -> Optional[MigResolver]:
+def make_mig_resolver(library: Any = None) -> Optional[NvmlMigResolver]:
     """A resolver when NVML is usable (nvidia-ml-py importable and the driver's library present), else None.
 
     `library` is an NVML binding to use instead of importing pynvml (tests pass a stand-in). Called once
@@ -69,10 +68,19 @@ class LazyMigResolver:
         self._library = library  # an NVML binding instead of pynvml (tests pass a stand-in)
         self._lock = threading.Lock()
         self._opened = False
-        self._resolver: Optional[MigResolver] = None
+        self._resolver: Optional[NvmlMigResolver] = None
         self._runner = BoundedRunner("nvml-init", open_timeout_seconds, "nvmlInit (for MIG lookups)")
 
     def __call__(self, mig_uuid: str) -> Optional[Tuple[str, str]]:
+        resolver = self._opened_resolver()
+        return resolver(mig_uuid) if resolver is not None else None
+
+    def placement(self, parent_uuid: str, profile_id: int, start: int) -> Optional[str]:
+        """A MigPlacementResolver (a dynamic DRA MIG device): NvmlMigResolver.placement once NVML is open."""
+        resolver = self._opened_resolver()
+        return resolver.placement(parent_uuid, profile_id, start) if resolver is not None else None
+
+    def _opened_resolver(self) -> Optional[NvmlMigResolver]:
         with self._lock:
             if not self._opened:
                 self._opened = True
@@ -80,8 +88,7 @@ class LazyMigResolver:
                     self._runner.run(self._open)
                 except CallTimeout:
                     pass  # it goes on in the background: its resolver is used once it is there
-            resolver = self._resolver
-        return resolver(mig_uuid) if resolver is not None else None
+            return self._resolver
 
     def _open(self) -> None:
         self._resolver = make_mig_resolver(self._library)

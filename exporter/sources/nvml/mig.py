@@ -1,14 +1,16 @@
-"""Optional NVML lookups that turn "MIG-<uuid>" device IDs into (parent GPU UUID, GPU instance ID)."""
+"""Optional NVML lookups that turn "MIG-<uuid>" device IDs into (parent GPU UUID, GPU instance ID), and a
+MIG device's placement on its GPU into its GPU instance ID."""
 
 from __future__ import annotations
 
+import ctypes
 import threading
 import time
 from typing import Any, Callable, Optional, Tuple
 
 from exporter.base.bounded import BoundedRunner, CallTimeout
 from exporter.base.cache import RetryingCache
-from exporter.base.logs import log
+from exporter.base.logs import LogOnce, log
 
 # Failed lookups are retried this often: a MIG device the kubelet reports before NVML sees it (or an
 # NVML hiccup) resolves later, while a device that never resolves costs one lookup per interval.
@@ -19,6 +21,9 @@ LOOKUP_TIMEOUT_SECONDS = 2.0
 # MIG UUIDs change whenever instances are re-created, so entries come and go; bound the cache
 # (answers and failures together).
 _MAX_CACHED = 4096
+# nvmlDeviceGetGpuInstances fills the caller's array without being told its size: far above the 7 GPU
+# instances a GPU holds at most.
+_MAX_GPU_INSTANCES = 32
 
 
 class NvmlMigResolver:
@@ -39,6 +44,7 @@ class NvmlMigResolver:
         self._lock = threading.Lock()  # one lookup at a time: concurrent asks of one device cost one
         self._cache: RetryingCache[str, Tuple[str, str]] = RetryingCache(
             self._lookup_logged, retry_failed_after_seconds, _MAX_CACHED, clock)
+        self._placement_failures = LogOnce(_MAX_CACHED)  # placements whose lookup failed, logged once each
 
     @property
     def lookups(self) -> int:
@@ -55,6 +61,43 @@ class NvmlMigResolver:
                 # refused at once while the call still hangs): a driver that answers a moment late
                 # resolves the device then, not after the failure interval.
                 return None
+
+    def placement(self, parent_uuid: str, profile_id: int, start: int) -> Optional[str]:
+        """The ID of the GPU instance of that profile whose placement starts there on the parent GPU, or None.
+
+        What finds a dynamic MIG device, which the DRA driver makes when its claim is prepared and publishes
+        without a UUID. Not cached: such instances are destroyed and made again as claims come and go, and
+        one made again at the same placement may have another ID. A handful of NVML calls, run like a UUID
+        lookup (one at a time, within the time bound; a hung call fails this and later lookups at once).
+        """
+        where = (parent_uuid, profile_id, start)
+        with self._lock:
+            try:
+                found = self._runner.run(self._instance_at, *where)
+                problem = "" if found is not None else "no GPU instance of that profile starts at that placement"
+            except CallTimeout:
+                return None
+            except Exception as exc:  # any NVML failure: unresolved, as for a UUID
+                found, problem = None, str(exc) or type(exc).__name__
+        if found is not None:
+            self._placement_failures.forget(where)
+        else:
+            self._placement_failures.log(where, "info", "NVML cannot find a MIG device's GPU instance; it stays "
+                                         "unresolved", parent_uuid=parent_uuid, profile_id=profile_id,
+                                         placement_start=start, error=problem)
+        return found
+
+    def _instance_at(self, parent_uuid: str, profile_id: int, start: int) -> Optional[str]:
+        nvml = self._nvml
+        parent = nvml.nvmlDeviceGetHandleByUUID(parent_uuid.encode())
+        instances = (nvml.c_nvmlGpuInstance_t * _MAX_GPU_INSTANCES)()
+        count = ctypes.c_uint(0)
+        nvml.nvmlDeviceGetGpuInstances(parent, profile_id, instances, ctypes.byref(count))
+        for instance in instances[:min(count.value, _MAX_GPU_INSTANCES)]:
+            info = nvml.nvmlGpuInstanceGetInfo(instance)
+            if info.profileId == profile_id and info.placement.start == start:
+                return str(info.id)
+        return None
 
     def _lookup_logged(self, mig_uuid: str) -> Optional[Tuple[str, str]]:
         try:

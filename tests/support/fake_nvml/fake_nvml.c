@@ -6,10 +6,12 @@
  * File format, one record per line, '#' starts a comment:
  *   gpu <index> <uuid> [minor=<n>] [utilization=no]   a whole GPU (utilization=no: per-process SM
  *                                                      utilisation answers NOT_SUPPORTED)
- *   mig <gpu index> <gpu instance id> <mig uuid> [slices=<n>]
+ *   mig <gpu index> <gpu instance id> <mig uuid> [slices=<n>] [profile=<id>] [start=<n>]
  *                                                      a MIG device of that GPU (MIG mode on); its GPU
  *                                                      instance's placement spans <n> memory slices
- *                                                      (default 1)
+ *                                                      (default 1) from slice <start> (default 0), and
+ *                                                      its GPU instance profile ID is <id> (default 0):
+ *                                                      nvmlDeviceGetGpuInstances lists it under that ID
  *   energy <gpu uuid> <millijoules> [<milliwatts>]     the board's total energy since the driver
  *                                                      loaded (nvmlDeviceGetTotalEnergyConsumption;
  *                                                      a GPU without the line answers NOT_SUPPORTED);
@@ -68,6 +70,8 @@ struct device {
     unsigned long long energy_mj;   /* its total energy consumption */
     unsigned long long milliwatts;  /* the power it draws: energy grows by this from the first nvmlInit */
     unsigned int memory_slices;     /* a MIG device's GPU instance placement size */
+    unsigned int placement_start;   /* and the memory slice it starts at */
+    unsigned int profile_id;        /* its GPU instance profile ID (nvidia-smi mig -lgip's ID) */
 };
 struct process { int device; enum kind kind; unsigned int pid; unsigned long long used; };
 struct sample { int device; unsigned int pid, sm; unsigned long long age_ms; };
@@ -117,10 +121,16 @@ static void parse_gpu(char *rest) {
 static void parse_mig(char *rest) {
     struct device *d = &devices[device_count];
     unsigned int gpu;
-    char option[64] = "";
+    char options[3][64] = {"", "", ""};
     memset(d, 0, sizeof *d);
-    if (sscanf(rest, "%u %u %95s %63s", &gpu, &d->instance, d->uuid, option) < 3 || find_gpu(gpu) < 0) return;
-    d->memory_slices = strncmp(option, "slices=", 7) == 0 ? (unsigned int)atoi(option + 7) : 1;
+    if (sscanf(rest, "%u %u %95s %63s %63s %63s", &gpu, &d->instance, d->uuid, options[0], options[1],
+               options[2]) < 3 || find_gpu(gpu) < 0) return;
+    d->memory_slices = 1;
+    for (int i = 0; i < 3; i++) {
+        if (strncmp(options[i], "slices=", 7) == 0) d->memory_slices = (unsigned int)atoi(options[i] + 7);
+        if (strncmp(options[i], "profile=", 8) == 0) d->profile_id = (unsigned int)atoi(options[i] + 8);
+        if (strncmp(options[i], "start=", 6) == 0) d->placement_start = (unsigned int)atoi(options[i] + 6);
+    }
     d->is_mig = 1;
     d->parent = (unsigned int)find_gpu(gpu);
     d->index = gpu;
@@ -477,9 +487,22 @@ nvmlReturn_t nvmlGpuInstanceGetInfo(void *instance, nvmlGpuInstanceInfo_t *info)
     if (!d || !d->is_mig || !info) return NVML_ERROR_INVALID_ARGUMENT;
     info->device = &devices[d->parent];
     info->id = d->instance;
-    info->profileId = 0;
-    info->placement.start = 0;
+    info->profileId = d->profile_id;
+    info->placement.start = d->placement_start;
     info->placement.size = d->memory_slices;
+    return NVML_SUCCESS;
+}
+
+/* The GPU's instances of one profile; as NVML, it fills the caller's array without knowing its size. */
+nvmlReturn_t nvmlDeviceGetGpuInstances(void *handle, unsigned int profile_id, void **instances, unsigned int *count) {
+    CHECK("nvmlDeviceGetGpuInstances");
+    struct device *d = device_of(handle);
+    if (!d || d->is_mig || !instances || !count) return NVML_ERROR_INVALID_ARGUMENT;
+    unsigned int n = 0;
+    for (int i = 0; i < device_count; i++)
+        if (devices[i].is_mig && &devices[devices[i].parent] == d && devices[i].profile_id == profile_id)
+            instances[n++] = &devices[i];
+    *count = n;
     return NVML_SUCCESS;
 }
 
