@@ -269,3 +269,33 @@ def test_queue_labels_stay_on_when_owner_reads_are_injected(api, tmp_path):
             ("workload_kind", "Job"), ("workload", "train"), ("cluster_queue", "cq-research"), ("local_queue", "lq-train"))
     finally:
         ctx.lifecycle.stop()
+
+
+def test_an_extended_resource_claim_is_split_by_request_subrequests_and_sharers_included(api, tmp_path):
+    """The claim's results name a subrequest as "<request>/<subrequest>"; a device two requests share (one
+    result each) is held by both their containers, split between them; a container whose mappings name
+    none of a device's requests does not hold it."""
+    from support.kube_scenario import extended_resource_claim, with_extended_resource_claim
+
+    api.put("resource.k8s.io/v1", "resourceslices", resource_slice({
+        "gpu-4": {"type": "gpu", "uuid": "GPU-4"}, "gpu-5": {"type": "gpu", "uuid": "GPU-5"}}))
+    pod = make_pod("ml", "p", NODE, containers=("a", "b", "c"))
+    claim_body = extended_resource_claim(pod, "p-extended-resources-1", {"r0": "gpu-4", "r1": "gpu-5"})
+    results = claim_body["status"]["allocation"]["devices"]["results"]
+    results[0]["request"] = "r0/large"  # a subrequest of r0 met it
+    results.append({**results[1], "request": "r2"})  # gpu-5 also meets c's request
+    api.put("resource.k8s.io/v1", "resourceclaims", claim_body)
+    api.put("v1", "pods", with_extended_resource_claim(pod, "p-extended-resources-1", (
+        ("a", "nvidia.com/gpu", "r0"), ("b", "nvidia.com/gpu", "r1"), ("c", "example.com/gpu", "r2"))))
+    devices = [AllocatedDevice("ml", "p", container, "gpu.nvidia.com", device, dra=True,
+                               claim="ml/p-extended-resources-1", pool=POOL)
+               for container in ("a", "b", "c") for device in ("gpu-4", "gpu-5")]
+    ctx = context(api, tmp_path)
+    try:
+        wait_until(lambda: ctx.store.get(("ml", "p")) is not None and ctx.dra.resolve("gpu.nvidia.com", POOL, "gpu-5", "").known)
+        mapping = build_mapping(devices, context=ctx.mapping)
+    finally:
+        ctx.lifecycle.stop()
+    held = {(a.owner.container, a.resource, a.device_id) for a in mapping.allocations}
+    assert held == {("a", "nvidia.com/gpu", "gpu-4"), ("b", "nvidia.com/gpu", "gpu-5"), ("c", "example.com/gpu", "gpu-5")}
+    assert [o.container for o in mapping.owners_for(GpuKey("UUID", "GPU-5", ""))] == ["b", "c"]
