@@ -10,7 +10,7 @@ from exporter.base.cache import RetryingCache
 from exporter.base.logs import DependencyReporter
 from exporter.core.device_ids import DRA_GPU_DRIVER, dra_mig_placement
 from exporter.core.health import DeviceTaint
-from exporter.core.identity import GpuKey, MigResolver
+from exporter.core.identity import GpuKey, MigPlacementResolver, MigResolver
 from exporter.core.mapping import DraResolution
 from exporter.sources.kubernetes.extended_resources import request_name
 from exporter.sources.kubernetes.stream import ANSWER_SECONDS, decode_object, read_answer
@@ -148,7 +148,7 @@ class DraDevices:
         its parent's UUID and the profile ID and placement start its name gives."""
         placement = dra_mig_placement(name)
         # A resolver that is a plain function (no NVML placement lookup) leaves such a device unresolved.
-        lookup = getattr(self.resolve_mig, "placement", None)
+        lookup: Optional[MigPlacementResolver] = getattr(self.resolve_mig, "placement", None)
         if placement is None or lookup is None or not published.parent_uuid.startswith("GPU-"):
             return None
         instance = lookup(published.parent_uuid, *placement)
