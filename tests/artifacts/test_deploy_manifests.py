@@ -314,9 +314,15 @@ EXPORTER_RULES = {  # (API group, resource) → verbs, exactly as daemonset.yaml
     ("leaderworkerset.x-k8s.io", "leaderworkersets"): {"get"},
     ("resource.k8s.io", "resourceslices"): {"list", "watch"},
     ("resource.k8s.io", "resourceclaims"): {"get", "list", "watch"},
-    # --labels.extra queue: a pod's Kueue LocalQueue and Volcano PodGroup, one get each.
+    # DeviceTaintRules: their taints join the ResourceSlices' own (cluster-scoped, watched).
+    ("resource.k8s.io", "devicetaintrules"): {"list", "watch"},
+}
+# Only where --labels.extra has queue (the chart's api-queue shape; tests/artifacts/test_chart.py):
+# a pod's Kueue LocalQueue and Volcano PodGroup, one get each; KAI Scheduler's Queues, watched.
+QUEUE_RULES = {
     ("kueue.x-k8s.io", "localqueues"): {"get"},
     ("scheduling.volcano.sh", "podgroups"): {"get"},
+    ("scheduling.run.ai", "queues"): {"list", "watch"},
 }
 
 
