@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Writes the raw manifests (daemonset.yaml, deploy/*.yaml) as renderings of the Helm chart.
+"""Writes the raw manifests (daemonset.yaml, deploy/*.yaml, the PodMonitor) as renderings of the Helm chart.
 
     python scripts/render_manifests.py            # rewrite them
     python scripts/render_manifests.py --check    # exit 1 naming each file that differs
@@ -107,6 +107,19 @@ MANIFESTS = (
 # every other restriction.
 """),
     RawManifest(
+        "prometheus/operator/podmonitor.yaml", "monitoring-values.yaml", kinds=("PodMonitor",), header="""\
+# For clusters running the Prometheus operator (kube-prometheus-stack and the like):
+#
+#   kubectl create -f prometheus/operator/podmonitor.yaml   (after daemonset.yaml)
+#
+# Kept out of prometheus/ itself so that `kubectl create -f prometheus/` works on clusters
+# without the operator's CustomResourceDefinitions. Scrapes the same pods, port and path as the
+# prometheus.io/* annotations in daemonset.yaml. kube-prometheus-stack selects PodMonitors by its
+# release label by default: set `release: <your release name>` below, or set
+# podMonitorSelectorNilUsesHelmValues=false in its values. The chart makes the same object with
+# podMonitor.enabled=true, and the PrometheusRule and dashboards beside it.
+"""),
+    RawManifest(
         "deploy/kubectl-gpu-top-rbac.yaml", "default-values.yaml", kinds=("Role",),
         extra_args=("--set", "top.rbac.create=true"), header="""\
 # Optional: lets its users run `kubectl gpu top` without Prometheus, which lists the exporter pods
@@ -180,6 +193,7 @@ def render(manifest: RawManifest, helm: str) -> str:
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--check", action="store_true", help="write nothing; exit 1 when a file differs")
+    parser.add_argument("--root", type=Path, default=REPO_ROOT, help="where the raw files are (default: the repository)")
     args = parser.parse_args(argv)
     helm = find_helm()
     if helm is None:
@@ -187,7 +201,7 @@ def main(argv=None) -> int:
         return 2
     stale = []
     for manifest in MANIFESTS:
-        path = REPO_ROOT / manifest.path
+        path = args.root / manifest.path
         text = render(manifest, helm)
         if path.exists() and path.read_text(encoding="utf-8") == text:
             continue

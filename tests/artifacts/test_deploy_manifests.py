@@ -18,6 +18,7 @@ from support.deploy_tools import (
     PODMONITOR,
     PROMETHEUS_DIR,
     SHIPPED_RULE_FILES,
+    EXPORTER_RULES,
     cluster_role_grants,
     configmap_data,
     find_object,
@@ -300,32 +301,6 @@ def _core_schema_errors(definition: str, value) -> list:
 
 
 # --- Kubernetes API access (--kubernetes.api): service account, least-privilege RBAC, node name ---
-EXPORTER_RULES = {  # (API group, resource) → verbs, exactly as daemonset.yaml grants them for the Kubernetes context
-    ("", "pods"): {"get", "list", "watch"},
-    # Workload: `get` (metadata only) of each owner kind on the way to the top controller.
-    ("apps", "replicasets"): {"get"},
-    ("apps", "deployments"): {"get"},
-    ("apps", "statefulsets"): {"get"},
-    ("apps", "daemonsets"): {"get"},
-    ("batch", "jobs"): {"get"},
-    ("batch", "cronjobs"): {"get"},
-    ("argoproj.io", "rollouts"): {"get"},
-    ("jobset.x-k8s.io", "jobsets"): {"get"},
-    ("leaderworkerset.x-k8s.io", "leaderworkersets"): {"get"},
-    ("resource.k8s.io", "resourceslices"): {"list", "watch"},
-    ("resource.k8s.io", "resourceclaims"): {"get", "list", "watch"},
-    # DeviceTaintRules: their taints join the ResourceSlices' own (cluster-scoped, watched).
-    ("resource.k8s.io", "devicetaintrules"): {"list", "watch"},
-}
-# Only where --labels.extra has queue (the chart's api-queue shape; tests/artifacts/test_chart.py):
-# a pod's Kueue LocalQueue and Volcano PodGroup, one get each; KAI Scheduler's Queues, watched.
-QUEUE_RULES = {
-    ("kueue.x-k8s.io", "localqueues"): {"get"},
-    ("scheduling.volcano.sh", "podgroups"): {"get"},
-    ("scheduling.run.ai", "queues"): {"list", "watch"},
-}
-
-
 def test_cluster_role_is_least_privilege_read_only():
     grants = cluster_role_grants()
     assert grants == EXPORTER_RULES

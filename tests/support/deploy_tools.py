@@ -24,6 +24,32 @@ DASHBOARD = PROMETHEUS_DIR / "grafana" / "grafana-dashboard.json"
 # Every rule file prometheus/rules/ ships (its promtool tests aside), by its key in the ConfigMap.
 SHIPPED_RULE_FILES = {path.name: path for path in sorted((PROMETHEUS_DIR / "rules").glob("*.rules.yml"))}
 
+# --- Kubernetes API access (--kubernetes.api): least-privilege RBAC ---
+EXPORTER_RULES = {  # (API group, resource) → verbs, exactly as daemonset.yaml grants them for the Kubernetes context
+    ("", "pods"): {"get", "list", "watch"},
+    # Workload: `get` (metadata only) of each owner kind on the way to the top controller.
+    ("apps", "replicasets"): {"get"},
+    ("apps", "deployments"): {"get"},
+    ("apps", "statefulsets"): {"get"},
+    ("apps", "daemonsets"): {"get"},
+    ("batch", "jobs"): {"get"},
+    ("batch", "cronjobs"): {"get"},
+    ("argoproj.io", "rollouts"): {"get"},
+    ("jobset.x-k8s.io", "jobsets"): {"get"},
+    ("leaderworkerset.x-k8s.io", "leaderworkersets"): {"get"},
+    ("resource.k8s.io", "resourceslices"): {"list", "watch"},
+    ("resource.k8s.io", "resourceclaims"): {"get", "list", "watch"},
+    # DeviceTaintRules: their taints join the ResourceSlices' own (cluster-scoped, watched).
+    ("resource.k8s.io", "devicetaintrules"): {"list", "watch"},
+}
+# Only where --labels.extra has queue (the chart's api-queue shape; tests/artifacts/test_chart.py):
+# a pod's Kueue LocalQueue and Volcano PodGroup, one get each; KAI Scheduler's Queues, watched.
+QUEUE_RULES = {
+    ("kueue.x-k8s.io", "localqueues"): {"get"},
+    ("scheduling.volcano.sh", "podgroups"): {"get"},
+    ("scheduling.run.ai", "queues"): {"list", "watch"},
+}
+
 
 def missing_tool(what: str, how_to_install: str) -> None:
     """Skip on a developer machine, fail in CI: a check CI cannot run must not pass quietly."""
@@ -80,9 +106,16 @@ def configmap_data() -> dict[str, str]:
     return find_object(load_documents(CONFIGMAP), "ConfigMap")["data"]
 
 
-def cluster_role_grants():
-    """(API group, resource) → verbs of the exporter's ClusterRole in daemonset.yaml."""
-    role = find_object(load_documents(DAEMONSET), "ClusterRole")
+def cluster_role_grants(shape: str | None = None):
+    """(API group, resource) → verbs of the exporter's ClusterRole: daemonset.yaml's, or that of one of the
+    chart's ci/ shapes (e.g. "api-queue-values.yaml", rendered by the real helm)."""
+    if shape is None:
+        docs = load_documents(DAEMONSET)
+    else:
+        from support.helm_tools import render
+
+        docs = render(shape)
+    role = find_object(docs, "ClusterRole")
     grants = {}
     for rule in role["rules"]:
         assert "resourceNames" not in rule and "nonResourceURLs" not in rule
