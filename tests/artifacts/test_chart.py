@@ -154,6 +154,11 @@ def test_operator_shapes_reach_the_operand_on_their_node(values, operands):
         assert [c["name"] for c in template["spec"]["containers"]] == [EXPORTER]  # never a second dcgm-exporter
         url = f"--dcgm.url=http://{service['metadata']['name']}.gpu-operator.svc:9400/metrics"
         assert url in _exporter(template)["args"]
+        # The API context, as in every cluster shape: the token in the exporter's container, no api=off.
+        mounts = {m["mountPath"] for m in _exporter(template)["volumeMounts"]}
+        assert "/var/run/secrets/kubernetes.io/serviceaccount" in mounts
+        assert not [a for a in _exporter(template)["args"] if a.startswith("--kubernetes.api")]
+    assert _grants(docs) == EXPORTER_RULES
 
 
 def test_the_operator_shape_never_runs_dcgm_exporter_even_if_asked():
@@ -303,15 +308,6 @@ def _schema_keys(schema, prefix=""):
         keys.add(prefix + name)
         keys |= _schema_keys(sub, prefix + name + ".")
     return keys
-
-
-def schema_leaf_keys(schema=None, prefix=""):
-    """The values a user sets: the schema's properties that have none of their own."""
-    schema = schema if schema is not None else load_chart_file("values.schema.json")
-    leaves = []
-    for name, sub in schema.get("properties", {}).items():
-        leaves += schema_leaf_keys(sub, prefix + name + ".") if "properties" in sub else [prefix + name]
-    return leaves
 
 
 def test_chart_files_link_to_the_single_sources():

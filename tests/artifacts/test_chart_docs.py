@@ -8,8 +8,7 @@ import re
 import yaml
 
 from support.deploy_tools import REPO_ROOT, load_documents
-from support.helm_tools import CHART, RENDER, load_chart_file
-from test_chart import schema_leaf_keys
+from support.helm_tools import CHART, RENDER, load_chart_file, schema_leaf_keys
 
 DEPLOYMENT_DOC = REPO_ROOT / "docs" / "deployment.md"
 

@@ -12,10 +12,9 @@ import sys
 import pytest
 import yaml
 
-from support.deploy_tools import DASHBOARD, PROMETHEUS_DIR, REPO_ROOT, SHIPPED_RULE_FILES
+from support.deploy_tools import DASHBOARD, PROMETHEUS_DIR, REPO_ROOT, SHIPPED_RULE_FILES, core_schema_errors
 from support.helm_tools import CHART, RENDER, objects, render, run_helm
 from support.promtool_tests import run_promtool
-from test_deploy_manifests import _core_schema_errors
 
 MONITORING = "monitoring-values.yaml"
 
@@ -72,8 +71,8 @@ def test_monitoring_objects_are_off_by_default():
 @pytest.mark.parametrize("values, kind", [(MONITORING, "PodMonitor"), ("tls-basic-auth-values.yaml", "ServiceMonitor")])
 def test_monitors_checked_as_far_as_the_tools_can(values, kind):
     (monitor,) = objects(render(values), kind)
-    assert _core_schema_errors("io.k8s.apimachinery.pkg.apis.meta.v1.ObjectMeta", monitor["metadata"]) == []
-    assert _core_schema_errors("io.k8s.apimachinery.pkg.apis.meta.v1.LabelSelector", monitor["spec"]["selector"]) == []
+    assert core_schema_errors("io.k8s.apimachinery.pkg.apis.meta.v1.ObjectMeta", monitor["metadata"]) == []
+    assert core_schema_errors("io.k8s.apimachinery.pkg.apis.meta.v1.LabelSelector", monitor["spec"]["selector"]) == []
     endpoints_key = "podMetricsEndpoints" if kind == "PodMonitor" else "endpoints"
     # The rest against the field names of prometheus-operator's monitoring.coreos.com/v1 CRDs.
     assert set(monitor["spec"]) <= {"selector", "namespaceSelector", endpoints_key, "jobLabel", "sampleLimit"}
@@ -96,7 +95,7 @@ def _notes(*args):
 def test_notes_say_where_the_metrics_are_and_how_to_check():
     notes = _notes()
     assert "http://<pod IP>:9400/gpu/metrics" in notes
-    assert "-- pod-gpu-metrics-exporter mapping" in notes
+    assert re.search(r"(?m)kubectl exec -n gpu-monitoring <pod> -c pod-gpu-metrics-exporter -- pod-gpu-metrics-exporter mapping$", notes)
     assert "kubectl port-forward -n gpu-monitoring" in notes and "pod_gpu_exporter_(dcgm|kubelet)_up" in notes
     tls = _notes("--values", str(CHART / "ci" / "tls-basic-auth-values.yaml"))
     assert "https://<pod IP>:9400/gpu/metrics" in tls and "curl -sk https://" in tls and "-u <user>:<password>" in tls

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import subprocess
@@ -123,3 +124,20 @@ def cluster_role_grants(shape: str | None = None):
             for resource in rule["resources"]:
                 grants.setdefault((group, resource), set()).update(rule["verbs"])
     return grants
+
+
+def core_schema_errors(definition: str, value, version: str = "1.30.0") -> list:
+    """Errors of `value` against one definition of kubernetes-validate's strict schemas (e.g. ObjectMeta), for
+    the parts of a custom resource that borrow core types."""
+    from importlib.resources import files
+
+    import jsonschema
+    from referencing import Registry, Resource
+
+    folder = f"v{version}-local-strict"
+    text = files("kubernetes_validate").joinpath("kubernetes-json-schema", folder, "_definitions.json").read_text()
+    definitions = json.loads(text)
+    registry = Registry().with_resource(definitions["$id"], Resource.from_contents(definitions))
+    schema = {"$ref": f"{definitions['$id']}#/$defs/{definition}"}
+    validator = jsonschema.Draft202012Validator(schema, registry=registry)
+    return [e.message for e in validator.iter_errors(value)]

@@ -77,5 +77,10 @@ def load_chart_file(name: str) -> Any:
     return yaml.safe_load((CHART / name).read_text(encoding="utf-8"))
 
 
-def chart_path() -> Path:
-    return CHART
+def schema_leaf_keys(schema=None, prefix=""):
+    """The values a user sets: the schema's properties that have none of their own."""
+    schema = schema if schema is not None else load_chart_file("values.schema.json")
+    leaves = []
+    for name, sub in schema.get("properties", {}).items():
+        leaves += schema_leaf_keys(sub, prefix + name + ".") if "properties" in sub else [prefix + name]
+    return leaves
