@@ -228,6 +228,18 @@ def test_every_shape_is_hardened(values):
             assert {"cpu", "memory"} <= set(container["resources"]["requests"]) <= set(container["resources"]["limits"])
 
 
+def test_process_mode_without_host_pid_reads_the_hosts_proc_read_only():
+    ((_, template),) = _pods(render("process-shares-values.yaml", "--set", "sharing.hostProc=true"))
+    spec, container = template["spec"], _exporter(template)
+    assert spec.get("hostPID", False) is False
+    assert "--sharing.proc-root=/host/proc" in container["args"]
+    (volume,) = [v for v in spec["volumes"] if v.get("hostPath", {}).get("path") == "/proc"]
+    assert {"name": volume["name"], "mountPath": "/host/proc", "readOnly": True} in container["volumeMounts"]
+    # Only in process mode.
+    ((_, default),) = _pods(render("default-values.yaml", "--set", "sharing.hostProc=true"))
+    assert [v["hostPath"]["path"] for v in default["spec"]["volumes"] if "hostPath" in v] == ["/var/lib/kubelet/pod-resources"]
+
+
 def test_resources_cover_the_measured_memory():
     # docs/performance.md's goals: peak RSS at 6,400 and 25,600 series. The request holds the
     # common case, the limit twice the large one.

@@ -90,7 +90,7 @@ component: {{ printf "gpu-metrics%s" $suffix }}
 {{- if not $root.Values.kubernetes.enabled }}{{ $_ := set $flags "kubernetes.api" "off" }}{{ end }}
 {{- if eq $root.Values.sharing.mode "process" }}
 {{- $_ := set $flags "sharing.mode" "process" }}
-{{- $_ := set $flags "sharing.proc-root" "/proc" }}
+{{- $_ := set $flags "sharing.proc-root" (ternary "/host/proc" "/proc" $root.Values.sharing.hostProc) }}
 {{- end }}
 {{- if $root.Values.web.existingSecret }}
 {{- $_ := set $flags "web.config.file" (printf "/etc/pod-gpu-metrics-exporter/web/%s" $root.Values.web.existingSecretKey) }}
