@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import re
 import subprocess
 import sys
@@ -18,7 +17,9 @@ from support.deploy_tools import (
     PODMONITOR,
     PROMETHEUS_DIR,
     SHIPPED_RULE_FILES,
+    EXPORTER_RULES,
     cluster_role_grants,
+    core_schema_errors,
     configmap_data,
     find_object,
     load_documents,
@@ -270,8 +271,8 @@ def test_podmonitor_checked_as_far_as_the_tool_can(tmp_path):
     result = _kubernetes_validate(OLDEST_SUPPORTED, PODMONITOR)
     assert "Couldn't find schema for kind PodMonitor" in result.stdout, result.stdout
     monitor = find_object(load_documents(PODMONITOR), "PodMonitor")
-    assert _core_schema_errors("io.k8s.apimachinery.pkg.apis.meta.v1.ObjectMeta", monitor["metadata"]) == []
-    assert _core_schema_errors("io.k8s.apimachinery.pkg.apis.meta.v1.LabelSelector", monitor["spec"]["selector"]) == []
+    assert core_schema_errors("io.k8s.apimachinery.pkg.apis.meta.v1.ObjectMeta", monitor["metadata"]) == []
+    assert core_schema_errors("io.k8s.apimachinery.pkg.apis.meta.v1.LabelSelector", monitor["spec"]["selector"]) == []
     # The rest against the field names of prometheus-operator's monitoring.coreos.com/v1 CRD.
     assert set(monitor["spec"]) <= {"selector", "namespaceSelector", "podMetricsEndpoints", "jobLabel",
                                     "podTargetLabels", "sampleLimit", "targetLimit", "attachMetadata"}
@@ -284,42 +285,7 @@ def test_podmonitor_checked_as_far_as_the_tool_can(tmp_path):
                                        "replacement", "action"}
 
 
-def _core_schema_errors(definition: str, value) -> list:
-    from importlib.resources import files
-
-    import jsonschema
-    from referencing import Registry, Resource
-
-    folder = f"v{OLDEST_SUPPORTED}-local-strict"
-    text = files("kubernetes_validate").joinpath("kubernetes-json-schema", folder, "_definitions.json").read_text()
-    definitions = json.loads(text)
-    registry = Registry().with_resource(definitions["$id"], Resource.from_contents(definitions))
-    schema = {"$ref": f"{definitions['$id']}#/$defs/{definition}"}
-    validator = jsonschema.Draft202012Validator(schema, registry=registry)
-    return [e.message for e in validator.iter_errors(value)]
-
-
 # --- Kubernetes API access (--kubernetes.api): service account, least-privilege RBAC, node name ---
-EXPORTER_RULES = {  # (API group, resource) → verbs, exactly as daemonset.yaml grants them for the Kubernetes context
-    ("", "pods"): {"get", "list", "watch"},
-    # Workload: `get` (metadata only) of each owner kind on the way to the top controller.
-    ("apps", "replicasets"): {"get"},
-    ("apps", "deployments"): {"get"},
-    ("apps", "statefulsets"): {"get"},
-    ("apps", "daemonsets"): {"get"},
-    ("batch", "jobs"): {"get"},
-    ("batch", "cronjobs"): {"get"},
-    ("argoproj.io", "rollouts"): {"get"},
-    ("jobset.x-k8s.io", "jobsets"): {"get"},
-    ("leaderworkerset.x-k8s.io", "leaderworkersets"): {"get"},
-    ("resource.k8s.io", "resourceslices"): {"list", "watch"},
-    ("resource.k8s.io", "resourceclaims"): {"get", "list", "watch"},
-    # --labels.extra queue: a pod's Kueue LocalQueue and Volcano PodGroup, one get each.
-    ("kueue.x-k8s.io", "localqueues"): {"get"},
-    ("scheduling.volcano.sh", "podgroups"): {"get"},
-}
-
-
 def test_cluster_role_is_least_privilege_read_only():
     grants = cluster_role_grants()
     assert grants == EXPORTER_RULES

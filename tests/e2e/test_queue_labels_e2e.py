@@ -105,12 +105,12 @@ def test_a_forbidden_queue_read_leaves_the_labels_empty_logged_once(node, api, r
     assert "needs verb 'get' on 'localqueues' in API group 'kueue.x-k8s.io'" in log
 
 
-def test_the_daemonset_cluster_role_grants_the_queue_reads(node, api, run_exporter):
+def test_the_charts_queue_shape_grants_the_queue_reads(node, api, run_exporter):
+    grants = cluster_role_grants("api-queue-values.yaml")  # the chart with --labels.extra queue (needs helm)
     pods = queued_node(api, node)
     exporter = start(run_exporter, node, "--labels.extra", "queue")
     queue_text(exporter, pods)
     groups = {plural: version.rpartition("/")[0] for version, plural in api.kinds}
     made = {(groups[plural], plural, verb) for verb, plural in api.requests if verb == "get"}
     assert {plural for _, plural, _ in made} >= {"localqueues", "podgroups", "jobs", "jobsets"}
-    grants = cluster_role_grants()
     assert all(verb in grants.get((group, plural), ()) for group, plural, verb in made), made

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import subprocess
@@ -23,6 +24,32 @@ RULES_TESTS = PROMETHEUS_DIR / "rules" / "pod-gpu-metrics.rules.test.yml"
 DASHBOARD = PROMETHEUS_DIR / "grafana" / "grafana-dashboard.json"
 # Every rule file prometheus/rules/ ships (its promtool tests aside), by its key in the ConfigMap.
 SHIPPED_RULE_FILES = {path.name: path for path in sorted((PROMETHEUS_DIR / "rules").glob("*.rules.yml"))}
+
+# --- Kubernetes API access (--kubernetes.api): least-privilege RBAC ---
+EXPORTER_RULES = {  # (API group, resource) → verbs, exactly as daemonset.yaml grants them for the Kubernetes context
+    ("", "pods"): {"get", "list", "watch"},
+    # Workload: `get` (metadata only) of each owner kind on the way to the top controller.
+    ("apps", "replicasets"): {"get"},
+    ("apps", "deployments"): {"get"},
+    ("apps", "statefulsets"): {"get"},
+    ("apps", "daemonsets"): {"get"},
+    ("batch", "jobs"): {"get"},
+    ("batch", "cronjobs"): {"get"},
+    ("argoproj.io", "rollouts"): {"get"},
+    ("jobset.x-k8s.io", "jobsets"): {"get"},
+    ("leaderworkerset.x-k8s.io", "leaderworkersets"): {"get"},
+    ("resource.k8s.io", "resourceslices"): {"list", "watch"},
+    ("resource.k8s.io", "resourceclaims"): {"get", "list", "watch"},
+    # DeviceTaintRules: their taints join the ResourceSlices' own (cluster-scoped, watched).
+    ("resource.k8s.io", "devicetaintrules"): {"list", "watch"},
+}
+# Only where --labels.extra has queue (the chart's api-queue shape; tests/artifacts/test_chart.py):
+# a pod's Kueue LocalQueue and Volcano PodGroup, one get each; KAI Scheduler's Queues, watched.
+QUEUE_RULES = {
+    ("kueue.x-k8s.io", "localqueues"): {"get"},
+    ("scheduling.volcano.sh", "podgroups"): {"get"},
+    ("scheduling.run.ai", "queues"): {"list", "watch"},
+}
 
 
 def missing_tool(what: str, how_to_install: str) -> None:
@@ -80,9 +107,16 @@ def configmap_data() -> dict[str, str]:
     return find_object(load_documents(CONFIGMAP), "ConfigMap")["data"]
 
 
-def cluster_role_grants():
-    """(API group, resource) → verbs of the exporter's ClusterRole in daemonset.yaml."""
-    role = find_object(load_documents(DAEMONSET), "ClusterRole")
+def cluster_role_grants(shape: str | None = None):
+    """(API group, resource) → verbs of the exporter's ClusterRole: daemonset.yaml's, or that of one of the
+    chart's ci/ shapes (e.g. "api-queue-values.yaml", rendered by the real helm)."""
+    if shape is None:
+        docs = load_documents(DAEMONSET)
+    else:
+        from support.helm_tools import render
+
+        docs = render(shape)
+    role = find_object(docs, "ClusterRole")
     grants = {}
     for rule in role["rules"]:
         assert "resourceNames" not in rule and "nonResourceURLs" not in rule
@@ -90,3 +124,20 @@ def cluster_role_grants():
             for resource in rule["resources"]:
                 grants.setdefault((group, resource), set()).update(rule["verbs"])
     return grants
+
+
+def core_schema_errors(definition: str, value, version: str = "1.30.0") -> list:
+    """Errors of `value` against one definition of kubernetes-validate's strict schemas (e.g. ObjectMeta), for
+    the parts of a custom resource that borrow core types."""
+    from importlib.resources import files
+
+    import jsonschema
+    from referencing import Registry, Resource
+
+    folder = f"v{version}-local-strict"
+    text = files("kubernetes_validate").joinpath("kubernetes-json-schema", folder, "_definitions.json").read_text()
+    definitions = json.loads(text)
+    registry = Registry().with_resource(definitions["$id"], Resource.from_contents(definitions))
+    schema = {"$ref": f"{definitions['$id']}#/$defs/{definition}"}
+    validator = jsonschema.Draft202012Validator(schema, registry=registry)
+    return [e.message for e in validator.iter_errors(value)]
