@@ -35,6 +35,9 @@ class PodInfo(NamedTuple):
     queue: Optional[QueueHint] = None  # with --labels.extra queue: what the pod's own metadata says of its queue
     # The containers' status.allocatedResourcesStatus entries (core.health.ResourceHealth), for device health.
     resource_health: tuple = ()
+    # HAMi's record of the GPUs each container really got (core.hami): (container, (HamiDevice, …)) pairs.
+    hami: tuple = ()
+    hami_error: str = ""  # why its HAMi annotation could not be read ("" when read, or when there is none)
 
 
 @dataclass(frozen=True)
