@@ -314,9 +314,10 @@ EXPORTER_RULES = {  # (API group, resource) → verbs, exactly as daemonset.yaml
     ("leaderworkerset.x-k8s.io", "leaderworkersets"): {"get"},
     ("resource.k8s.io", "resourceslices"): {"list", "watch"},
     ("resource.k8s.io", "resourceclaims"): {"get", "list", "watch"},
-    # --labels.extra queue: a pod's Kueue LocalQueue and Volcano PodGroup, one get each.
+    # --labels.extra queue: a pod's Kueue LocalQueue, Volcano PodGroup and KAI Queue, one get each.
     ("kueue.x-k8s.io", "localqueues"): {"get"},
     ("scheduling.volcano.sh", "podgroups"): {"get"},
+    ("scheduling.run.ai", "queues"): {"get"},
 }
 
 

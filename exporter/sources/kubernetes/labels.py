@@ -12,11 +12,13 @@ _INVALID_NAME_CHARACTER = re.compile(r"[^a-zA-Z0-9_]")
 
 class QueueHint(NamedTuple):
     """What an object's metadata names of its batch queue (queue_hints.py): a Kueue LocalQueue, a Volcano
-    Queue, or a Volcano PodGroup whose spec names the queue. Empty strings where it names none."""
+    Queue, a Volcano PodGroup whose spec names the queue, or a KAI Scheduler Queue. Empty strings where it
+    names none."""
 
     local_queue: str = ""
     volcano_queue: str = ""
     pod_group: str = ""
+    kai_queue: str = ""
 
 
 class PodInfo(NamedTuple):
