@@ -121,6 +121,12 @@ def allocated_gpus(allocations, offered: Optional[Dict[Tuple[str, str], int]] = 
     return totals
 
 
+def memory_shared_gpus(allocations) -> frozenset:
+    """The UUIDs of GPUs a HAMi device shares by memory alone (cores 0): their size tells its share."""
+    return frozenset(a.key.value for a in allocations
+                     if a.hami and not a.hami[1] and a.key is not None and a.key.label == "UUID")
+
+
 def _group_of(allocation) -> object:
     # Replicas of one GPU resolve to one key; an unresolved device stands alone but for its replicas.
     if allocation.key is not None:

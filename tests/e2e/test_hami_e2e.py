@@ -45,6 +45,21 @@ def test_a_hami_pod_is_attributed_to_the_gpu_its_annotation_names(node, api, run
     assert len(info) == 1 and f'device_id="{UUID1}-3"' in info[0] and f'UUID="{UUID3}"' in info[0], info
 
 
+def test_a_memory_only_share_is_its_memory_over_the_gpus_framebuffer_and_outlives_dcgm(node, api, run_exporter):
+    kubelet, dcgm, _ = node
+    # nvidia.com/gpumem only: cores 0, 40000 MiB of GPU 2, whose framebuffer dcgm-exporter reports as
+    # 81079 MiB free and 0 used.
+    kubelet.set_devices([AllocatedDevice("ml", "hami-mem", "main", "nvidia.com/gpu", UUID1 + "-1")])
+    add_pod(api, "ml", "hami-mem", annotations=hami_annotations(f"{UUID3},NVIDIA,40000,0:;"))
+    exporter = start(run_exporter, node)
+    text = wait_until(lambda: (lambda t: t if allocated(t, "hami-mem") else None)(scrape(exporter)), 30)
+    assert allocated(text, "hami-mem") == float(f"{40000 / 81079:.12g}")
+    assert gpu_of(lines_of(text, "hami-mem")) == {UUID3}
+    dcgm.status = 503
+    text = wait_until(lambda: (lambda t: t if "pod_gpu_exporter_dcgm_up 0" in t else None)(scrape(exporter)), 30)
+    assert allocated(text, "hami-mem") == float(f"{40000 / 81079:.12g}")
+
+
 def test_an_unbound_or_unreadable_annotation_leaves_the_kubelets_replica_counted_once(node, api, run_exporter):
     kubelet = node[0]
     kubelet.set_devices([AllocatedDevice("ml", "broken", "main", "nvidia.com/gpu", UUID1 + "-5"),

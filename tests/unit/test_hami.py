@@ -128,3 +128,25 @@ def test_a_container_whose_replica_count_differs_from_the_annotation_is_not_foll
     mapping = build_mapping(_devices(GPU_A + "-1", GPU_A + "-2"), context=context)
     assert set(mapping.owners) == {GpuKey("UUID", GPU_A, "")}
     assert all(not allocation.hami for allocation in mapping.allocations)
+
+
+FB_SCRAPE = f"""# HELP DCGM_FI_DEV_FB_FREE Framebuffer memory free (in MiB).
+# TYPE DCGM_FI_DEV_FB_FREE gauge
+DCGM_FI_DEV_FB_FREE{{gpu="0",UUID="{GPU_A}",device="nvidia0"}} 60000
+DCGM_FI_DEV_FB_FREE{{gpu="0",UUID="{GPU_A}",device="nvidia0",GPU_I_ID="3"}} 9000
+DCGM_FI_DEV_FB_USED{{gpu="0",UUID="{GPU_A}",device="nvidia0"}} 19489
+DCGM_FI_DEV_FB_RESERVED{{gpu="0",UUID="{GPU_A}",device="nvidia0"}} 511
+DCGM_FI_DEV_FB_TOTAL{{gpu="1",uuid="{GPU_B}"}} 46068
+DCGM_FI_DEV_FB_FREE{{gpu="1",uuid="{GPU_B}"}} 1
+DCGM_FI_DEV_FB_USED{{gpu="1",uuid="{GPU_B}"}} 1
+""".encode()
+
+
+def test_a_gpus_memory_is_read_from_dcgm_exporters_framebuffer_fields():
+    from exporter.exposition.gpu_memory import framebuffer_mib
+
+    # Free + used + reserved of the whole GPU (a MIG instance's own line is not its GPU's); FB_TOTAL where
+    # served (the legacy textfile's `uuid` label too); only the GPUs asked about.
+    assert framebuffer_mib(FB_SCRAPE, [GPU_A, GPU_B]) == {GPU_A: 80000.0, GPU_B: 46068.0}
+    assert framebuffer_mib(FB_SCRAPE, [GPU_B]) == {GPU_B: 46068.0}
+    assert framebuffer_mib(b"DCGM_FI_DEV_FB_FREE{UUID=\"%s\"} 5\n" % GPU_A.encode(), [GPU_A]) == {}  # no USED
