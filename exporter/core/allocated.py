@@ -5,6 +5,8 @@ from __future__ import annotations
 import re
 from typing import Dict, Iterable, Optional, Tuple
 
+from exporter.core.hami import replica_gpu, share_of
+
 # The name a Mapping carries the replicas the kubelet offers per shared GPU under (Mapping.annotations):
 # (resource, GPU) → replicas, from GetAllocatableResources.
 OFFERED = "offered"
@@ -65,9 +67,10 @@ def whole_device_share(resource: str, device_id: str, dra: bool, profile: str,
 
 
 def replica_of(device_id: str) -> Optional[str]:
-    """The GPU a time-slicing replica's device ID names ("GPU-x::3" → "GPU-x"); None for other forms."""
+    """The GPU a replica's device ID names ("GPU-x::3" → "GPU-x", HAMi's "GPU-<uuid>-3" → "GPU-<uuid>"); None
+    for other forms."""
     match = _REPLICA.match(device_id)
-    return match.group(1) if match else None
+    return match.group(1) if match else replica_gpu(device_id)
 
 
 def count_offered(devices: Iterable[Tuple[str, str]]) -> Dict[Tuple[str, str], int]:
@@ -80,25 +83,34 @@ def count_offered(devices: Iterable[Tuple[str, str]]) -> Dict[Tuple[str, str], i
     return counts
 
 
-def allocated_gpus(allocations, offered: Optional[Dict[Tuple[str, str], int]] = None
-                   ) -> Dict[Tuple[str, str, str], float]:
+def allocated_gpus(allocations, offered: Optional[Dict[Tuple[str, str], int]] = None,
+                   gpu_memory_mib: Optional[Dict[str, float]] = None) -> Dict[Tuple[str, str, str], float]:
     """(namespace, pod, container) → the GPUs it holds, over allocations of one mapping.
 
     A time-slicing replica is 1/N of its GPU, N the replicas the kubelet offers for it (`offered`,
     from GetAllocatableResources). Otherwise devices resolving to one GPU or MIG instance (one key)
     split it evenly: the replicas the kubelet lists as held, or the containers sharing one DRA device
     through a claim, so that its holders add up to what the device counts for. Containers whose every
-    device is of unknown share are left out.
+    device is of unknown share are left out. A HAMi replica followed to its GPU (Allocation.hami) is
+    the share HAMi gave: its cores, or its memory when cores is 0 (out of `gpu_memory_mib`, by UUID).
     """
     offered = offered or {}
     allocations = tuple(allocations)
     node_profiles = {a.profile or mig_profile_of(a.resource) for a in allocations} - {""}
     group_sizes: Dict[object, int] = {}
     for allocation in allocations:
+        if allocation.hami:
+            continue  # its share is its own, whoever else holds its GPU
         group = _group_of(allocation)
         group_sizes[group] = group_sizes.get(group, 0) + 1
     totals: Dict[Tuple[str, str, str], float] = {}
     for allocation in allocations:
+        if allocation.hami:
+            share = share_of(*allocation.hami, (gpu_memory_mib or {}).get(allocation.key.value if allocation.key else ""))
+            if share is not None:
+                owner = tuple(allocation.owner)
+                totals[owner] = totals.get(owner, 0.0) + share
+            continue
         share = whole_device_share(allocation.resource, allocation.device_id, allocation.dra,
                                    allocation.profile, node_profiles)
         if share is None:
@@ -107,6 +119,12 @@ def allocated_gpus(allocations, offered: Optional[Dict[Tuple[str, str], int]] = 
         owner = tuple(allocation.owner)
         totals[owner] = totals.get(owner, 0.0) + share / (replicas or group_sizes[_group_of(allocation)])
     return totals
+
+
+def memory_shared_gpus(allocations) -> frozenset:
+    """The UUIDs of GPUs a HAMi device shares by memory alone (cores 0): their size tells its share."""
+    return frozenset(a.key.value for a in allocations
+                     if a.hami and not a.hami[1] and a.key is not None and a.key.label == "UUID")
 
 
 def _group_of(allocation) -> object:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import re
 from typing import Optional, Tuple
 
+from exporter.core.hami import replica_gpu
 from exporter.core.identity import GpuKey, MigResolver
 
 DRA_GPU_DRIVER = "gpu.nvidia.com"
@@ -48,6 +49,9 @@ def key_for_device(device_id: str, dra: bool = False, resolve_mig: MigResolver |
     if dra:
         return _key_for_dra_device(device_id)
     device_id = _SHARED_REPLICA.sub("", device_id)
+    # A HAMi replica "GPU-<uuid>-<n>" names its GPU as the kubelet picked it; with the API, the pod's HAMi
+    # annotation says which GPU the container really got (core.hami).
+    device_id = replica_gpu(device_id) or device_id
     if device_id.startswith("GPU-"):
         return GpuKey("UUID", device_id, "")
     if _INDEX.fullmatch(device_id):

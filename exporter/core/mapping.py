@@ -6,6 +6,7 @@ import dataclasses
 from dataclasses import dataclass, field
 from typing import Dict, Iterable, List, NamedTuple, Optional, Protocol, Set, Tuple
 
+from exporter.core import hami
 from exporter.core.device_ids import is_gpu_device, key_for_device
 from exporter.core.allocated import OFFERED
 from exporter.core.health import DEVICE_HEALTH, DeviceHealth, DeviceTaint, ResourceHealth, device_health
@@ -65,6 +66,9 @@ class MappingContext(Protocol):
     def device_taints(self) -> Tuple[DeviceTaint, ...]:
         """The taints on this node's DRA devices whose keys are known, sorted."""
 
+    def hami_assignments(self, pods: Iterable[Tuple[str, str]]) -> Dict[Tuple[str, str], hami.Assignment]:
+        """(namespace, pod) → the GPUs HAMi's annotation says each container got, for the bound pods known."""
+
 
 class Allocation(NamedTuple):
     """One allocated GPU device and the key it resolved to (None when unresolved)."""
@@ -76,6 +80,8 @@ class Allocation(NamedTuple):
     dra: bool = False
     claim: str = ""  # DRA only: "<claim namespace>/<claim name>" the device is held through
     profile: str = ""  # DRA only: the MIG profile its ResourceSlice publishes ("" for a whole GPU)
+    # A HAMi replica followed to the GPU the pod's annotation names: (memory MiB, cores %) HAMi gave; () else.
+    hami: Tuple[int, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -126,7 +132,7 @@ def build_mapping(devices: Iterable[DeviceLike], resolve_mig: MigResolver | None
     ended = context.ended_pods(sorted({(device.namespace, device.pod) for device in devices}))
     if ended:
         devices = [device for device in devices if (device.namespace, device.pod) not in ended]
-    mapping = _group(devices, resolve_mig, context)
+    mapping = _group(devices, resolve_mig, context, _followed_hami(devices, context))
     context.retain_claims(devices)
     pods = sorted({(a.owner.namespace, a.owner.pod) for a in mapping.allocations})
     health = DeviceHealth(device_health(devices, mapping.allocations, context.resource_health_for(pods)),
@@ -136,12 +142,19 @@ def build_mapping(devices: Iterable[DeviceLike], resolve_mig: MigResolver | None
                                annotations={DEVICE_HEALTH: health} if any(health) else {})
 
 
+def _followed_hami(devices: List[DeviceLike], context: MappingContext) -> dict:
+    """(namespace, pod, container, device ID) → the HamiDevice a HAMi replica really stands for."""
+    pods = sorted({(d.namespace, d.pod) for d in devices if not d.dra and hami.replica_gpu(d.device_id)})
+    return hami.follow(devices, context.hami_assignments(pods)) if pods else {}
+
+
 def _group(devices: Iterable[DeviceLike], resolve_mig: MigResolver | None,
-           context: MappingContext | None) -> Mapping:
+           context: MappingContext | None, followed: Optional[dict] = None) -> Mapping:
     """Group the GPU devices by key; replicas of one container collapse into one owner.
 
     A DRA device held through an adminAccess claim (a monitoring pod), or listed under a container its
-    pod's extended-resource claim did not allocate it for, is left out of that container altogether.
+    pod's extended-resource claim did not allocate it for, is left out of that container altogether; a
+    HAMi replica in `followed` is keyed by the GPU its pod's annotation names.
     """
     owner_sets: dict = {}
     allocations: dict = {}  # keyed so that a replica listed twice gives one allocation
@@ -150,11 +163,17 @@ def _group(devices: Iterable[DeviceLike], resolve_mig: MigResolver | None,
         if not is_gpu_device(device.resource, device.device_id, device.dra):
             continue
         owner = Owner(device.namespace, device.pod, device.container)
-        key, profile, resource = _device_key(device, resolve_mig, context)
+        given = (followed or {}).get((*owner, device.device_id))
+        if given is not None:
+            key, profile, resource = key_for_device(given.uuid, False, resolve_mig), "", device.resource
+        else:
+            key, profile, resource = _device_key(device, resolve_mig, context)
         if key is _NOT_AN_OWNER:
             continue
         allocations[(owner, resource, device.device_id)] = Allocation(
-            owner, resource, device.device_id, key, device.dra, device.claim if device.dra else "", profile,
+            owner, resource, device.device_id, key, device.dra,
+            device.claim if device.dra else "", profile,
+            (given.memory_mib, given.cores_percent) if given is not None else (),
         )
         if key is None:
             unresolved.add(device.device_id)

@@ -7,8 +7,10 @@ from pathlib import Path
 
 from exporter.demo.kube_api import FakeKubeApi
 from exporter.demo.kube_objects import make_pod, write_kubeconfig
-from exporter.demo.workload import (CLUSTER_QUEUE, DRA_DRIVER, DRA_GPU, DRA_TAINT, HPC_JOBS, NODE_NAME,
-                                    SIMULATED_PODS, SIMULATED_PROCESSES, SimulatedPod, gpu_uuid, pod_named)
+from exporter.demo.workload import (CLUSTER_QUEUE, DRA_DRIVER, DRA_GPU, DRA_TAINT, HPC_JOBS, KAI_PARENT_QUEUE,
+                                    NODE_NAME, SIMULATED_PODS, SIMULATED_PROCESSES, SimulatedPod, gpu_uuid,
+                                    pod_named)
+from exporter.sources.kubernetes.queue_hints import KAI_QUEUE_LABEL
 
 # resource.k8s.io/v1 (Kubernetes 1.34 and later) carries the ResourceSlice of NVIDIA's DRA driver.
 SERVED_APIS = ("v1", "apps/v1", "resource.k8s.io/v1")
@@ -16,6 +18,8 @@ SERVED_APIS = ("v1", "apps/v1", "resource.k8s.io/v1")
 KUEUE_API = "kueue.x-k8s.io/v1beta2"
 KUEUE_KINDS = (("localqueues", "LocalQueue", True), ("clusterqueues", "ClusterQueue", False),
                ("workloads", "Workload", True))
+# KAI Scheduler's queues: cluster-scoped, in a tree by spec.parentQueue.
+KAI_API = "scheduling.run.ai/v2"
 
 
 class DemoKubeApi(FakeKubeApi):
@@ -25,6 +29,7 @@ class DemoKubeApi(FakeKubeApi):
         super().__init__(served_versions=SERVED_APIS)
         for plural, kind, namespaced in KUEUE_KINDS:
             self.serve_kind(KUEUE_API, plural, kind, namespaced=namespaced)
+        self.serve_kind(KAI_API, "queues", "Queue", namespaced=False)
         self.pods_watched = threading.Event()
 
     def _answer_watch(self, handler, plural: str, since: int) -> bool:
@@ -40,13 +45,19 @@ def start_api_server(kubeconfig: Path) -> DemoKubeApi:
         kind, name = pod.owner
         if kind == "ReplicaSet":  # a Deployment's pod: ReplicaSet, then Deployment
             deployment = pod.name
-            api.put_owner("apps/v1", "deployments", pod.namespace, deployment)
+            # KAI reads its queue label on the top owner: the Deployment, not the ReplicaSet or the pod.
+            labels = {"app": deployment, **({KAI_QUEUE_LABEL: pod.kai_queue} if pod.kai_queue else {})}
+            api.put_owner("apps/v1", "deployments", pod.namespace, deployment, labels=labels)
             api.put_owner("apps/v1", "replicasets", pod.namespace, name, owner=("Deployment", deployment))
         else:  # Kueue's queue label goes on a StatefulSet and its pod template alike
             api.put_owner("apps/v1", "statefulsets", pod.namespace, name, labels=pod.labels)
         api.put("v1", "pods", pod_object(pod))
     for namespace, name in sorted({(pod.namespace, pod.local_queue) for pod in SIMULATED_PODS if pod.local_queue}):
         api.put(KUEUE_API, "localqueues", local_queue_object(namespace, name))
+    kai_queues = sorted({pod.kai_queue for pod in SIMULATED_PODS if pod.kai_queue})
+    api.put(KAI_API, "queues", kai_queue_object(KAI_PARENT_QUEUE, children=kai_queues))
+    for name in kai_queues:
+        api.put(KAI_API, "queues", kai_queue_object(name, parent=KAI_PARENT_QUEUE))
     api.put("resource.k8s.io/v1", "resourceslices", resource_slice_object())
     write_kubeconfig(str(kubeconfig), api.url)
     return api
@@ -57,6 +68,17 @@ def local_queue_object(namespace: str, name: str) -> dict:
     return {"apiVersion": KUEUE_API, "kind": "LocalQueue", "metadata": {"name": name, "namespace": namespace},
             "spec": {"clusterQueue": CLUSTER_QUEUE, "stopPolicy": "None"},
             "status": {"admittedWorkloads": 1, "reservingWorkloads": 1, "pendingWorkloads": 0}}
+
+
+def kai_queue_object(name: str, parent: str = "", children=()) -> dict:
+    """A KAI Scheduler Queue with a GPU quota, under `parent`; a parent lists its `children` as KAI's queue
+    controller does."""
+    spec = {"displayName": name, "resources": {"gpu": {"quota": 1, "limit": -1, "overQuotaWeight": 1},
+                                               "cpu": {"quota": -1, "limit": -1, "overQuotaWeight": 1},
+                                               "memory": {"quota": -1, "limit": -1, "overQuotaWeight": 1}},
+            **({"parentQueue": parent} if parent else {})}
+    return {"apiVersion": KAI_API, "kind": "Queue", "metadata": {"name": name}, "spec": spec,
+            "status": {"childQueues": list(children)} if children else {}}
 
 
 def resource_slice_object() -> dict:

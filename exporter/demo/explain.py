@@ -5,7 +5,8 @@ from __future__ import annotations
 from urllib.parse import urlsplit
 
 from exporter.demo.nvml import LOST_AFTER_SECONDS, XID_FALLEN_OFF_THE_BUS
-from exporter.demo.workload import CLUSTER_QUEUE, DRA_GPU, DRA_TAINT, HPC_JOBS, LOCAL_QUEUE, UNHEALTHY_GPU
+from exporter.demo.workload import (CLUSTER_QUEUE, DRA_GPU, DRA_TAINT, HPC_JOBS, KAI_PARENT_QUEUE, KAI_QUEUE,
+                                    LOCAL_QUEUE, UNHEALTHY_GPU)
 
 # Three questions the per-process series answer and device-level metrics cannot.
 QUERIES = (
@@ -34,7 +35,8 @@ Simulated: a kubelet PodResources gRPC server on {socket_path},
             its pod status reports GPU {UNHEALTHY_GPU} Unhealthy; queued through Kueue: LocalQueue
             {LOCAL_QUEUE}, ClusterQueue {CLUSTER_QUEUE}, the cluster_queue and local_queue labels)
   GPU 2     inference/llm-server-a + inference/llm-server-b  (nvidia.com/gpu.shared, time-sliced;
-            llm-server-a holds two replicas and still gets one series per sample{_GPU2_PROCESSES if nvml else ")"}
+            llm-server-a holds two replicas and still gets one series per sample; its Deployment names
+            the KAI Scheduler Queue {KAI_QUEUE}, a leaf under {KAI_PARENT_QUEUE}{_GPU2_PROCESSES if nvml else ")"}
   GPU 3     idle: its samples pass unchanged, without owner labels; NVIDIA's DRA driver publishes
             it in a ResourceSlice, tainted {DRA_TAINT["key"]} (pod_gpu_device_taint); {_HPC_JOB}{_LOST if nvml else ""}{_NOTEBOOK if nvml else ""}
 {_QUERIES_TEXT.format(url=url) if nvml else _WITHOUT_NVML}

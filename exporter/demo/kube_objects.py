@@ -40,7 +40,7 @@ def write_kubeconfig(path: str, server_url: str, token: Optional[str] = None, to
 
 
 def make_pod(namespace: str, name: str, node: str, labels=None, annotations=None, owner=None,
-             containers=("main",), uid: Optional[str] = None, phase: str = "Running") -> dict:
+             containers=("main",), uid: Optional[str] = None, phase: str = "Running", init_containers=()) -> dict:
     """A Pod object as the API server returns it (the fields the exporter reads, and those a client
     library requires); `owner` is (kind, name[, apiVersion[, controller]]) of its owner."""
     pod_uid = uid or str(uuid.uuid4())
@@ -51,7 +51,9 @@ def make_pod(namespace: str, name: str, node: str, labels=None, annotations=None
     statuses = [{"name": c, "image": "registry.example.com/app:1", "imageID": "", "ready": True, "restartCount": 0,
                  "containerID": f"containerd://{uuid.uuid5(uuid.NAMESPACE_OID, pod_uid + c).hex}"} for c in containers]
     return {"apiVersion": "v1", "kind": "Pod", "metadata": meta,
-            "spec": {"nodeName": node, "containers": [{"name": c, "image": "registry.example.com/app:1"} for c in containers]},
+            "spec": {"nodeName": node, "containers": [{"name": c, "image": "registry.example.com/app:1"} for c in containers],
+                     **({"initContainers": [{"name": c, "image": "registry.example.com/app:1"} for c in init_containers]}
+                        if init_containers else {})},
             "status": {"phase": phase, "containerStatuses": statuses}}
 
 

@@ -74,6 +74,7 @@ class SimulatedPod(NamedTuple):
     # resource → {device ID: "Healthy" | "Unhealthy"}: the kubelet's allocatedResourcesStatus
     health: Dict[str, Dict[str, str]]
     local_queue: str = ""  # the Kueue LocalQueue it was submitted to (KUEUE_QUEUE_LABEL), in its namespace
+    kai_queue: str = ""  # the KAI Scheduler Queue its Deployment names (KAI_QUEUE_LABEL on the top owner only)
 
     @property
     def labels(self) -> Dict[str, str]:
@@ -92,15 +93,19 @@ class SimulatedPod(NamedTuple):
 # GPU 1's device plugin reports it unhealthy (as after an XID 79): trainer-0's pod status says so.
 UNHEALTHY_GPU = 1
 # trainer-0 was admitted through Kueue: it names the ml-team LocalQueue, which draws on the research
-# ClusterQueue's quota. The inference pods are in no queue.
+# ClusterQueue's quota. llm-server-a's Deployment names a KAI Scheduler Queue, a leaf under "org";
+# llm-server-b is in no queue.
 LOCAL_QUEUE = "team-ml"
 CLUSTER_QUEUE = "cq-research"
+KAI_QUEUE = "inference"
+KAI_PARENT_QUEUE = "org"
 
 SIMULATED_PODS = (
     SimulatedPod("ml-team", "trainer-0", ("StatefulSet", "trainer"), ("pytorch",),
                  {"nvidia.com/gpu": {gpu_uuid(0): "Healthy", gpu_uuid(UNHEALTHY_GPU): "Unhealthy"}}, LOCAL_QUEUE),
     SimulatedPod("inference", "llm-server-a", ("ReplicaSet", "llm-server-a-7d9f8"), ("vllm",),
-                 {"nvidia.com/gpu.shared": {gpu_uuid(2) + "::0": "Healthy", gpu_uuid(2) + "::3": "Healthy"}}),
+                 {"nvidia.com/gpu.shared": {gpu_uuid(2) + "::0": "Healthy", gpu_uuid(2) + "::3": "Healthy"}},
+                 kai_queue=KAI_QUEUE),
     SimulatedPod("inference", "llm-server-b", ("ReplicaSet", "llm-server-b-5c6d4"), ("vllm",),
                  {"nvidia.com/gpu.shared": {gpu_uuid(2) + "::1": "Healthy"}}),
     # A notebook granted no GPU, whose image sees every GPU anyway (NVIDIA_VISIBLE_DEVICES=all).

@@ -210,6 +210,10 @@ KUBERNETES_OBJECTS_SKIPPED = _self(
     "pod_gpu_exporter_kubernetes_objects_skipped_total", "counter", "Objects from the Kubernetes API left out of the "
     "cache: not of the shape read (malformed), or bound to another node (other_node).", ("resource", "reason"),
     modes=frozenset({KUBERNETES_API}))
+KUBERNETES_ANNOTATIONS_MALFORMED = _self(
+    "pod_gpu_exporter_kubernetes_annotations_malformed_total", "counter", "Pod annotations the exporter follows that "
+    "could not be read (HAMi's hami.io/vgpu-devices-allocated), counted once per pod and value: the pod's GPUs are "
+    "attributed by the kubelet's device IDs.", ("annotation",), modes=frozenset({KUBERNETES_API}))
 NVML_TIMEOUTS = _self("pod_gpu_exporter_nvml_timeouts_total", "counter", "NVML calls (nvmlInit, MIG lookups, "
                       "per-process reads, XID event waits) that did not return within their bound, or were refused "
                       "while one still had not.")

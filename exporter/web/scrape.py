@@ -232,7 +232,7 @@ class Scraper:
                 self.rewrites += 1
             elif not _same(keys, cached.keys):
                 # A kept section's key() changed (its own data is new): its rows again, the rewrite kept.
-                rows = self._kept_rows(ScrapeView(snapshot, cached.result.identities))
+                rows = self._kept_rows(ScrapeView(snapshot, cached.result.identities, body=body))
                 cached = self._cached = cached._replace(
                     keys=keys, section_rows=rows, shared_gzip=_GzipPrefix((cached.result.text, rows)))
             return cached
@@ -248,7 +248,7 @@ class Scraper:
                 and _same(previous.keys, keys)):
             rows = previous.section_rows  # new values of the same GPUs, held by the same pods
         else:
-            rows = self._kept_rows(ScrapeView(snapshot, result.identities))
+            rows = self._kept_rows(ScrapeView(snapshot, result.identities, body=body))
         return _Cached(body, mapping, result, keys, rows, _GzipPrefix((result.text, rows)))
 
     def _kept_rows(self, view: ScrapeView) -> bytes:

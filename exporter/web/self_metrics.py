@@ -67,7 +67,9 @@ def _kubernetes_counters(status: KubernetesStatus):
             dropped.add_metric([watch.resource, reason], watch.dropped.get(reason, 0))
         for reason in ("malformed", "other_node"):
             skipped.add_metric([watch.resource, reason], watch.skipped.get(reason, 0))
-    yield from (requests, dropped, skipped)
+    malformed = _family_object(families.KUBERNETES_ANNOTATIONS_MALFORMED)
+    malformed.add_metric(["hami.io/vgpu-devices-allocated"], status.malformed_annotations)
+    yield from (requests, dropped, skipped, malformed)
 
 
 def _section_states(sections):

@@ -107,17 +107,17 @@ def test_without_simulated_nvml_the_demo_serves_device_level_samples_only():
         assert demo.stop() == 0
 
 
-# What each holder is allocated, with its queue: trainer-0 is queued through Kueue, the inference pods
-# are in no queue. GPU 3, published by the DRA driver and held by nobody, changes none of it.
+# What each holder is allocated, with its queue: trainer-0 is queued through Kueue, llm-server-a through
+# the KAI Scheduler label on its Deployment, llm-server-b in no queue. GPU 3, published by the DRA driver and held by nobody, changes none of it.
 ALLOCATED = {
     '{namespace="ml-team",pod="trainer-0",container="pytorch",cluster_queue="cq-research",local_queue="team-ml"}': 2.0,
-    '{namespace="inference",pod="llm-server-a",container="vllm",cluster_queue="",local_queue=""}': 0.5,
+    '{namespace="inference",pod="llm-server-a",container="vllm",cluster_queue="inference",local_queue=""}': 0.5,
     '{namespace="inference",pod="llm-server-b",container="vllm",cluster_queue="",local_queue=""}': 0.25,
 }
 DRA_TAINT = f'{{UUID="{gpu_uuid(3)}",gpu="3",key="gpu.nvidia.com/unmonitored",value="",effect="None"}}'
 
 
-def test_the_demo_queues_trainer_0_and_serves_its_dra_gpus_taint():
+def test_the_demo_queues_trainer_0_and_llm_server_a_and_serves_its_dra_gpus_taint():
     demo = start_demo()
     try:
         def served():
@@ -127,7 +127,7 @@ def test_the_demo_queues_trainer_0_and_serves_its_dra_gpus_taint():
             taints = {labels for name, labels in found if name == "pod_gpu_device_taint"}
             return found if allocated == ALLOCATED and taints == {DRA_TAINT} else None
 
-        found = wait_until(served, timeout_seconds=30, describe="trainer-0's queue and GPU 3's DRA taint")
+        found = wait_until(served, timeout_seconds=30, describe="trainer-0's and llm-server-a's queues and GPU 3's DRA taint")
         held = {labels for name, labels in found if name == "pod_gpu_allocation_info"}
         assert len(held) == 5 and not [labels for labels in held if 'gpu="3"' in labels]
     finally:

@@ -126,6 +126,10 @@ ROWS = {
         device("a", "nvidia.com/gpu.shared", H100_UUIDS[2] + "::0"),
         device("a", "nvidia.com/gpu.shared", H100_UUIDS[2] + "::4"),
     ], {("2", ""): [owner("a"), owner("b")]}),
+    "GPU-uuid-N (HAMi, without the API)": (H100, [
+        device("hami-b", "nvidia.com/gpu", H100_UUIDS[1] + "-7"),
+        device("hami-a", "nvidia.com/gpu", H100_UUIDS[1] + "-0"),
+    ], {("1", ""): [owner("hami-a"), owner("hami-b")]}),
     "index": (H100, [device("by-index", "nvidia.com/gpu", "3")], {("3", ""): [owner("by-index")]}),
     "gke-nvidiaN-and-vgpu": (H100, [
         device("gke-whole", "nvidia.com/gpu", "nvidia4"),

@@ -1,6 +1,6 @@
 """--labels.extra queue against the real exporter and the fake API server: Kueue LocalQueues (v1beta2, and a
-cluster serving only v1beta1), the label only on a pod's owners, Volcano pods and PodGroups; both label modes;
-a cluster without the CRDs."""
+cluster serving only v1beta1), the label only on a pod's owners, Volcano pods and PodGroups, KAI Scheduler
+Queues; both label modes; a cluster without the CRDs."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import pytest
 from exporter.sources.kubelet import AllocatedDevice
 from support.deploy_tools import cluster_role_grants
 from support.kube_e2e import lines_of, scrape, start
-from support.kube_queues import (EXPECTED, put_local_queues, put_queued_pods, serve_kueue, serve_volcano)
+from support.kube_queues import EXPECTED, put_local_queues, put_queued_pods, serve_kai, serve_kueue, serve_volcano
 from support.kube_scenario import UUID1
 from support.waiting import wait_until
 
@@ -20,10 +20,11 @@ def gpu_devices(pods, namespace="team"):
 
 
 def queued_node(api, node, version: str = "kueue.x-k8s.io/v1beta2") -> list:
-    """Kueue (at `version`) and Volcano served, their LocalQueues and the queued pods put, each pod holding a share
-    of one GPU on the node's kubelet; returns the pods' names."""
+    """Kueue (at `version`), Volcano and KAI served, their queues and the queued pods put, each pod holding a
+    share of one GPU on the node's kubelet; returns the pods' names."""
     serve_kueue(api, version)
     serve_volcano(api)
+    serve_kai(api)
     put_local_queues(api, version)
     pods = put_queued_pods(api)
     node[0].set_devices(gpu_devices(pods))
@@ -85,10 +86,13 @@ def test_without_the_crds_the_labels_are_empty_and_nothing_fails(node, api, run_
         scrape(exporter)
     assert api.request_count("get") + api.request_count("discover") == gets  # never retried per scrape
     log = exporter.wait_for_log("localqueues.kueue.x-k8s.io is not served",
-                                "podgroups.scheduling.volcano.sh is not served")
+                                "podgroups.scheduling.volcano.sh is not served", "queues.scheduling.run.ai is not served")
     assert "Traceback" not in log and '"level": "error"' not in log, log
     assert log.count("localqueues.kueue.x-k8s.io is not served") == 1, log
     assert log.count("podgroups.scheduling.volcano.sh is not served") == 1, log
+    assert log.count("queues.scheduling.run.ai is not served") == 1, log
+    # One discovery read of KAI's group for its three pods, not one per pod or per refresh.
+    assert [p for v, p in api.requests if v == "discover"].count("scheduling.run.ai/v2") == 1
 
 
 def test_a_forbidden_queue_read_leaves_the_labels_empty_logged_once(node, api, run_exporter):
@@ -110,7 +114,8 @@ def test_the_charts_queue_shape_grants_the_queue_reads(node, api, run_exporter):
     pods = queued_node(api, node)
     exporter = start(run_exporter, node, "--labels.extra", "queue")
     queue_text(exporter, pods)
-    groups = {plural: version.rpartition("/")[0] for version, plural in api.kinds}
-    made = {(groups[plural], plural, verb) for verb, plural in api.requests if verb == "get"}
-    assert {plural for _, plural, _ in made} >= {"localqueues", "podgroups", "jobs", "jobsets"}
+    made = {(group, plural, verb) for verb, group, plural in api.resource_requests if verb == "get"}
+    assert {(group, plural) for group, plural, _ in made} >= {
+        ("kueue.x-k8s.io", "localqueues"), ("scheduling.volcano.sh", "podgroups"), ("batch", "jobs"),
+        ("jobset.x-k8s.io", "jobsets"), ("scheduling.run.ai", "queues")}
     assert all(verb in grants.get((group, plural), ()) for group, plural, verb in made), made

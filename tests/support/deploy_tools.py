@@ -48,7 +48,7 @@ EXPORTER_RULES = {  # (API group, resource) → verbs, exactly as daemonset.yaml
 QUEUE_RULES = {
     ("kueue.x-k8s.io", "localqueues"): {"get"},
     ("scheduling.volcano.sh", "podgroups"): {"get"},
-    ("scheduling.run.ai", "queues"): {"list", "watch"},
+    ("scheduling.run.ai", "queues"): {"get"},
 }
 
 

@@ -39,6 +39,8 @@ class _Handler(KubeApiHandler):
     def _resource(self, request: ResourceRequest, query: dict) -> None:
         authorization = self.headers.get("Authorization")
         self.api._record(request.verb, request.plural, authorization)
+        with self.api._cond:
+            self.api.resource_requests.append((request.verb, request.group, request.plural))
         refused = self.api._refusal(request, authorization)
         if refused:
             return self._send(*refused)
@@ -79,6 +81,8 @@ class FakeKubeApi(demo.FakeKubeApi):
         self.bookmarks_sent_to: Dict[str, int] = {}  # plural → BOOKMARK events sent on its watches
         self.gone_as_http = False  # answer a watch from a compacted version with HTTP 410, not an ERROR event
         self.requests: List[Tuple[str, str]] = []  # (verb, plural) of every request
+        # (verb, API group, plural) of every resource request: two groups can serve one plural (queues).
+        self.resource_requests: List[Tuple[str, str, str]] = []
         self.request_times: List[float] = []  # time.monotonic() of every request
         self.tokens: List[Optional[str]] = []  # the bearer token of every request (None: none sent)
         self.unauthorized = 0  # requests answered 401

@@ -1,4 +1,5 @@
-"""Kueue and Volcano on the fake API server: their CRDs served, LocalQueues, PodGroups and the pods queued in them."""
+"""Kueue, Volcano and KAI Scheduler on the fake API server: their CRDs served, LocalQueues, PodGroups, KAI Queues
+and the pods queued in them."""
 
 from __future__ import annotations
 
@@ -8,6 +9,8 @@ from support.kube_scenario import NODE
 KUEUE_LABEL = "kueue.x-k8s.io/queue-name"
 KUEUE_PLURALS = {"localqueues": "LocalQueue", "clusterqueues": "ClusterQueue", "workloads": "Workload"}
 VOLCANO = "scheduling.volcano.sh/v1beta1"
+KAI = "scheduling.run.ai/v2"
+KAI_LABEL = "kai.scheduler/queue"
 
 # pod → (cluster_queue, local_queue) it must be labelled with, for the pods put_queued_pods makes.
 EXPECTED = {
@@ -18,6 +21,9 @@ EXPECTED = {
     "pg-member": ("q-batch", ""),  # a PodGroup named by scheduling.k8s.io/group-name
     "pg-default": ("default", ""),  # a PodGroup with no spec.queue: Volcano's default queue
     "lost-0": ("", ""),  # a LocalQueue that does not exist
+    "kai-infer-0": ("team-a", ""),  # KAI's label on the pod: a leaf Queue (its parent is "org")
+    "kai-train-0": ("team-b", ""),  # KAI's label on the Job, the pod's top owner, which outranks the pod's
+    "kai-lost-0": ("", ""),  # a KAI Queue that does not exist
     "idle-0": ("", ""),  # in no queue
 }
 
@@ -26,6 +32,21 @@ def serve_kueue(api, version: str = "kueue.x-k8s.io/v1beta2") -> None:
     """Kueue's CRDs installed, served at `version` only (the other version's paths answer 404)."""
     for plural, kind in KUEUE_PLURALS.items():
         api.serve_kind(version, plural, kind, namespaced=plural != "clusterqueues")
+
+
+def serve_kai(api) -> None:
+    """KAI Scheduler's Queue CRD and a parent queue with two leaves, as KAI's queue controller keeps them."""
+    api.serve_kind(KAI, "queues", "Queue", namespaced=False)
+    put_kai_queue(api, "org", children=("team-a", "team-b"))
+    put_kai_queue(api, "team-a", parent="org")
+    put_kai_queue(api, "team-b", parent="org")
+
+
+def put_kai_queue(api, name: str, parent=None, children=()) -> None:
+    spec = {"resources": {"gpu": {"quota": 8, "limit": -1, "overQuotaWeight": 1}},
+            **({"parentQueue": parent} if parent else {})}
+    api.put(KAI, "queues", {"apiVersion": KAI, "kind": "Queue", "metadata": {"name": name}, "spec": spec,
+                            "status": {"childQueues": list(children)} if children else {}})
 
 
 def serve_volcano(api) -> None:
@@ -58,6 +79,7 @@ def put_queued_pods(api, namespace: str = "team") -> list:
     _owner(api, "batch/v1", "jobs", "Job", namespace, "train", labels={KUEUE_LABEL: "lq-train"})
     _owner(api, "jobset.x-k8s.io/v1alpha2", "jobsets", "JobSet", namespace, "sweep", labels={KUEUE_LABEL: "lq-vision"})
     _owner(api, "batch/v1", "jobs", "Job", namespace, "sweep-0", owner=("JobSet", "sweep"))
+    _owner(api, "batch/v1", "jobs", "Job", namespace, "kai-train", labels={KAI_LABEL: "team-b"})
     put_pod_group(api, namespace, "pg-1", "q-batch")
     put_pod_group(api, namespace, "pg-2")
     pods = {
@@ -69,6 +91,9 @@ def put_queued_pods(api, namespace: str = "team") -> list:
         "pg-member": {"annotations": {"scheduling.k8s.io/group-name": "pg-1"}},
         "pg-default": {"annotations": {"scheduling.volcano.sh/group-name": "pg-2"}},
         "lost-0": {"labels": {KUEUE_LABEL: "lq-missing"}},
+        "kai-infer-0": {"labels": {KAI_LABEL: "team-a"}},
+        "kai-train-0": {"labels": {KAI_LABEL: "team-a"}, "owner": ("Job", "kai-train")},
+        "kai-lost-0": {"labels": {KAI_LABEL: "no-such-queue"}},
         "idle-0": {},
     }
     for name, fields in pods.items():

@@ -9,9 +9,10 @@ class StaticContext:
     """A MappingContext, as the Kubernetes source is one: DRA resolutions by device ID, extra labels by
     pod ((namespace, name) → pairs); no pod has ended, and no pod's status is known."""
 
-    def __init__(self, resolutions=None, labels=None):
+    def __init__(self, resolutions=None, labels=None, hami=None):
         self.resolutions = dict(resolutions or {})
         self.labels = dict(labels or {})
+        self.hami = dict(hami or {})  # (namespace, pod) → container → (HamiDevice, …)
 
     def resolve_dra(self, device):
         return self.resolutions.get(device.device_id, DraResolution(False, None, False))
@@ -30,3 +31,6 @@ class StaticContext:
 
     def device_taints(self):
         return ()
+
+    def hami_assignments(self, pods):
+        return {pod: self.hami[pod] for pod in pods if pod in self.hami}

@@ -99,6 +99,9 @@ class _Context:
     def device_taints(self):
         return self.taints
 
+    def hami_assignments(self, pods):
+        return {}
+
 
 DEVICES = [
     AllocatedDevice("ml", "a", "main", "nvidia.com/gpu.shared", GPU_A + "::0"),

@@ -25,6 +25,7 @@ MIG_UUID = "MIG-3a9c2f4e-1b2c-5d6e-8f90-123456789abc"
         (UUID, GpuKey("UUID", UUID, "")),
         (UUID + "::0", GpuKey("UUID", UUID, "")),  # time-slicing / MPS replica
         (UUID + "::17", GpuKey("UUID", UUID, "")),
+        (UUID + "-3", GpuKey("UUID", UUID, "")),  # a HAMi replica, kubelet-only (the API follows its pod's annotation)
         ("0", GpuKey("gpu", "0", "")),  # DEVICE_ID_STRATEGY=index
         ("12", GpuKey("gpu", "12", "")),
         ("3::2", GpuKey("gpu", "3", "")),  # index strategy, time-sliced

@@ -11,7 +11,7 @@ from exporter.sources.kubernetes.queue_hints import queue_hint
 from exporter.sources.kubernetes.queues import RETRY_SECONDS, UNAVAILABLE_SECONDS, QueueLabels, QueueObjects
 from exporter.sources.kubernetes.workloads import MetadataReader, OwnerRef, Workloads
 from support.fake_kube_api import FakeKubeApi, write_kubeconfig
-from support.kube_queues import put_local_queue, put_pod_group, serve_kueue, serve_volcano
+from support.kube_queues import put_kai_queue, put_local_queue, put_pod_group, serve_kai, serve_kueue, serve_volcano
 
 
 class Clock:
@@ -42,6 +42,12 @@ def test_queue_hint_reads_kueue_and_volcano_names():
     assert queue_hint({}, {"scheduling.k8s.io/group-name": "pg"}) == QueueHint(pod_group="pg")
     assert queue_hint({}, {"scheduling.volcano.sh/group-name": "pg"}) == QueueHint(pod_group="pg")
     assert queue_hint({"app": "x"}, {"note": "y"}) is None and queue_hint(None, None) is None
+
+
+def test_queue_hint_reads_kai_schedulers_label_on_labels_only():
+    assert queue_hint({"kai.scheduler/queue": "team-a"}, None) == QueueHint(kai_queue="team-a")
+    assert queue_hint({}, {"kai.scheduler/queue": "team-a"}) is None
+    assert queue_hint({"kai.scheduler/queue": "Team/A"}, None) is None  # names no object: never read
 
 
 def test_names_that_cannot_name_an_object_are_not_read():
@@ -147,3 +153,39 @@ def test_the_label_limit_drops_the_queues_after_the_pod_labels_and_before_the_wo
     assert limit.fit(extras, 6, 3) == extras[:5]  # room 5: the pod label goes first
     assert limit.fit(extras, 7, 3) == extras[:4]  # room 4: then local_queue
     assert limit.fit(extras, 8, 3) == extras[:3]  # room 3: then cluster_queue; the workload stays
+
+
+def test_a_kai_queue_is_read_at_the_cluster_scope_and_names_itself(api, tmp_path):
+    serve_kai(api)
+    queues = objects(api, tmp_path, Clock())
+    assert queues.queue_of("Queue", "", "team-a") == "team-a"
+    assert queues.queue_of("Queue", "", "missing") == ""  # not found: empty, asked again after a minute
+    assert ("get", "scheduling.run.ai", "queues") in api.resource_requests
+
+
+def test_without_kais_crd_its_group_is_discovered_once_per_ten_minutes(api, tmp_path):
+    clock = Clock()
+    queues = objects(api, tmp_path, clock)
+    for name in ("team-a", "team-b", "team-c"):
+        assert queues.queue_of("Queue", "", name) == ""
+    discoveries = lambda: [p for v, p in api.requests if v == "discover"].count("scheduling.run.ai/v2")  # noqa: E731
+    assert discoveries() == 1
+    clock.now += UNAVAILABLE_SECONDS - 1
+    assert queues.queue_of("Queue", "", "team-a") == "" and discoveries() == 1
+    serve_kai(api)  # installed meanwhile
+    clock.now += 2
+    assert queues.queue_of("Queue", "", "team-a") == "team-a" and discoveries() == 2
+
+
+def test_kais_label_on_the_top_owner_outranks_the_pods(api, tmp_path):
+    serve_kai(api)
+    put_kai_queue(api, "team-c", parent="org")
+    metadata = {("batch/v1", "Job", "ml", "train"): {"labels": {"kai.scheduler/queue": "team-b"},
+                                                    "ownerReferences": [{"apiVersion": "example.com/v1", "kind": "Run",
+                                                                         "name": "r", "controller": True}]},
+                ("example.com/v1", "Run", "ml", "r"): {"labels": {"kai.scheduler/queue": "team-c"}}}
+    workloads = Workloads(lambda *key: metadata[key], keep=lambda meta: queue_hint(meta.get("labels"), None))
+    labels = QueueLabels(objects(api, tmp_path, Clock()), workloads)
+    pod = PodInfo("uid", (), (), OwnerRef("batch/v1", "Job", "train"), (), queue=QueueHint(kai_queue="team-a"))
+    assert labels.of("ml", pod) == ("team-c", "")  # the top owner's, not the Job's in between nor the pod's
+    assert labels.of("ml", pod._replace(controller=None)) == ("team-a", "")

@@ -63,7 +63,7 @@ class KubernetesContext:
         fresh = Freshness(lambda: self.pod_watch.healthy, grace_seconds, clock)
         extras = ExtraLabels(spec, self.store, self.workloads, fresh, node_name, self.queues)
         self.mapping = KubernetesMapping(self.dra, self.store, extras, fresh)
-        self.lifecycle = KubernetesLifecycle(node_name, self.pod_watch, self.slice_watch, self.dra)
+        self.lifecycle = KubernetesLifecycle(node_name, self.pod_watch, self.slice_watch, self.dra, store=self.store)
         self.pod_index = KubernetesPods(self.store, fresh)
 
 

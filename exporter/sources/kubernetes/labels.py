@@ -12,11 +12,13 @@ _INVALID_NAME_CHARACTER = re.compile(r"[^a-zA-Z0-9_]")
 
 class QueueHint(NamedTuple):
     """What an object's metadata names of its batch queue (queue_hints.py): a Kueue LocalQueue, a Volcano
-    Queue, or a Volcano PodGroup whose spec names the queue. Empty strings where it names none."""
+    Queue, a Volcano PodGroup whose spec names the queue, or a KAI Scheduler Queue. Empty strings where it
+    names none."""
 
     local_queue: str = ""
     volcano_queue: str = ""
     pod_group: str = ""
+    kai_queue: str = ""
 
 
 class PodInfo(NamedTuple):
@@ -38,6 +40,9 @@ class PodInfo(NamedTuple):
     # status.extendedResourceClaimStatus (extended_resources.ExtendedResourceClaim): which requests of the claim
     # the scheduler made for the pod each container's extended resources became; None for nearly every pod.
     extended_claim: Optional[tuple] = None
+    # HAMi's record of the GPUs each container really got (core.hami): (container, (HamiDevice, …)) pairs.
+    hami: tuple = ()
+    hami_error: str = ""  # why its HAMi annotation could not be read ("" when read, or when there is none)
 
 
 @dataclass(frozen=True)

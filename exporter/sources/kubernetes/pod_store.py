@@ -6,6 +6,7 @@ import threading
 from typing import Dict, Iterable, Optional, Set, Tuple
 
 from exporter.base.logs import LogOnce
+from exporter.core import hami
 from exporter.core.health import ResourceHealth
 from exporter.sources.kubernetes.extended_resources import extended_resource_claim
 from exporter.sources.kubernetes.labels import LabelSpec, PodInfo, allowed_items
@@ -34,7 +35,21 @@ def pod_info(pod, spec: LabelSpec) -> PodInfo:
         queue=queue_hint(meta.labels, meta.annotations) if spec.queue else None,
         resource_health=_resource_health(status.containerStatuses or () if status is not None else ()),
         extended_claim=extended_resource_claim(status),
+        **_hami_fields(meta.annotations, pod.spec),
     )
+
+
+def _hami_fields(annotations, spec) -> dict:
+    """PodInfo's `hami` (and `hami_error` when its annotation cannot be read) of a pod HAMi bound."""
+    if not annotations or hami.ALLOCATED_ANNOTATION not in annotations:
+        return {}
+    init = [c.name for c in (spec.initContainers or ())] if spec is not None else []
+    containers = [c.name for c in (spec.containers or ())] if spec is not None else []
+    try:
+        given = hami.assignment(annotations, init, containers)
+    except hami.MalformedAnnotation as exc:
+        return {"hami_error": str(exc)}
+    return {"hami": tuple(sorted(given.items()))} if given else {}
 
 
 def _resource_health(statuses) -> tuple:
@@ -65,6 +80,8 @@ class PodStore:
         self._pods: Dict[PodKey, PodInfo] = {}
         self._gone: Dict[PodKey, bool] = {}  # oldest first
         self._full_logged = LogOnce()
+        self._malformed_logged = LogOnce(most=_MAX_GONE)  # pods whose HAMi annotation cannot be read
+        self.malformed_annotations = 0  # pod versions whose HAMi annotation could not be read
 
     # Fed by the pod ListWatch.
     def replace(self, pods: list, complete: bool) -> None:
@@ -75,6 +92,8 @@ class PodStore:
         if len(pods) > MAX_PODS:
             self._log_full(len(pods))
         listed = {_key(pod) for pod in pods}
+        for key, info in fresh.items():
+            self._note_malformed(key, info)
         with self._lock:
             if complete:
                 for key in self._pods.keys() - listed:
@@ -85,6 +104,7 @@ class PodStore:
 
     def add(self, pod) -> None:
         key, info = _key(pod), pod_info(pod, self._spec)
+        self._note_malformed(key, info)
         with self._lock:
             self._gone.pop(key, None)  # a StatefulSet's pod comes back under its old name
             if key in self._pods or len(self._pods) < MAX_PODS:
@@ -128,6 +148,18 @@ class PodStore:
         while len(self._gone) >= _MAX_GONE:
             del self._gone[next(iter(self._gone))]
         self._gone[key] = True
+
+    def _note_malformed(self, key: PodKey, info: PodInfo) -> None:
+        """Count a HAMi annotation that cannot be read, once per pod and value (not on every update of the
+        pod), and log it once per pod: its devices are then attributed by the kubelet's IDs alone."""
+        with self._lock:
+            previous = self._pods.get(key)
+            if not info.hami_error or (previous is not None and previous.hami_error == info.hami_error):
+                return
+            self.malformed_annotations += 1
+        self._malformed_logged.log(key, "warn", "a pod's HAMi annotation cannot be read: its GPUs are attributed by "
+                                   "the kubelet's device IDs, which may name another GPU", namespace=key[0], pod=key[1],
+                                   annotation=hami.ALLOCATED_ANNOTATION, error=info.hami_error)
 
     def _log_full(self, count: int) -> None:
         self._full_logged.log("full", "warn", "more pods on this node than the cache holds; the rest get no extra labels",

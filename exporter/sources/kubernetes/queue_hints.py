@@ -1,4 +1,4 @@
-"""Pure: the batch queue an object's own labels and annotations name (Kueue and Volcano), as a QueueHint."""
+"""Pure: the batch queue an object's own labels and annotations name (Kueue, Volcano, KAI), as a QueueHint."""
 
 from __future__ import annotations
 
@@ -15,6 +15,9 @@ VOLCANO_QUEUE_KEY = "volcano.sh/queue-name"
 VOLCANO_QUEUE_ANNOTATION = "scheduling.volcano.sh/queue-name"
 # Other pods Volcano schedules name their PodGroup, whose spec.queue is the queue.
 POD_GROUP_ANNOTATIONS = ("scheduling.k8s.io/group-name", "scheduling.volcano.sh/group-name")
+# NVIDIA's KAI Scheduler reads it on a pod's top owner, then on the pod (its podgrouper's default
+# --queue-label-key); it names a cluster-scoped Queue of scheduling.run.ai.
+KAI_QUEUE_LABEL = "kai.scheduler/queue"
 # A Kubernetes object name (DNS subdomain): what may become part of a path that is read.
 _OBJECT_NAME = re.compile(r"[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?")
 
@@ -28,6 +31,7 @@ def queue_hint(labels: Optional[dict], annotations: Optional[dict]) -> Optional[
         volcano_queue=(labels.get(VOLCANO_QUEUE_KEY) or annotations.get(VOLCANO_QUEUE_KEY)
                        or annotations.get(VOLCANO_QUEUE_ANNOTATION) or ""),
         pod_group=_object_name(next((annotations[key] for key in POD_GROUP_ANNOTATIONS if annotations.get(key)), "")),
+        kai_queue=_object_name(labels.get(KAI_QUEUE_LABEL, "")),
     )
     return hint if any(hint) else None
 

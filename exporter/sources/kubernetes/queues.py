@@ -1,7 +1,8 @@
-"""A pod's batch queue (--labels.extra queue): Kueue LocalQueue → ClusterQueue, a Volcano Queue or PodGroup.
+"""A pod's batch queue (--labels.extra queue): Kueue LocalQueue → ClusterQueue, a Volcano Queue or PodGroup,
+a KAI Scheduler Queue.
 
-The LocalQueue and PodGroup objects are read with a GET each, remembered (bounded), on the refresher;
-a scrape never calls the API. See docs/queues.md.
+The LocalQueue, PodGroup and KAI Queue objects are read with a GET each, remembered (bounded), on the
+refresher; a scrape never calls the API. See docs/queues.md.
 """
 
 from __future__ import annotations
@@ -21,12 +22,14 @@ from exporter.sources.kubernetes.workloads import READS_PER_REFRESH_SECONDS, Not
 VERSIONS = {
     "LocalQueue": ("kueue.x-k8s.io/v1beta2", "kueue.x-k8s.io/v1beta1"),
     "PodGroup": ("scheduling.volcano.sh/v1beta1",),
+    "Queue": ("scheduling.run.ai/v2",),  # KAI Scheduler's, cluster-scoped (discovery says so)
 }
-_RESOURCES = {"LocalQueue": "localqueues.kueue.x-k8s.io", "PodGroup": "podgroups.scheduling.volcano.sh"}
+_RESOURCES = {"LocalQueue": "localqueues.kueue.x-k8s.io", "PodGroup": "podgroups.scheduling.volcano.sh",
+              "Queue": "queues.scheduling.run.ai"}
 MAX_OBJECTS = 4096  # queue objects remembered (answers and failed reads together)
 RETRY_SECONDS = 60.0  # an object not found, or a read that failed: asked again after this long
 # A kind whose CRD is not installed, or that RBAC refuses: not read again for this long, so that a
-# cluster without Kueue or Volcano costs one discovery read per kind every ten minutes, not a read per pod.
+# cluster without Kueue, Volcano or KAI costs one discovery read per kind every ten minutes, not a read per pod.
 UNAVAILABLE_SECONDS = 600.0
 
 QueuePair = Tuple[str, str]  # (cluster_queue, local_queue)
@@ -39,7 +42,8 @@ class _Refused(Exception):
 
 
 class QueueObjects:
-    """(kind, namespace, name) → the queue its spec names: a LocalQueue's clusterQueue, a PodGroup's queue.
+    """(kind, namespace, name) → the queue it names: a LocalQueue's clusterQueue, a PodGroup's queue, a KAI
+    Queue's own name (namespace "": it is cluster-scoped).
 
     `queue_of` answers the name, "" when the object cannot be had (not found: asked again after
     RETRY_SECONDS; CRD not installed or 403: the kind is not read for UNAVAILABLE_SECONDS, logged once),
@@ -92,7 +96,7 @@ class QueueObjects:
             return None
         with self._lock:
             self._refused.pop(key, None)
-        return _spec_queue(kind, obj)
+        return name if kind == "Queue" else _spec_queue(kind, obj)
 
     def _read(self, kind: str, namespace: str, name: str) -> dict:
         """The object, at the first of its API versions that is served; _Refused when it cannot be had."""
@@ -155,7 +159,7 @@ def _spec_queue(kind: str, obj: dict) -> str:
 
 class QueueLabels:
     """A pod → (cluster_queue, local_queue): from its own metadata, else its owners' (Kueue puts its label
-    only on a Job's or JobSet's object), then the LocalQueue or PodGroup it names. None while unknown."""
+    only on a Job's or JobSet's object), then the LocalQueue, KAI Queue or PodGroup it names. None while unknown."""
 
     def __init__(self, objects: QueueObjects, workloads: Workloads):
         self._objects = objects
@@ -166,18 +170,25 @@ class QueueLabels:
 
     def of(self, namespace: str, info: PodInfo) -> Optional[QueuePair]:
         hint = info.queue or QueueHint()
+        kai_queue = hint.kai_queue
         if not hint.local_queue:
             # Kueue's label on an owner outranks Volcano's names on the pod: Volcano annotates every pod it
             # schedules with its PodGroup, Kueue's queue included.
             owners = self._workloads.owners_kept(namespace, info.controller)
             if owners is None:
                 return None  # an owner not read yet: the next refresh asks again
+            # KAI reads its label on the top owner first, then on the pod (no owner in between).
+            top = owners[-1] if owners and isinstance(owners[-1], QueueHint) else QueueHint()
+            kai_queue = top.kai_queue or kai_queue
             hint = next((kept for kept in owners if isinstance(kept, QueueHint) and kept.local_queue), hint)
         if hint.local_queue:
             cluster_queue = self._objects.queue_of("LocalQueue", namespace, hint.local_queue)
             if cluster_queue is None:
                 return None
             return (cluster_queue, hint.local_queue) if cluster_queue else _NO_QUEUE
+        if kai_queue:
+            queue = self._objects.queue_of("Queue", "", kai_queue)
+            return None if queue is None else (queue, "")
         if hint.volcano_queue:
             return (hint.volcano_queue, "")
         if hint.pod_group:

@@ -72,12 +72,19 @@ class KubernetesMapping:
         """The taints on this node's DRA GPU devices, from its ResourceSlices."""
         return self._dra.taints()
 
+    def hami_assignments(self, pods: Iterable[PodKey]) -> Dict[PodKey, dict]:
+        """(namespace, pod) → container → the GPUs HAMi's annotation says it got, for the bound pods the
+        store knows. A stale store is used too: a running pod's assignment never changes."""
+        infos = {pod: self._store.get(pod) for pod in pods}
+        return {pod: dict(info.hami) for pod, info in infos.items() if info is not None and info.hami}
+
 
 class KubernetesLifecycle:
     """The watches started and stopped, and what they say of themselves (kubernetes_api_up, /metrics)."""
 
-    def __init__(self, node_name: str, pod_watch, slice_watch, dra: DraDevices):
+    def __init__(self, node_name: str, pod_watch, slice_watch, dra: DraDevices, *, store: Optional[PodStore] = None):
         self.node_name = node_name
+        self._store = store  # for its count of unreadable HAMi annotations
         self._pod_watch = pod_watch
         self._slice_watch = slice_watch
         self._dra = dra
@@ -105,7 +112,8 @@ class KubernetesLifecycle:
 
     def status(self) -> KubernetesStatus:
         """Both watches' counters, as one immutable snapshot (for /metrics, from any thread)."""
-        return KubernetesStatus((self._pod_watch.status(), self._slice_watch.status()))
+        return KubernetesStatus((self._pod_watch.status(), self._slice_watch.status()),
+                                self._store.malformed_annotations if self._store is not None else 0)
 
 
 class KubernetesPods:
