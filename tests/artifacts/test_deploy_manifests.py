@@ -314,6 +314,8 @@ EXPORTER_RULES = {  # (API group, resource) → verbs, exactly as daemonset.yaml
     ("leaderworkerset.x-k8s.io", "leaderworkersets"): {"get"},
     ("resource.k8s.io", "resourceslices"): {"list", "watch"},
     ("resource.k8s.io", "resourceclaims"): {"get", "list", "watch"},
+    # DeviceTaintRules, whose taints join the slices' own in pod_gpu_device_taint.
+    ("resource.k8s.io", "devicetaintrules"): {"list", "watch"},
     # --labels.extra queue: a pod's Kueue LocalQueue and Volcano PodGroup, one get each.
     ("kueue.x-k8s.io", "localqueues"): {"get"},
     ("scheduling.volcano.sh", "podgroups"): {"get"},

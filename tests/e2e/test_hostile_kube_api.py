@@ -134,12 +134,12 @@ def test_an_undecodable_watch_line_is_rewatched_from_the_last_good_version_and_i
     add_pod(api, "ml", "small-a", labels={"team": "a"})
     exporter = start(run_exporter, node, "--labels.pod-labels", "team")
     labelled(exporter, 'label_team="a"')
-    lists = api.request_count("list")
+    lists = api.requests_since(0.0, verb="list", plural="pods")
     api.corrupt_next_event(line, "pods")
     add_pod(api, "ml", "small-a", labels={"team": "b"})  # the watch gets the bad line in place of this change
     wait_until(lambda: 'label_team="b"' in scrape(exporter), 15, describe="the change the bad line stood for")
     assert not api.corrupt_for_next_event  # the bad line was sent
-    assert api.request_count("list") == lists  # a new watch from the last good version, not a relist
+    assert api.requests_since(0.0, verb="list", plural="pods") == lists  # a new watch from the last good version, not a relist
     assert counter(exporter, "pod_gpu_exporter_kubernetes_watch_dropped_total",
                    resource="pods", reason="undecodable") == 1
     assert gauge(scrape(exporter), "pod_gpu_exporter_kubernetes_api_up") == "1"

@@ -206,13 +206,15 @@ def test_every_api_request_is_granted_by_the_daemonset_cluster_role(node, api, r
     add_pod(api, "ml", "small-a", owner=("Job", "small-29001"))
     api.put("resource.k8s.io/v1", "resourceslices", resource_slice({"gpu-h100-a": {"type": "gpu", "uuid": UUID3}}))
     api.put("resource.k8s.io/v1", "resourceclaims", claim("batch", "train-gpu", "gpu-h100-a"))
+    api.serve_kind("resource.k8s.io/v1", "devicetaintrules", "DeviceTaintRule", namespaced=False)
     exporter = start(run_exporter, node, "--labels.extra", "pod_uid,workload")
     wait_until(lambda: 'workload="small"' in scrape(exporter) and 'workload="infer"' in scrape(exporter))
     groups = {plural: version.rpartition("/")[0] for version, plural in api.kinds}
     made = {(groups[plural], plural, verb) for verb, plural in api.requests if verb != "discover"}
     assert {(plural, verb) for _, plural, verb in made} >= {("pods", "list"), ("pods", "watch"),
                                                            ("replicasets", "get"), ("jobs", "get"),
-                                                           ("resourceslices", "list"), ("resourceclaims", "get")}
+                                                           ("resourceslices", "list"), ("resourceclaims", "get"),
+                                                           ("devicetaintrules", "list")}
     grants = cluster_role_grants()
     assert all(verb in grants.get((group, plural), ()) for group, plural, verb in made), made
 
