@@ -14,7 +14,6 @@ from typing import Callable, Dict, NamedTuple, Optional, Tuple
 
 from exporter.base.logs import LogOnce
 from exporter.sources.kubernetes.objects import Skipped, cluster_object_check
-from exporter.sources.kubernetes.pacing import RequestBudget
 from exporter.sources.kubernetes.watch import WATCH_SILENCE_SECONDS, ListWatch, describe_failure
 
 RESOURCE_NAME = "devicetaintrules"
@@ -162,8 +161,6 @@ class TaintRuleWatch(ListWatch):
                          check=rule_check, silence_seconds=silence_seconds)
         self._rules = store
         self._resource_for = resource_for
-        # One list per version at once on a cluster without the kind, then the watch's usual pace.
-        self._budget = RequestBudget(burst=len(VERSIONS))
         self._version_at = 0
         self._unavailable_logged = LogOnce()
 
