@@ -97,3 +97,14 @@ def test_a_cluster_without_rules_or_rbac_for_them_costs_one_list_per_version_the
     assert api.requests_since(0.0, plural="devicetaintrules") == (1 if forbidden else 3)
     assert _taints(exporter) == {OWN}
     exporter.wait_for_log("'list' and 'watch' on 'devicetaintrules'" if forbidden else "DeviceTaintRules are not served")
+
+
+@pytest.mark.parametrize("api", [("v1",)], indirect=True)
+def test_a_cluster_role_without_watch_keeps_the_listed_rules_and_lists_again_later(node, api, run_exporter):
+    api.forbidden["devicetaintrules"] = "watch"
+    _put_rule(api, "v1", "drain-b", {"device": "gpu-h100-b"}, "example.com/maintenance", "NoExecute")
+    exporter = start(run_exporter, node)
+    _serves(exporter, {OWN, f'UUID="{UUID4}",gpu="4",key="example.com/maintenance",value="",effect="NoExecute"'})
+    exporter.wait_for_log("'list' and 'watch' on 'devicetaintrules'")
+    time.sleep(3)
+    assert [verb for verb, plural in api.requests if plural == "devicetaintrules"] == ["list", "watch"]

@@ -152,8 +152,9 @@ def _with_old_selectors(resource):
 
 class TaintRuleWatch(ListWatch):
     """The rules' ListWatch: each API version in turn on a 404; when none is served, or RBAC refuses the
-    list or watch (403), the store is emptied, the reason logged once, and the first version listed again
-    after UNAVAILABLE_SECONDS (not after the backoff a failing pod watch gets: most clusters lack the kind)."""
+    list or watch (403), the reason is logged once and the first version listed again after
+    UNAVAILABLE_SECONDS (not after the backoff a failing pod watch gets: most clusters lack the kind).
+    Meanwhile no rule is served, but those a list got when only the watch is refused."""
 
     def __init__(self, client, store: DeviceTaintRules, silence_seconds: float = WATCH_SILENCE_SECONDS,
                  resource_for: Callable[[str], object] = rule_resource):
@@ -182,7 +183,8 @@ class TaintRuleWatch(ListWatch):
         return False
 
     def _unavailable(self, verb: str, reason: str) -> None:
-        self._rules.clear()
+        if reason == "not_found" or verb == "list":
+            self._rules.clear()  # (a ClusterRole that grants list but not watch: the list's rules, until the next)
         self._health.failed(verb, False)
         self._version_at = 0
         self._resource = self._resource_for(self.version)
