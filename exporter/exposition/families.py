@@ -108,9 +108,9 @@ DEVICE_HEALTH = _telemetry(
     **_device_first("status"))
 DEVICE_TAINT = _telemetry(
     "pod_gpu_device_taint", "A taint on a DRA device of this node's ResourceSlices, its driver's or a "
-    "DeviceTaintRule's that selects it (1 per taint); effect as published (None, NoSchedule, NoExecute).", labels=("key", "value", "effect"),
-    optional_labels=_DEVICE_ORDER, modes=frozenset({KUBERNETES_API}), needs_samples=True,
-    **_device_first("key", "value", "effect"))
+    "DeviceTaintRule's that selects it (1 per taint); effect as published (None, NoSchedule, NoExecute).",
+    labels=("key", "value", "effect"), optional_labels=_DEVICE_ORDER, modes=frozenset({KUBERNETES_API}),
+    needs_samples=True, **_device_first("key", "value", "effect"))
 
 # /gpu/metrics with --hpc.job-mapping-dir: the jobs on each GPU, rows to join on, never copies of samples.
 HPC_JOB_INFO = _telemetry(

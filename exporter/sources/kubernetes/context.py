@@ -1,4 +1,4 @@
-"""The Kubernetes source composed: watches feeding a pod store, the DRA devices and their taint rules, and what reads them.
+"""The Kubernetes source composed: watches feeding a pod store, DRA devices and taint rules, and what reads them.
 
 Everything here runs on background threads or the mapping refresher; a scrape never calls the API.
 """
