@@ -3,7 +3,7 @@
 Lists are JSON with metadata.resourceVersion (paged with limit/continue); `?watch=1` streams
 newline-delimited events (ADDED, MODIFIED, DELETED, BOOKMARK) over chunked HTTP/1.1; `fieldSelector=
 spec.nodeName=X` filters. Discovery (`/api/v1`, `/apis/<group>/<version>`) lists the kinds served;
-a group/version not served answers 404, as on a cluster without it. A get with
+a group/version not served, or a kind it does not list, answers 404, as on a cluster without it. A get with
 `Accept: …;as=PartialObjectMetadata;g=meta.k8s.io;v=v1` is answered with the metadata alone.
 
 `_answer_watch` is told of every watch before its first event (the demo learns so that the exporter

@@ -77,7 +77,9 @@ class KubeApiHandler(BaseHTTPRequestHandler):
         return self._send(200, self.api._discovery(version))
 
     def _resource(self, request: ResourceRequest, query: dict) -> None:
-        if request.version not in self.api.served:
+        # A group/version not served, or a kind it does not serve (a CRD not installed, a feature gate off):
+        # 404, as the API server answers.
+        if request.version not in self.api.served or (request.version, request.plural) not in self.api.kinds:
             return self._send(404, _not_found())
         try:
             selector = parse_selector(query["fieldSelector"]) if query.get("fieldSelector") else None

@@ -99,17 +99,18 @@ ALLOCATION_INFO = _telemetry(
 ALLOCATED_GPUS = _telemetry(
     "pod_gpu_container_allocated_gpus", "GPUs a container holds: 1 per whole GPU, 1/N per replica of a GPU shared N "
     "ways, a MIG instance's share of its GPU's memory slices.", labels=OWNER, needs_samples=True)
-# /gpu/metrics, the held devices' health: after the allocations, from the holders' pod status and the ResourceSlices.
+# /gpu/metrics, the held devices' health: after the allocations, from the holders' pod status, the ResourceSlices
+# and the DeviceTaintRules.
 DEVICE_HEALTH = _telemetry(
     "pod_gpu_device_health_status", "Health of a GPU or MIG instance held on this node, as its holders' pod status "
     "reports it (allocatedResourcesStatus): 1 for the status it is in; unhealthy when any holder says so.",
     labels=("status",), optional_labels=_DEVICE_ORDER, modes=frozenset({KUBERNETES_API}), needs_samples=True,
     **_device_first("status"))
 DEVICE_TAINT = _telemetry(
-    "pod_gpu_device_taint", "A taint its DRA driver put on a device of this node's ResourceSlices (1 per taint); "
-    "effect as published (None, NoSchedule, NoExecute).", labels=("key", "value", "effect"),
-    optional_labels=_DEVICE_ORDER, modes=frozenset({KUBERNETES_API}), needs_samples=True,
-    **_device_first("key", "value", "effect"))
+    "pod_gpu_device_taint", "A taint on a DRA device of this node's ResourceSlices, its driver's or a "
+    "DeviceTaintRule's that selects it (1 per taint); effect as published (None, NoSchedule, NoExecute).",
+    labels=("key", "value", "effect"), optional_labels=_DEVICE_ORDER, modes=frozenset({KUBERNETES_API}),
+    needs_samples=True, **_device_first("key", "value", "effect"))
 
 # /gpu/metrics with --hpc.job-mapping-dir: the jobs on each GPU, rows to join on, never copies of samples.
 HPC_JOB_INFO = _telemetry(
@@ -208,7 +209,8 @@ KUBERNETES_WATCH_DROPPED = _self(
     ("resource", "reason"), modes=frozenset({KUBERNETES_API}))
 KUBERNETES_OBJECTS_SKIPPED = _self(
     "pod_gpu_exporter_kubernetes_objects_skipped_total", "counter", "Objects from the Kubernetes API left out of the "
-    "cache: not of the shape read (malformed), or bound to another node (other_node).", ("resource", "reason"),
+    "cache: not of the shape read (malformed), bound to another node (other_node), or a DeviceTaintRule selecting by "
+    "what is not evaluated (unsupported).", ("resource", "reason"),
     modes=frozenset({KUBERNETES_API}))
 KUBERNETES_ANNOTATIONS_MALFORMED = _self(
     "pod_gpu_exporter_kubernetes_annotations_malformed_total", "counter", "Pod annotations the exporter follows that "

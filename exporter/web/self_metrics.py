@@ -57,7 +57,7 @@ class SelfCollector:
 
 
 def _kubernetes_counters(status: KubernetesStatus):
-    """The API watches' own counters, by resource (`pods`, `resourceslices`), from the source's status snapshot."""
+    """The API watches' own counters, by resource (`pods`, `resourceslices`, `devicetaintrules`), from the source's status snapshot."""
     requests = _family_object(families.KUBERNETES_REQUESTS)
     dropped = _family_object(families.KUBERNETES_WATCH_DROPPED)
     skipped = _family_object(families.KUBERNETES_OBJECTS_SKIPPED)
@@ -65,7 +65,8 @@ def _kubernetes_counters(status: KubernetesStatus):
         requests.add_metric([watch.resource], watch.requests)
         for reason in ("silent", "too_large", "undecodable"):
             dropped.add_metric([watch.resource, reason], watch.dropped.get(reason, 0))
-        for reason in ("malformed", "other_node"):
+        # "unsupported" (a DeviceTaintRule selecting by what is not evaluated) only where it happened.
+        for reason in sorted({"malformed", "other_node", *watch.skipped}):
             skipped.add_metric([watch.resource, reason], watch.skipped.get(reason, 0))
     malformed = _family_object(families.KUBERNETES_ANNOTATIONS_MALFORMED)
     malformed.add_metric(["hami.io/vgpu-devices-allocated"], status.malformed_annotations)

@@ -60,7 +60,7 @@ def test_a_watch_line_past_the_cap_drops_the_connection_relists_and_stays_within
     add_pod(api, "ml", "small-a", labels={"team": "a"})
     exporter = start(run_exporter, node, "--labels.pod-labels", "team")
     labelled(exporter, 'label_team="a"')
-    lists = api.request_count("list")
+    lists = api.requests_since(0.0, verb="list", plural="pods")
     api.send_raw(make_data(), "pods")
     api.close_watches()  # the watch reopened next gets the line
     wait_until(lambda: counter(exporter, "pod_gpu_exporter_kubernetes_watch_dropped_total",
@@ -70,7 +70,7 @@ def test_a_watch_line_past_the_cap_drops_the_connection_relists_and_stays_within
     add_pod(api, "ml", "small-a", labels={"team": "b"})  # the relisted watch follows changes again
     labelled(exporter, 'label_team="b"')
     wait_until(lambda: gauge(scrape(exporter), "pod_gpu_exporter_kubernetes_api_up") == "1", 30)
-    assert api.request_count("list") > lists
+    assert api.requests_since(0.0, verb="list", plural="pods") > lists
     exporter.wait_for_log("reason=pods:too_large")
     print(f"peak RSS (VmHWM) {peak:.1f} MiB; the server got {api.raw_bytes_sent / MIB:.1f} MiB out")
     assert peak <= WATCH_MEMORY_BOUND_MIB, f"peak RSS {peak:.1f} MiB"
@@ -82,10 +82,10 @@ def test_a_watch_that_stalls_after_its_headers_is_dropped_and_api_up_says_so(nod
     labelled(exporter, 'label_team="a"')
     api.watch_behaviour = "stall"  # headers, then nothing: no event, no bookmark, no end
     api.close_watches()
-    lists = api.request_count("list")
+    lists = api.requests_since(0.0, verb="list", plural="pods")
     text = wait_until(lambda: (lambda t: t if gauge(t, "pod_gpu_exporter_kubernetes_api_up") == "0" else None)(
         scrape(exporter)), 30)
-    wait_until(lambda: api.request_count("list") > lists, 30)  # listed again after the drop
+    wait_until(lambda: api.requests_since(0.0, verb="list", plural="pods") > lists, 30)  # listed again after the drop
     add_pod(api, "ml", "small-a", labels={"team": "b"})
     wait_until(lambda: counter(exporter, "pod_gpu_exporter_kubernetes_watch_dropped_total",
                                resource="pods", reason="silent") >= 2, 30)
@@ -134,12 +134,12 @@ def test_an_undecodable_watch_line_is_rewatched_from_the_last_good_version_and_i
     add_pod(api, "ml", "small-a", labels={"team": "a"})
     exporter = start(run_exporter, node, "--labels.pod-labels", "team")
     labelled(exporter, 'label_team="a"')
-    lists = api.request_count("list")
+    lists = api.requests_since(0.0, verb="list", plural="pods")
     api.corrupt_next_event(line, "pods")
     add_pod(api, "ml", "small-a", labels={"team": "b"})  # the watch gets the bad line in place of this change
     wait_until(lambda: 'label_team="b"' in scrape(exporter), 15, describe="the change the bad line stood for")
     assert not api.corrupt_for_next_event  # the bad line was sent
-    assert api.request_count("list") == lists  # a new watch from the last good version, not a relist
+    assert api.requests_since(0.0, verb="list", plural="pods") == lists  # a new watch from the last good version, not a relist
     assert counter(exporter, "pod_gpu_exporter_kubernetes_watch_dropped_total",
                    resource="pods", reason="undecodable") == 1
     assert gauge(scrape(exporter), "pod_gpu_exporter_kubernetes_api_up") == "1"

@@ -79,6 +79,8 @@ def test_pod_added_relabelled_deleted_while_serving_and_scrapes_never_call_the_a
     wait_until(lambda: 'pod="small-a",container="c",label_team="a"}' in scrape(exporter))
     add_pod(api, "ml", "small-a", labels={"team": "b"})
     wait_until(lambda: 'label_team="b"' in scrape(exporter) and 'label_team="a"' not in scrape(exporter))
+    # The DeviceTaintRule watch's three lists (one per version, none served here) are made by then.
+    wait_until(lambda: api.requests_since(0.0, plural="devicetaintrules") >= 3)
     before = api.request_count()
     for _ in range(30):
         scrape(exporter)
@@ -138,14 +140,14 @@ def test_watch_expired_410_relists(node, api, run_exporter, as_http):
     add_pod(api, "ml", "small-a", labels={"team": "a"})
     exporter = start(run_exporter, node, "--labels.pod-labels", "team")
     wait_until(lambda: 'label_team="a"' in scrape(exporter))
-    lists = api.request_count("list")
+    lists = api.requests_since(0.0, verb="list", plural="pods")
     # Compaction ends open watches with an ERROR 410 event; or, in the other mode, the watch closes
     # cleanly and the exporter's next watch, from its last version, is answered HTTP 410.
     add_owner(api, "replicasets", "ml", "elsewhere")  # the version moves on past the pod watch's own...
     api.compact()  # ...and is compacted away
     add_pod(api, "ml", "small-a", labels={"team": "b"})
     wait_until(lambda: 'label_team="b"' in scrape(exporter), 30)
-    assert api.request_count("list") > lists
+    assert api.requests_since(0.0, verb="list", plural="pods") > lists
     exporter.wait_for_log("410 Gone")
 
 
@@ -206,13 +208,15 @@ def test_every_api_request_is_granted_by_the_daemonset_cluster_role(node, api, r
     add_pod(api, "ml", "small-a", owner=("Job", "small-29001"))
     api.put("resource.k8s.io/v1", "resourceslices", resource_slice({"gpu-h100-a": {"type": "gpu", "uuid": UUID3}}))
     api.put("resource.k8s.io/v1", "resourceclaims", claim("batch", "train-gpu", "gpu-h100-a"))
+    api.serve_kind("resource.k8s.io/v1", "devicetaintrules", "DeviceTaintRule", namespaced=False)
     exporter = start(run_exporter, node, "--labels.extra", "pod_uid,workload")
     wait_until(lambda: 'workload="small"' in scrape(exporter) and 'workload="infer"' in scrape(exporter))
     groups = {plural: version.rpartition("/")[0] for version, plural in api.kinds}
     made = {(groups[plural], plural, verb) for verb, plural in api.requests if verb != "discover"}
     assert {(plural, verb) for _, plural, verb in made} >= {("pods", "list"), ("pods", "watch"),
                                                            ("replicasets", "get"), ("jobs", "get"),
-                                                           ("resourceslices", "list"), ("resourceclaims", "get")}
+                                                           ("resourceslices", "list"), ("resourceclaims", "get"),
+                                                           ("devicetaintrules", "list")}
     grants = cluster_role_grants()
     assert all(verb in grants.get((group, plural), ()) for group, plural, verb in made), made
 
@@ -225,8 +229,8 @@ def test_a_5000_pod_node_is_listed_in_pages_and_watched(node, api, run_exporter)
     add_pod(api, "other", "elsewhere", node="gpu-node-2", labels={"team": "x"})
     exporter = start(run_exporter, node, "--labels.pod-labels", "team")
     wait_until(lambda: 'label_team="vision"' in scrape(exporter), 60)
-    pages = api.request_count("list")
-    assert pages >= 11 + 1, pages  # 5,001 pods of this node in pages of 500, plus the ResourceSlice list
+    pages = api.requests_since(0.0, verb="list", plural="pods")
+    assert pages >= 11, pages  # 5,001 pods of this node in pages of 500
     add_pod(api, "web", "infer-2", labels={"team": "late"})
     wait_until(lambda: 'pod="infer-2",container="vllm",label_team="late"}' in scrape(exporter))
-    assert api.request_count("list") == pages  # a watch event, not a relist
+    assert api.requests_since(0.0, verb="list", plural="pods") == pages  # a watch event, not a relist

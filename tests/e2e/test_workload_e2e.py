@@ -78,7 +78,9 @@ def test_the_daemonset_cluster_role_grants_every_read_of_the_shipped_chains(node
     exporter = start(run_exporter, node, "--labels.extra", "workload")
     workload_text(exporter, pods)
     groups = {plural: version.rpartition("/")[0] for version, plural in api.kinds}
-    made = {(groups[plural], plural, verb) for verb, plural in api.requests if verb != "discover"}
+    # Kinds this server does not serve (DeviceTaintRules, answered 404) are left out: their grant is
+    # test_kubernetes_e2e's, against a server that serves them.
+    made = {(groups[plural], plural, verb) for verb, plural in api.requests if verb != "discover" and plural in groups}
     assert {plural for _, plural, _ in made} >= {"pods", "replicasets", "jobs", "statefulsets", "deployments",
                                                   "cronjobs", "rollouts", "jobsets", "leaderworkersets", "daemonsets"}
     grants = cluster_role_grants()

@@ -1,4 +1,4 @@
-"""The Kubernetes source composed: two watches feeding a pod store and the DRA devices, and what reads them.
+"""The Kubernetes source composed: watches feeding a pod store, DRA devices and taint rules, and what reads them.
 
 Everything here runs on background threads or the mapping refresher; a scrape never calls the API.
 """
@@ -18,6 +18,7 @@ from exporter.sources.kubernetes.queue_hints import metadata_queue_hint
 from exporter.sources.kubernetes.queues import QueueLabels, QueueObjects
 from exporter.sources.kubernetes.roles import KubernetesLifecycle, KubernetesMapping, KubernetesPods
 from exporter.sources.kubernetes.stream import ANSWER_SECONDS, http_client
+from exporter.sources.kubernetes.taint_rules import DeviceTaintRules, TaintRuleWatch
 from exporter.sources.kubernetes.watch import WATCH_SILENCE_SECONDS, ListWatch
 from exporter.sources.kubernetes.workloads import MetadataReader, Workloads
 
@@ -32,7 +33,8 @@ def _slice_v1beta1():
 class KubernetesContext:
     """This node's pods and DRA devices, kept by watches; labels and DRA keys computed on the refresher.
 
-    The pod watch feeds `store` (pod_store), the ResourceSlice watch feeds `dra`; `Freshness` says how long the
+    The pod watch feeds `store` (pod_store), the ResourceSlice watch feeds `dra`, the DeviceTaintRule watch
+    `taint_rules` (their taints join the slices' own); `Freshness` says how long the
     store is trusted while the pod watch fails, `ExtraLabels` turns its pods into labels. Callers take one
     role each (roles.py): `mapping` (core.mapping's MappingContext), `lifecycle` (start, stop, up, status)
     and `pod_index` (the pods, for the per-process shares).
@@ -60,10 +62,13 @@ class KubernetesContext:
         self.slice_watch = ListWatch(client, ResourceSlice, "resourceslices", node, self.dra, namespaced=False,
                                      fallback=_slice_v1beta1, check=slice_check(node_name),
                                      silence_seconds=watch_silence_seconds)
+        self.taint_rules = DeviceTaintRules()
+        self.rule_watch = TaintRuleWatch(client, self.taint_rules, silence_seconds=watch_silence_seconds)
         fresh = Freshness(lambda: self.pod_watch.healthy, grace_seconds, clock)
         extras = ExtraLabels(spec, self.store, self.workloads, fresh, node_name, self.queues)
-        self.mapping = KubernetesMapping(self.dra, self.store, extras, fresh)
-        self.lifecycle = KubernetesLifecycle(node_name, self.pod_watch, self.slice_watch, self.dra, store=self.store)
+        self.mapping = KubernetesMapping(self.dra, self.store, extras, fresh, self.taint_rules)
+        self.lifecycle = KubernetesLifecycle(node_name, self.pod_watch, self.slice_watch, self.dra, self.rule_watch,
+                                             store=self.store)
         self.pod_index = KubernetesPods(self.store, fresh)
 
 

@@ -123,16 +123,17 @@ class DraDevices:
             return DraResolution(False, None, False)
         return DraResolution(False, self._key_for(device, published), True, published.profile)
 
-    def taints(self) -> Tuple[DeviceTaint, ...]:
-        """The taints on this node's GPU devices whose keys are known (MIG devices need NVML), sorted."""
+    def taints(self, rule_taints: Optional[Callable[[str, str, str], tuple]] = None) -> Tuple[DeviceTaint, ...]:
+        """The taints on this node's GPU devices whose keys are known (MIG devices need NVML), sorted: each
+        device's own, and those `rule_taints` (DeviceTaintRules, by driver, pool and device) add to them."""
         with self._lock:
-            devices = [(name, published) for (driver, _, name), published in self._devices.items()
-                       if driver == DRA_GPU_DRIVER and published.taints]
+            devices = [(ref, published) for ref, published in self._devices.items() if ref[0] == DRA_GPU_DRIVER]
         found = set()
-        for name, published in devices:
-            key = self._key_for(name, published)
+        for ref, published in devices:
+            taints = published.taints + (rule_taints(*ref) if rule_taints is not None else ())
+            key = self._key_for(ref[2], published) if taints else None
             if key is not None:
-                found.update(DeviceTaint(key, *taint) for taint in published.taints)
+                found.update(DeviceTaint(key, *taint) for taint in taints)
         return tuple(sorted(found))
 
     def _key_for(self, name: str, published: SliceDevice) -> Optional[GpuKey]:

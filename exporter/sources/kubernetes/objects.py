@@ -41,6 +41,11 @@ def _on_node(node_name: str, found, what: str) -> None:
         raise Skipped("other_node", f"{what} is {found!r}, not this node {node_name!r}")
 
 
+def cluster_object_check(obj) -> None:
+    """Raises Skipped for a cluster-scoped object without a name or with labels that are no map of strings."""
+    _named(obj, namespaced=False)
+
+
 def pod_check(node_name: str) -> Callable[[object], None]:
     """Raises Skipped for a pod we cannot read or one bound to another node."""
 

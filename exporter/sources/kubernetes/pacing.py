@@ -10,8 +10,8 @@ from typing import Callable
 # Every list and every watch request of one resource takes a token: two at once (a list and the watch
 # from its version), then one per REQUEST_INTERVAL_SECONDS. Whatever the server does (watches that end
 # at once, a 410 on every watch, errors) one resource makes at most 2 + 60/2.5 = 26 requests a minute,
-# so pods and ResourceSlices together stay under 60 a minute. A list of more than LIST_PAGE_SIZE
-# objects takes one request per page; its pages share the list's token.
+# so pods, ResourceSlices and DeviceTaintRules together stay under 80 a minute. A list of more than
+# LIST_PAGE_SIZE objects takes one request per page; its pages share the list's token.
 REQUEST_BURST = 2
 REQUEST_INTERVAL_SECONDS = 2.5
 BACKOFF_FIRST_SECONDS = 0.5

@@ -15,14 +15,17 @@ from exporter.sources.kubernetes.extra_labels import ExtraLabels
 from exporter.sources.kubernetes.labels import PodInfo
 from exporter.sources.kubernetes.pod_store import PodKey, PodStore
 from exporter.sources.kubernetes.status import KubernetesStatus
+from exporter.sources.kubernetes.taint_rules import DeviceTaintRules
 
 
 class KubernetesMapping:
     """The MappingContext (core.mapping) that build_mapping asks for DRA keys, extra labels, ended pods,
     device health and taints. Asked on the mapping refresher only."""
 
-    def __init__(self, dra: DraDevices, store: PodStore, extras: ExtraLabels, fresh: Callable[[], bool]):
+    def __init__(self, dra: DraDevices, store: PodStore, extras: ExtraLabels, fresh: Callable[[], bool],
+                 taint_rules: Optional[DeviceTaintRules] = None):
         self._dra = dra
+        self._taint_rules = taint_rules
         self._store = store
         self._extras = extras
         self._fresh = fresh  # whether the pod store is trusted (the pod watch up, or within its grace)
@@ -69,8 +72,8 @@ class KubernetesMapping:
         return {pod: info.resource_health for pod, info in infos.items() if info is not None and info.resource_health}
 
     def device_taints(self) -> tuple:
-        """The taints on this node's DRA GPU devices, from its ResourceSlices."""
-        return self._dra.taints()
+        """The taints on this node's DRA GPU devices: its ResourceSlices' own and the DeviceTaintRules' on them."""
+        return self._dra.taints(self._taint_rules.taints_for if self._taint_rules is not None else None)
 
     def hami_assignments(self, pods: Iterable[PodKey]) -> Dict[PodKey, dict]:
         """(namespace, pod) → container → the GPUs HAMi's annotation says it got, for the bound pods the
@@ -82,23 +85,26 @@ class KubernetesMapping:
 class KubernetesLifecycle:
     """The watches started and stopped, and what they say of themselves (kubernetes_api_up, /metrics)."""
 
-    def __init__(self, node_name: str, pod_watch, slice_watch, dra: DraDevices, *, store: Optional[PodStore] = None):
+    def __init__(self, node_name: str, pod_watch, slice_watch, dra: DraDevices, rule_watch=None, *,
+                 store: Optional[PodStore] = None):
         self.node_name = node_name
         self._store = store  # for its count of unreadable HAMi annotations
         self._pod_watch = pod_watch
         self._slice_watch = slice_watch
         self._dra = dra
+        # The DeviceTaintRule watch: started and stopped with the others, never awaited (most clusters lack the kind).
+        self._watches = (pod_watch, slice_watch) + ((rule_watch,) if rule_watch is not None else ())
 
     def start(self, resolve_mig=None) -> None:
-        """Start both watches; `resolve_mig` (NVML's, wired after the context is made) names dynamic MIG devices."""
+        """Start the watches; `resolve_mig` (NVML's, wired after the context is made) names dynamic MIG devices."""
         if resolve_mig is not None:
             self._dra.resolve_mig = resolve_mig
-        self._pod_watch.start()
-        self._slice_watch.start()
+        for watch in self._watches:
+            watch.start()
 
     def stop(self) -> None:
-        self._pod_watch.stop()
-        self._slice_watch.stop()
+        for watch in self._watches:
+            watch.stop()
 
     @property
     def up(self) -> bool:
@@ -111,8 +117,8 @@ class KubernetesLifecycle:
         return self._slice_watch.healthy
 
     def status(self) -> KubernetesStatus:
-        """Both watches' counters, as one immutable snapshot (for /metrics, from any thread)."""
-        return KubernetesStatus((self._pod_watch.status(), self._slice_watch.status()),
+        """The watches' counters, as one immutable snapshot (for /metrics, from any thread)."""
+        return KubernetesStatus(tuple(watch.status() for watch in self._watches),
                                 self._store.malformed_annotations if self._store is not None else 0)
 
 

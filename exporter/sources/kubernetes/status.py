@@ -16,7 +16,7 @@ class WatchStatus(NamedTuple):
 
 
 class KubernetesStatus(NamedTuple):
-    """Both watches (pod_gpu_exporter_kubernetes_api_up is read from the context's `up`, per scrape)."""
+    """Every watch (pod_gpu_exporter_kubernetes_api_up is read from the context's `up`, per scrape)."""
 
     watches: Tuple[WatchStatus, ...]
     malformed_annotations: int = 0  # pod versions whose HAMi annotation could not be read (pod_store)
