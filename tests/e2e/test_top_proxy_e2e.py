@@ -1,0 +1,110 @@
+"""`top` without Prometheus: the demo's exporter scraped through a fake API server's pod proxy, as the real one serves it."""
+
+from __future__ import annotations
+
+import pytest
+
+from support.demo_process import start_demo
+from support.fake_pod_proxy import PodProxyApi
+from support.top_runs import (EXPORTER_NAMESPACE, add_exporter_pod, kubeconfig_for, own_sum, rows_by_pod, run_top,
+                              served, top_json)
+from support.waiting import wait_until
+
+WINDOW_SECONDS = 4.0
+DEMO_REFRESH_SECONDS = 2.0  # the demo's --kubelet.refresh-interval: its counters step this often
+# Each GPU's board power in the demo (exporter.demo.workload.gpu_energy_mj): 16.365 W + 55 W x its load.
+TRAINER_WATTS = (16.365 + 55 * 0.85) + (16.365 + 55 * 0.8)  # GPUs 0 and 1, whole
+GPU2_WATTS = 16.365 + 55 * 0.45  # shared by llm-server-a and llm-server-b
+
+
+@pytest.fixture(scope="module")
+def demo():
+    exporter = start_demo()
+    # Its energy counters start with its first per-process refresh: a window read before then has no rate.
+    wait_until(lambda: own_sum(served(exporter.url()), "pod_gpu_container_energy_joules_total", "trainer-0"),
+               20, 0.2, "the demo's energy counters")
+    yield exporter
+    exporter.stop()
+
+
+@pytest.fixture
+def api():
+    fake = PodProxyApi().start()
+    yield fake
+    fake.stop()
+
+
+@pytest.fixture
+def cluster(api, demo, tmp_path):
+    """The demo's exporter on demo-node, another exporter pod on gpu-node-2 that does not answer."""
+    add_exporter_pod(api, "pod-gpu-metrics-exporter-7xk2p", "demo-node", demo.address)
+    add_exporter_pod(api, "pod-gpu-metrics-exporter-q9d4m", "gpu-node-2", None)
+    return kubeconfig_for(api, tmp_path)
+
+
+def test_the_table_matches_the_demos_own_series(cluster, demo):
+    document = top_json(["--kubeconfig", cluster, "--window", f"{WINDOW_SECONDS:g}s"])
+    own = served(demo.url())
+    rows = rows_by_pod(document)
+    assert set(rows) == {"trainer-0", "llm-server-a", "llm-server-b"}
+    trainer, a, b = rows["trainer-0"], rows["llm-server-a"], rows["llm-server-b"]
+    assert (trainer["gpus"], a["gpus"], b["gpus"]) == (2, 0.5, 0.25)
+    assert (trainer["node"], trainer["health"], a["health"]) == ("demo-node", "unhealthy", "healthy")
+    assert (trainer["cluster_queue"], trainer["local_queue"], a["cluster_queue"]) == ("cq-research", "team-ml", None)
+    # Shares move on a two-minute cycle and are rounded to 0.01: read a moment apart, they agree closely.
+    for pod, row in rows.items():
+        assert row["sm_ratio"] == pytest.approx(own_sum(own, "pod_gpu_container_sm_utilization_ratio", pod), abs=0.06)
+        assert row["sm_source"] == "process"
+    assert trainer["memory_bytes"] == pytest.approx(own_sum(own, "pod_gpu_container_memory_used_bytes", "trainer-0"),
+                                                    rel=0.1)
+    # Power is the energy counters' rate over the window: right within a refresh step of the window.
+    rounding = DEMO_REFRESH_SECONDS / WINDOW_SECONDS + 0.05
+    assert trainer["power_watts"] == pytest.approx(TRAINER_WATTS, rel=rounding)
+    assert a["power_watts"] + b["power_watts"] == pytest.approx(GPU2_WATTS, rel=rounding)
+    assert b["idle_ratio"] > 0.4 and trainer["idle_ratio"] == 0.0  # llm-server-b runs nothing on its replica
+    assert document["unallocated"][0]["pod"] == "notebook-7" and document["unallocated"][0]["memory_bytes"] > 0
+    assert {u["reason"] for u in document["unattributed"]} >= {"host", "no_holder"}
+
+
+def test_a_node_that_does_not_answer_is_named_in_the_footer(cluster):
+    run = run_top(["--kubeconfig", cluster, "--window", "1s"])
+    assert run.returncode == 0, run.stderr
+    assert "trainer-0" in run.stdout and "Traceback" not in run.stderr
+    footer = run.stdout.splitlines()[-1]
+    assert footer.startswith("Not answering (1): gpu-node-2 (HTTP 503: error trying to reach service"), run.stdout
+
+
+def test_a_denied_proxy_is_one_line_naming_the_rbac(cluster, api):
+    api.deny_proxy = True
+    run = run_top(["--kubeconfig", cluster, "--window", "1s"])
+    assert run.returncode == 1 and run.stdout == ""
+    assert len(run.stderr.splitlines()) == 1, run.stderr
+    assert "get` on pods/proxy" in run.stderr and "HTTP 403" in run.stderr and "top.rbac.create" in run.stderr
+
+
+def test_no_exporter_pods_is_one_line(cluster):
+    run = run_top(["--kubeconfig", cluster, "-N", "elsewhere"])
+    assert run.returncode == 1 and len(run.stderr.splitlines()) == 1, run.stderr
+    assert "no pod-gpu-metrics-exporter pods in namespace elsewhere" in run.stderr
+
+
+def test_an_unreachable_api_server_is_one_line(cluster, api):
+    api.stop()
+    run = run_top(["--kubeconfig", cluster])
+    assert run.returncode == 1 and len(run.stderr.splitlines()) == 1, run.stderr
+    assert "Kubernetes API server cannot be reached" in run.stderr
+
+
+def test_exporter_pods_are_found_by_their_labels_in_their_namespace(cluster, api):
+    from support.fake_kube_api import make_pod
+
+    api.put("v1", "pods", make_pod(EXPORTER_NAMESPACE, "dcgm-exporter-x", "other", labels={"app": "dcgm"}))
+    document = top_json(["--kubeconfig", cluster, "--window", "1s"])
+    assert [entry["node"] for entry in document["unreachable"]] == ["gpu-node-2"]
+
+
+@pytest.mark.parametrize("args", [["--by", "pods"], ["-o", "yaml"], ["--window", "soon"], ["--watch", "0"],
+                                  ["--scrape.concurrency", "0"], ["--prometheus", "prometheus:9090"]])
+def test_a_bad_flag_exits_2_with_one_line(args):
+    run = run_top(args)
+    assert run.returncode == 2 and len(run.stderr.splitlines()) == 1, run.stderr
