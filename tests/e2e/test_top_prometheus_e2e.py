@@ -1,0 +1,91 @@
+"""`top --prometheus`: a real Prometheus scraping the demo, the table checked against the demo's own series."""
+
+from __future__ import annotations
+
+import shutil
+
+import pytest
+
+from support.demo_process import start_demo
+from support.prometheus_server import DEADLINE_SECONDS, PrometheusServer, free_port
+from support.top_runs import own_sum, rows_by_pod, run_top, served, top_json
+from support.waiting import wait_until
+
+WINDOW = "20s"
+WINDOW_SECONDS = 20.0
+# rate() over a window of 1 s scrapes of counters that step every 2 s (the demo's refresh), extrapolated
+# to the window's edges: right within those steps of the window.
+ROUNDING = (2.0 + 1.0) / WINDOW_SECONDS + 0.05
+TRAINER_WATTS = (16.365 + 55 * 0.85) + (16.365 + 55 * 0.8)  # exporter.demo.workload.gpu_energy_mj, GPUs 0 and 1
+GPU2_WATTS = 16.365 + 55 * 0.45
+IDLE_GPU_WATTS = 16.365  # GPU 3, held by nobody: reason no_holder
+
+
+def _prometheus(tmp_path_factory, targets):
+    binary = shutil.which("prometheus")
+    if binary is None:
+        pytest.skip("prometheus is not installed (apt-get install prometheus)")
+    config = {"global": {"scrape_interval": "1s", "evaluation_interval": "1s"},
+              "scrape_configs": [{"job_name": "pod-gpu-metrics-exporter", "metrics_path": "/gpu/metrics",
+                                  "static_configs": [{"targets": targets, "labels": {"node": "demo-node"}}]}]}
+    return PrometheusServer(binary, tmp_path_factory.mktemp("prometheus"), config)
+
+
+@pytest.fixture(scope="module")
+def stack(tmp_path_factory):
+    demo = start_demo()
+    prometheus = _prometheus(tmp_path_factory, [demo.address])
+    try:
+        # A whole window of scrapes with the energy counters in them.
+        wait_until(lambda: prometheus.query(f"count_over_time(pod_gpu_container_energy_joules_total[{WINDOW}]) > 15"),
+                   DEADLINE_SECONDS, 0.5, "a window of the demo's energy counters in Prometheus")
+        yield demo, prometheus
+    finally:
+        prometheus.stop()
+        demo.stop()
+
+
+def test_the_table_matches_the_demos_own_series(stack):
+    demo, prometheus = stack
+    document = top_json(["--prometheus", prometheus.url, "--window", WINDOW])
+    own = served(demo.url())
+    rows = rows_by_pod(document)
+    assert set(rows) == {"trainer-0", "llm-server-a", "llm-server-b"}
+    trainer, a, b = rows["trainer-0"], rows["llm-server-a"], rows["llm-server-b"]
+    assert (trainer["gpus"], a["gpus"], b["gpus"]) == (2, 0.5, 0.25)
+    assert (trainer["node"], trainer["health"], b["health"]) == ("demo-node", "unhealthy", "healthy")
+    assert (trainer["cluster_queue"], trainer["local_queue"], b["local_queue"]) == ("cq-research", "team-ml", None)
+    for pod, row in rows.items():  # the last scrape, at most a second before the demo's own answer
+        assert row["sm_ratio"] == pytest.approx(own_sum(own, "pod_gpu_container_sm_utilization_ratio", pod), abs=0.06)
+    assert trainer["power_watts"] == pytest.approx(TRAINER_WATTS, rel=ROUNDING)
+    assert a["power_watts"] + b["power_watts"] == pytest.approx(GPU2_WATTS, rel=ROUNDING)
+    assert b["idle_ratio"] > 0.5 and trainer["idle_ratio"] == 0.0
+    no_holder, = [u for u in document["unattributed"] if u["reason"] == "no_holder"]
+    assert no_holder["power_watts"] == pytest.approx(IDLE_GPU_WATTS, rel=ROUNDING)
+    notebook, = document["unallocated"]
+    assert (notebook["namespace"], notebook["pod"], notebook["container"]) == ("research", "notebook-7", "jupyter")
+
+
+def test_the_url_may_come_from_the_environment_and_rows_group_by_queue(stack):
+    _, prometheus = stack
+    run = run_top(["--window", WINDOW, "--by", "queue"], env={"POD_GPU_EXPORTER_PROMETHEUS_URL": prometheus.url})
+    assert run.returncode == 0, run.stderr
+    lines = run.stdout.splitlines()
+    assert lines[0].split()[:4] == ["CLUSTER-QUEUE", "NAMESPACE", "LOCAL-QUEUE", "CONTAINERS"]
+    assert lines[1].split()[:5] == ["cq-research", "ml-team", "team-ml", "1", "2"], run.stdout
+
+
+def test_an_unreachable_prometheus_is_one_line():
+    run = run_top(["--prometheus", f"http://127.0.0.1:{free_port()}"])
+    assert run.returncode == 1 and run.stdout == "" and len(run.stderr.splitlines()) == 1, run.stderr
+    assert "cannot be reached" in run.stderr
+
+
+def test_a_prometheus_without_the_exporters_series_is_one_line(tmp_path_factory):
+    prometheus = _prometheus(tmp_path_factory, [])
+    try:
+        run = run_top(["--prometheus", prometheus.url])
+    finally:
+        prometheus.stop()
+    assert run.returncode == 1 and len(run.stderr.splitlines()) == 1, run.stderr
+    assert "has no pod_gpu_exporter_dcgm_up series" in run.stderr
