@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
+import shlex
 import shutil
+import subprocess
 
 import pytest
 
-from support.demo_process import start_demo
 from support.prometheus_server import DEADLINE_SECONDS, PrometheusServer, free_port
-from support.top_runs import own_sum, rows_by_pod, run_top, served, top_json
+from support.exporter_process import REPO_ROOT, exporter_env
+from support.top_runs import own_sum, rows_by_pod, run_top, served, start_demo_keeping_its_text, top_json
 from support.waiting import wait_until
 
 WINDOW = "20s"
@@ -33,20 +35,20 @@ def _prometheus(tmp_path_factory, targets):
 
 @pytest.fixture(scope="module")
 def stack(tmp_path_factory):
-    demo = start_demo()
+    demo, printed = start_demo_keeping_its_text()
     prometheus = _prometheus(tmp_path_factory, [demo.address])
     try:
         # A whole window of scrapes with the energy counters in them.
         wait_until(lambda: prometheus.query(f"count_over_time(pod_gpu_container_energy_joules_total[{WINDOW}]) > 15"),
                    DEADLINE_SECONDS, 0.5, "a window of the demo's energy counters in Prometheus")
-        yield demo, prometheus
+        yield demo, prometheus, printed
     finally:
         prometheus.stop()
         demo.stop()
 
 
 def test_the_table_matches_the_demos_own_series(stack):
-    demo, prometheus = stack
+    demo, prometheus, _ = stack
     document = top_json(["--prometheus", prometheus.url, "--window", WINDOW])
     own = served(demo.url())
     rows = rows_by_pod(document)
@@ -67,7 +69,7 @@ def test_the_table_matches_the_demos_own_series(stack):
 
 
 def test_the_url_may_come_from_the_environment_and_rows_group_by_queue(stack):
-    _, prometheus = stack
+    _, prometheus, _ = stack
     run = run_top(["--window", WINDOW, "--by", "queue"], env={"POD_GPU_EXPORTER_PROMETHEUS_URL": prometheus.url})
     assert run.returncode == 0, run.stderr
     lines = run.stdout.splitlines()
@@ -89,3 +91,13 @@ def test_a_prometheus_without_the_exporters_series_is_one_line(tmp_path_factory)
         prometheus.stop()
     assert run.returncode == 1 and len(run.stderr.splitlines()) == 1, run.stderr
     assert "has no pod_gpu_exporter_dcgm_up series" in run.stderr
+
+
+def test_the_top_command_the_demo_prints_works(stack):
+    _, prometheus, printed = stack
+    line = wait_until(lambda: next((l for l in list(printed) if " top --prometheus PROMETHEUS_URL" in l), None), 10, 0.1,
+                      "the demo's line naming top")
+    command = shlex.split(line.split(": ", 1)[1].replace("PROMETHEUS_URL", prometheus.url)) + ["--window", WINDOW]
+    run = subprocess.run(command, capture_output=True, text=True, timeout=60, cwd=str(REPO_ROOT), env=exporter_env())
+    assert run.returncode == 0, run.stderr
+    assert run.stdout.splitlines()[1].split()[:5] == ["ml-team", "trainer-0", "pytorch", "demo-node", "2"], run.stdout

@@ -52,3 +52,21 @@ def add_exporter_pod(api: PodProxyApi, name: str, node: str, address: Optional[s
 
 def kubeconfig_for(api: PodProxyApi, folder) -> str:
     return write_kubeconfig(str(folder / "kubeconfig"), api.url)
+
+
+def start_demo_keeping_its_text():
+    """`demo` as a user starts it, with what it prints (stdout) kept: (ExporterProcess, its lines so far)."""
+    import subprocess as sp
+    import threading
+
+    from support.demo_process import console_script
+    from support.exporter_process import STARTED, ExporterProcess
+
+    proc = sp.Popen([console_script(), "demo", "--web.listen-address", "127.0.0.1:0"], cwd=str(REPO_ROOT),
+                    env=exporter_env(), stdout=sp.PIPE, stderr=sp.PIPE, text=True)
+    lines: List[str] = []
+    threading.Thread(target=lambda: lines.extend(proc.stdout), daemon=True).start()
+    demo = ExporterProcess(proc)
+    STARTED.append(demo)
+    demo.wait_listening(20.0)
+    return demo, lines
