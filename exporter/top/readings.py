@@ -9,6 +9,11 @@ from typing import Dict, Iterable, List, Mapping, Optional, Tuple
 from exporter.top.families import COUNTERS, GAUGES, PRESENCE
 
 WANTED = frozenset(GAUGES + COUNTERS + (PRESENCE,))
+# The labels the table reads; the rest (a dcgm sample's PCI bus ID, driver version, host name...) are
+# dropped as they are read, so that a thousand nodes' answers fit in little memory.
+KEPT_LABELS = frozenset(("UUID", "gpu", "GPU_I_ID", "namespace", "pod", "container", "cluster_queue", "local_queue",
+                         "status", "reason"))
+POD_LABEL_PREFIX = "label_"  # a pod's labels, as --labels.pod-labels serves them
 # label="value" pairs of the text format: a value may hold \" \\ and \n escapes.
 _PAIR = re.compile(r'([a-zA-Z_][a-zA-Z0-9_]*)="((?:[^"\\]|\\.)*)"')
 _UNESCAPE = re.compile(r"\\(.)")
@@ -40,13 +45,14 @@ def parse_text(body: str, wanted: Iterable[str] = WANTED) -> Dict[Tuple[str, Lab
     line (comments, other families, a line that does not parse) is skipped."""
     wanted = frozenset(wanted)
     found: Dict[Tuple[str, Labels], float] = {}
+    strings: Dict[str, str] = {}  # one copy of each name and value: they repeat on every GPU's samples
     for line in body.splitlines():
         name_end = _name_end(line)
         if name_end <= 0 or line[:name_end] not in wanted:
             continue
-        parsed = _sample(line, name_end)
+        parsed = _sample(line, name_end, strings)
         if parsed is not None:
-            found[(line[:name_end], parsed[0])] = parsed[1]
+            found[(strings.setdefault(line[:name_end], line[:name_end]), parsed[0])] = parsed[1]
     return found
 
 
@@ -57,20 +63,26 @@ def _name_end(line: str) -> int:
     return -1
 
 
-def _sample(line: str, name_end: int) -> Optional[Tuple[Labels, float]]:
+def _sample(line: str, name_end: int, strings: Dict[str, str]) -> Optional[Tuple[Labels, float]]:
     rest = line[name_end:]
     labels: Labels = ()
     if rest.startswith("{"):
         close = rest.rfind("}")
         if close < 0:
             return None
-        labels = tuple((key, _UNESCAPE.sub(_unescaped, value)) for key, value in _PAIR.findall(rest[1:close]))
+        labels = tuple((strings.setdefault(key, key), _kept(strings, _UNESCAPE.sub(_unescaped, value)))
+                       for key, value in _PAIR.findall(rest[1:close])
+                       if key in KEPT_LABELS or key.startswith(POD_LABEL_PREFIX))
         rest = rest[close + 1:]
     fields = rest.split()
     try:
         return labels, float(fields[0])
     except (IndexError, ValueError):
         return None
+
+
+def _kept(strings: Dict[str, str], value: str) -> str:
+    return strings.setdefault(value, value)
 
 
 def _unescaped(match: re.Match) -> str:

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import http.client
 import re
+import socket
 import threading
 import time
 from typing import Dict, Optional, Tuple
@@ -77,9 +78,7 @@ class _ProxyHandler(_Handler):
 
     def _answer(self, api: "PodProxyApi", key: Tuple[str, str, str], path: str) -> None:
         if key in api.stalled:
-            time.sleep(api.stall_seconds)
-            self.close_connection = True
-            return
+            return self._stall(api.stall_seconds)
         if key in api.bodies:
             return self._raw(200, {"Content-Type": "text/plain; version=0.0.4; charset=utf-8"}, api.bodies[key])
         address = api.endpoints.get(key, "127.0.0.1:1")
@@ -95,6 +94,20 @@ class _ProxyHandler(_Handler):
         finally:
             connection.close()
         self._raw(answer.status, {h: answer.getheader(h) for h in _RETURNED if answer.getheader(h)}, body)
+
+    def _stall(self, seconds: float) -> None:
+        """No answer until the client hangs up (or `seconds` pass), as a proxied pod that never answers."""
+        deadline = time.monotonic() + seconds
+        self.connection.settimeout(0.1)
+        while time.monotonic() < deadline:
+            try:
+                if not self.connection.recv(1, socket.MSG_PEEK):
+                    break  # the client closed its end
+            except socket.timeout:
+                continue
+            except OSError:
+                break
+        self.close_connection = True
 
     def _raw(self, code: int, headers: Dict[str, str], body: bytes) -> None:
         self.send_response(code)
