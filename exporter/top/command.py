@@ -42,9 +42,8 @@ def make_source(options: TopOptions):
     if options.prometheus_url:
         from exporter.top.prometheus_source import PrometheusAccess, PrometheusSource
 
-        basic = (options.prometheus_user, options.prometheus_password or "") if options.prometheus_user else None
-        access = PrometheusAccess(options.prometheus_url, options.prometheus_timeout_seconds, basic,
-                                  options.prometheus_token)
+        access = PrometheusAccess(options.prometheus_url, options.prometheus_timeout_seconds, options.prometheus_user,
+                                  options.prometheus_password, options.prometheus_token)
         return PrometheusSource(access, options.window_seconds)
     from exporter.top.kube_client import make_top_client
     from exporter.top.proxy_source import ProxySource

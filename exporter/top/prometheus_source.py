@@ -8,7 +8,7 @@ import urllib.error
 import urllib.parse
 import urllib.request
 from dataclasses import dataclass
-from typing import Optional, Tuple
+from typing import Optional
 
 from exporter.top.errors import TopSourceError
 from exporter.top.families import COUNTERS, GAUGES, PRESENCE
@@ -21,7 +21,8 @@ MAX_ANSWER_BYTES = 64 * 1024 * 1024  # one query's JSON; a cluster's GPU series 
 class PrometheusAccess:
     url: str  # the server's root, e.g. http://prometheus:9090 (a path prefix kept)
     timeout_seconds: float = 10.0
-    basic_auth: Optional[Tuple[str, str]] = None
+    user: Optional[str] = None  # basic auth: the user, else the URL's
+    password: Optional[str] = None  # with the user: this, else the URL's
     bearer_token: Optional[str] = None
 
 
@@ -37,10 +38,10 @@ class PrometheusSource:
         # Shown in messages and asked: the URL without the credentials it may carry (user:password@).
         self._root = self._shown = urllib.parse.urlunsplit((parts.scheme, netloc, parts.path.rstrip("/"), "", ""))
         self._headers = {"Accept": "application/json"}
-        in_url = (urllib.parse.unquote(parts.username), urllib.parse.unquote(parts.password or "")) if parts.username else None
-        credentials = access.basic_auth or in_url
-        if credentials:
-            token = base64.b64encode(f"{credentials[0]}:{credentials[1]}".encode()).decode()
+        user = access.user or (urllib.parse.unquote(parts.username) if parts.username else None)
+        password = access.password if access.password is not None else urllib.parse.unquote(parts.password or "")
+        if user:
+            token = base64.b64encode(f"{user}:{password}".encode()).decode()
             self._headers["Authorization"] = f"Basic {token}"
         elif access.bearer_token:
             self._headers["Authorization"] = f"Bearer {access.bearer_token}"

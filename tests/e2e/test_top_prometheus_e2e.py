@@ -101,3 +101,28 @@ def test_the_top_command_the_demo_prints_works(stack):
     run = subprocess.run(command, capture_output=True, text=True, timeout=60, cwd=str(REPO_ROOT), env=exporter_env())
     assert run.returncode == 0, run.stderr
     assert run.stdout.splitlines()[1].split()[:5] == ["ml-team", "trainer-0", "pytorch", "demo-node", "2"], run.stdout
+
+
+def test_basic_auth_as_prometheus_asks_for_it(tmp_path_factory, tmp_path):
+    import bcrypt
+
+    binary = shutil.which("prometheus") or pytest.skip("prometheus is not installed")
+    users = {"basic_auth_users": {"viewer": bcrypt.hashpw(b"s3cret", bcrypt.gensalt(rounds=4)).decode()}}
+    prometheus = PrometheusServer(binary, tmp_path_factory.mktemp("prometheus-auth"), {"scrape_configs": []},
+                                  web_config=users, credentials=("viewer", "s3cret"))
+    (tmp_path / "password").write_text("s3cret\n")
+    (tmp_path / "wrong").write_text("guess\n")
+    try:
+        asked = run_top(["--prometheus", prometheus.url, "--prometheus.user", "viewer",
+                         "--prometheus.password-file", str(tmp_path / "password")])
+        refused = run_top(["--prometheus", prometheus.url, "--prometheus.user", "viewer",
+                           "--prometheus.password-file", str(tmp_path / "wrong")])
+        from_env = run_top(["--prometheus", prometheus.url.replace("http://", "http://viewer@")],
+                           env={"POD_GPU_EXPORTER_PROMETHEUS_PASSWORD": "s3cret"})
+    finally:
+        prometheus.stop()
+    # Let in, it finds no exporter (it scrapes nothing): the query was answered.
+    assert asked.returncode == 1 and "has no pod_gpu_exporter_dcgm_up series" in asked.stderr, asked.stderr
+    assert refused.returncode == 1 and "answered HTTP 401" in refused.stderr, refused.stderr
+    assert len(refused.stderr.splitlines()) == 1
+    assert from_env.returncode == 1 and "answered HTTP 401" not in from_env.stderr, from_env.stderr

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
 from support.demo_process import start_demo
@@ -108,3 +110,18 @@ def test_exporter_pods_are_found_by_their_labels_in_their_namespace(cluster, api
 def test_a_bad_flag_exits_2_with_one_line(args):
     run = run_top(args)
     assert run.returncode == 2 and len(run.stderr.splitlines()) == 1, run.stderr
+
+
+def test_each_scrape_is_bounded_in_size_and_time(api, tmp_path):
+    body = b"pod_gpu_exporter_dcgm_up 1\n" + b"# padding\n" * 2000
+    add_exporter_pod(api, "pod-gpu-metrics-exporter-big", "gpu-node-big")
+    api.serve_body(EXPORTER_NAMESPACE, "pod-gpu-metrics-exporter-big", "9400", body)
+    add_exporter_pod(api, "pod-gpu-metrics-exporter-slow", "gpu-node-slow")
+    api.stall(EXPORTER_NAMESPACE, "pod-gpu-metrics-exporter-slow", "9400")
+    add_exporter_pod(api, "pod-gpu-metrics-exporter-pending", "gpu-node-new", phase="Pending")
+    run = run_top(["--kubeconfig", kubeconfig_for(api, tmp_path), "--window", "100ms", "--scrape.max-body-size", "4KiB",
+                   "--scrape.timeout", "500ms", "-o", "json"], timeout=30)
+    assert run.returncode == 0, run.stderr
+    errors = {entry["node"]: entry["error"] for entry in json.loads(run.stdout)["unreachable"]}
+    assert errors == {"gpu-node-big": "answer larger than 4096 bytes", "gpu-node-slow": "no answer within 0.5 s",
+                      "gpu-node-new": "pod pod-gpu-metrics-exporter-pending is Pending"}

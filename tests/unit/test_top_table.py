@@ -155,3 +155,13 @@ def test_the_text_names_nodes_that_did_not_answer():
                                             "IDLE", "HEALTH", "QUEUE"]
     assert "Not answering (1): node-9 (HTTP 503: error trying to reach service)" in text
     assert "lab/nb-7/jupyter on node-1" in text
+
+
+def test_the_proxy_route_names_the_port_and_https_when_the_exporter_serves_tls():
+    from exporter.top.pod_scrape import ExporterPod, proxy_path
+
+    pod = ExporterPod("gpu-monitoring", "pgx-7xk2p", "node-1", "Running")
+    assert proxy_path(pod, "http", "9400", "/gpu/metrics") == \
+        "/api/v1/namespaces/gpu-monitoring/pods/pgx-7xk2p:9400/proxy/gpu/metrics"
+    assert proxy_path(pod, "https", "metrics", "/gpu/metrics") == \
+        "/api/v1/namespaces/gpu-monitoring/pods/https:pgx-7xk2p:metrics/proxy/gpu/metrics"
