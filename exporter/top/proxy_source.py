@@ -69,7 +69,7 @@ class ProxySource:
         from lightkube.core.generic_client import httpx
         from lightkube.resources.core_v1 import Pod
 
-        from exporter.sources.kubernetes.stream import list_pages
+        from exporter.sources.kubernetes.stream import http_client, list_pages
 
         try:
             pages = list(list_pages(self._client, Pod, self._access.namespace,
@@ -77,7 +77,8 @@ class ProxySource:
         except ApiError as exc:
             raise _api_error(exc, self._access.namespace, "list", "pods") from None
         except httpx.HTTPError as exc:
-            raise TopSourceError(f"the Kubernetes API server cannot be reached: {exc}", "unreachable") from None
+            server = str(http_client(self._client).base_url).rstrip("/")
+            raise TopSourceError(f"the Kubernetes API server at {server} cannot be reached: {exc}", "unreachable") from None
         return [_pod(json.loads(raw)) for _version, items in pages for raw in items]
 
     def _round(self, pods: List[ExporterPod]) -> Tuple[Dict[str, Scraped], List[Tuple[ExporterPod, str]]]:

@@ -91,10 +91,11 @@ def test_no_exporter_pods_is_one_line(cluster):
 
 
 def test_an_unreachable_api_server_is_one_line(cluster, api):
+    server = api.url
     api.stop()
     run = run_top(["--kubeconfig", cluster])
     assert run.returncode == 1 and len(run.stderr.splitlines()) == 1, run.stderr
-    assert "Kubernetes API server cannot be reached" in run.stderr
+    assert f"Kubernetes API server at {server} cannot be reached" in run.stderr
 
 
 def test_exporter_pods_are_found_by_their_labels_in_their_namespace(cluster, api):

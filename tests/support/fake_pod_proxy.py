@@ -16,7 +16,7 @@ import re
 import socket
 import threading
 import time
-from typing import Dict, Optional, Tuple
+from typing import Dict, Tuple
 from urllib.parse import urlsplit
 
 from exporter.demo.kube_api_http import ResourceRequest, status_object
