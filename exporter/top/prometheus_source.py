@@ -14,7 +14,8 @@ from exporter.top.errors import TopSourceError
 from exporter.top.families import COUNTERS, GAUGES, PRESENCE
 from exporter.top.readings import Readings
 
-MAX_ANSWER_BYTES = 64 * 1024 * 1024  # one query's JSON; a cluster's GPU series are a few megabytes
+MAX_ANSWER_BYTES = 64 * 1024 * 1024
+_SCRAPE_LABELS = frozenset(("instance", "job", "endpoint", "service"))  # the scrape's, not the series' own  # one query's JSON; a cluster's GPU series are a few megabytes
 
 
 @dataclass(frozen=True)
@@ -50,13 +51,18 @@ class PrometheusSource:
         if not self.query(PRESENCE):
             raise TopSourceError(f"Prometheus at {self._shown} has no {PRESENCE} series: is it scraping "
                                  "pod-gpu-metrics-exporter's /gpu/metrics?", "empty")
-        readings = Readings()
+        readings, seen = Readings(), set()
         names = "|".join(GAUGES)
-        for result in self.query(f'{{__name__=~"{names}"}}'):
-            readings.add(result["metric"].get("__name__", ""), _labels(result["metric"]), _value(result))
+        results = [(r["metric"].get("__name__", ""), r) for r in self.query(f'{{__name__=~"{names}"}}')]
         for counter in COUNTERS:
-            for result in self.query(f"rate({counter}[{self._window}])"):
-                readings.add(counter, _labels(result["metric"]), _value(result))
+            results += [(counter, r) for r in self.query(f"rate({counter}[{self._window}])")]
+        for family, result in results:
+            labels = _labels(result["metric"])
+            # One exporter scraped by two jobs (a ServiceMonitor and annotations) is counted once.
+            key = (family, frozenset((k, v) for k, v in labels.items() if k not in _SCRAPE_LABELS))
+            if key not in seen:
+                seen.add(key)
+                readings.add(family, labels, _value(result))
         return readings
 
     def query(self, promql: str) -> list:

@@ -35,8 +35,8 @@ def render(table: Table, output: str, by: str) -> str:
 def as_json(table: Table, by: str) -> dict:
     rows = [_row_object(row, by) for row in table.rows]
     unallocated = [{"namespace": u.namespace, "pod": u.pod, "container": u.container, "node": u.node,
-                    "memory_bytes": u.memory_bytes, "sm_ratio": u.sm_ratio} for u in table.unallocated]
-    unattributed = [{"node": u.node, "reason": u.reason, "memory_bytes": u.memory_bytes, "sm_ratio": u.sm_ratio,
+                    "memory_bytes": _whole(u.memory_bytes), "sm_ratio": u.sm_ratio} for u in table.unallocated]
+    unattributed = [{"node": u.node, "reason": u.reason, "memory_bytes": _whole(u.memory_bytes), "sm_ratio": u.sm_ratio,
                      "power_watts": u.power_watts} for u in table.unattributed]
     unreachable = [{"node": node, "error": why} for node, why in table.unreachable]
     return {"rows": rows, "unallocated": unallocated, "unattributed": unattributed, "unreachable": unreachable}
@@ -44,6 +44,7 @@ def as_json(table: Table, by: str) -> dict:
 
 def _row_object(row: Row, by: str) -> dict:
     found = {name: getattr(row, name) for name in ROW_FIELDS}
+    found["memory_bytes"] = _whole(row.memory_bytes)
     if by != "pod":
         found["containers"] = row.containers
     return found
@@ -114,6 +115,11 @@ def _by_reason(table: Table) -> str:
                                           (watts(amounts.get("power_watts")), amounts.get("power_watts"))) if value]
         parts.append(f"{reason} {', '.join(shown)}")
     return "; ".join(parts)
+
+
+def _whole(value: Optional[float]) -> Optional[int]:
+    """Bytes as a whole number (Prometheus answers every value as a float)."""
+    return None if value is None or value != value else int(round(value))
 
 
 def number(value: Optional[float]) -> str:

@@ -27,9 +27,12 @@ def _prometheus(tmp_path_factory, targets):
     binary = shutil.which("prometheus")
     if binary is None:
         pytest.skip("prometheus is not installed (apt-get install prometheus)")
+    # Two jobs scrape the same exporter, as a ServiceMonitor beside the prometheus.io annotations would:
+    # each holder is still one row, its amounts counted once.
     config = {"global": {"scrape_interval": "1s", "evaluation_interval": "1s"},
-              "scrape_configs": [{"job_name": "pod-gpu-metrics-exporter", "metrics_path": "/gpu/metrics",
-                                  "static_configs": [{"targets": targets, "labels": {"node": "demo-node"}}]}]}
+              "scrape_configs": [{"job_name": job, "metrics_path": "/gpu/metrics",
+                                  "static_configs": [{"targets": targets, "labels": {"node": "demo-node"}}]}
+                                 for job in ("pod-gpu-metrics-exporter", "gpu-monitoring/pod-gpu-metrics-exporter")]}
     return PrometheusServer(binary, tmp_path_factory.mktemp("prometheus"), config)
 
 

@@ -6,7 +6,8 @@ import json
 
 import pytest
 
-from support.demo_process import start_demo
+from support.demo_process import console_script, start_demo
+from support.exporter_process import start_exporter
 from support.fake_pod_proxy import PodProxyApi
 from support.top_runs import (EXPORTER_NAMESPACE, add_exporter_pod, kubeconfig_for, own_sum, rows_by_pod, run_top,
                               served, top_json)
@@ -126,3 +127,24 @@ def test_each_scrape_is_bounded_in_size_and_time(api, tmp_path):
     errors = {entry["node"]: entry["error"] for entry in json.loads(run.stdout)["unreachable"]}
     assert errors == {"gpu-node-big": "answer larger than 4096 bytes", "gpu-node-slow": "no answer within 0.5 s",
                       "gpu-node-new": "pod pod-gpu-metrics-exporter-pending is Pending"}
+
+
+def test_in_device_mode_rows_show_their_gpus_utilisation_marked(api, tmp_path):
+    device_demo = start_exporter(["demo", "--demo.nvml", "off"], command=[console_script()])
+    try:
+        add_exporter_pod(api, "pod-gpu-metrics-exporter-dev01", "demo-node", device_demo.address)
+        kubeconfig = kubeconfig_for(api, tmp_path)
+        document = top_json(["--kubeconfig", kubeconfig, "--window", "200ms"])
+        table = run_top(["--kubeconfig", kubeconfig, "--window", "200ms"])
+        own = served(device_demo.url())
+    finally:
+        device_demo.stop()
+    rows = rows_by_pod(document)
+    trainer, a, b = rows["trainer-0"], rows["llm-server-a"], rows["llm-server-b"]
+    assert {row["sm_source"] for row in rows.values()} == {"device"}
+    assert (trainer["power_watts"], trainer["idle_ratio"], trainer["health"]) == (None, None, "unhealthy")
+    # The GPUs' own activity (0-1), read a moment apart on a two-minute cycle.
+    assert trainer["sm_ratio"] == pytest.approx(own_sum(own, "DCGM_FI_PROF_GR_ENGINE_ACTIVE", "trainer-0"), abs=0.06)
+    assert a["sm_ratio"] == pytest.approx(b["sm_ratio"], abs=0.03)  # both hold GPU 2: each shows all of it
+    assert document["unallocated"] == [] and document["unattributed"] == []
+    assert "* the GPU's own utilisation and memory" in table.stdout and "trainer-0" in table.stdout
