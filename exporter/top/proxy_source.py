@@ -90,15 +90,18 @@ class ProxySource:
         running = [pod for pod in pods if pod.phase == "Running"]
         failed = [(pod, f"pod {pod.name} is {pod.phase or 'not running'}") for pod in pods if pod.phase != "Running"]
         scraped: Dict[str, Scraped] = {}
-        with ThreadPoolExecutor(max_workers=max(1, min(self._access.concurrency, len(running) or 1))) as pool:
+        pool = ThreadPoolExecutor(max_workers=max(1, min(self._access.concurrency, len(running) or 1)))
+        try:
             futures = [(pod, pool.submit(scrape_pod, http, pod, self._access, deadline)) for pod in running]
             for pod, future in futures:
                 try:
                     scraped[pod.name] = future.result()
                 except ScrapeFailed as exc:
-                    if exc.denied:
+                    if exc.denied:  # true of every pod: stop at once rather than ask a thousand times
                         raise TopSourceError(exc.message + f": {RBAC_HINT}", "denied") from None
                     failed.append((pod, exc.message))
+        finally:
+            pool.shutdown(wait=True, cancel_futures=True)
         return scraped, failed
 
 
