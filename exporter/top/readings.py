@@ -11,8 +11,10 @@ from exporter.top.families import COUNTERS, GAUGES, PRESENCE
 WANTED = frozenset(GAUGES + COUNTERS + (PRESENCE,))
 # The labels the table reads; the rest (a dcgm sample's PCI bus ID, driver version, host name...) are
 # dropped as they are read, so that a thousand nodes' answers fit in little memory.
+# --labels.style legacy names the owner as the 2019 exporter did: read as the kubernetes style's names.
+LEGACY_OWNER = {"pod_namespace": "namespace", "pod_name": "pod", "container_name": "container"}
 KEPT_LABELS = frozenset(("UUID", "gpu", "GPU_I_ID", "namespace", "pod", "container", "cluster_queue", "local_queue",
-                         "status", "reason"))
+                         "status", "reason", *LEGACY_OWNER))
 POD_LABEL_PREFIX = "label_"  # a pod's labels, as --labels.pod-labels serves them
 # label="value" pairs of the text format: a value may hold \" \\ and \n escapes.
 _PAIR = re.compile(r'([a-zA-Z_][a-zA-Z0-9_]*)="((?:[^"\\]|\\.)*)"')
@@ -37,7 +39,11 @@ class Readings:
         return self.families.get(family, [])
 
     def add(self, family: str, labels: Mapping[str, str], value: float) -> None:
-        self.families.setdefault(family, []).append(Sample(dict(labels), value))
+        found = dict(labels)
+        for legacy, name in LEGACY_OWNER.items():
+            if legacy in found:
+                found[name] = found.pop(legacy)
+        self.families.setdefault(family, []).append(Sample(found, value))
 
 
 def parse_text(body: str, wanted: Iterable[str] = WANTED) -> Dict[Tuple[str, Labels], float]:

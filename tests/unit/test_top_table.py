@@ -165,3 +165,11 @@ def test_the_proxy_route_names_the_port_and_https_when_the_exporter_serves_tls()
         "/api/v1/namespaces/gpu-monitoring/pods/pgx-7xk2p:9400/proxy/gpu/metrics"
     assert proxy_path(pod, "https", "metrics", "/gpu/metrics") == \
         "/api/v1/namespaces/gpu-monitoring/pods/https:pgx-7xk2p:metrics/proxy/gpu/metrics"
+
+
+def test_an_exporter_with_legacy_label_names_is_read_alike():
+    text = ('pod_gpu_container_allocated_gpus{pod_name="train-0",pod_namespace="ml",container_name="torch"} 1\n'
+            'pod_gpu_container_sm_utilization_ratio{UUID="GPU-0",gpu="0",pod_name="train-0",pod_namespace="ml",'
+            'container_name="torch"} 0.5\n')
+    row, = build_table(look(parse_text(text), parse_text(text), 5.0)).rows
+    assert (row.namespace, row.pod, row.container, row.gpus, row.sm_ratio) == ("ml", "train-0", "torch", 1, 0.5)
