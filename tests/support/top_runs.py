@@ -70,3 +70,9 @@ def start_demo_keeping_its_text():
     STARTED.append(demo)
     demo.wait_listening(20.0)
     return demo, lines
+
+
+def within_readings(value: float, readings: Sequence[float], slack: float) -> bool:
+    """Whether `value` lies between the lowest and highest of `readings` (the demo's own, read before and
+    after), give or take `slack`: its values move, and `top` read them somewhere in between."""
+    return min(readings) - slack <= value <= max(readings) + slack
