@@ -9,6 +9,7 @@ import pytest
 from support.demo_process import console_script, start_demo
 from support.exporter_process import start_exporter
 from support.fake_pod_proxy import PodProxyApi
+from support.tlspki import OPENSSL, SKIP_REASON, make_pki
 from support.top_runs import (EXPORTER_NAMESPACE, add_exporter_pod, kubeconfig_for, own_sum, rows_by_pod, run_top,
                               served, top_json, within_readings)
 from support.waiting import wait_until
@@ -152,3 +153,21 @@ def test_in_device_mode_rows_show_their_gpus_utilisation_marked(api, tmp_path):
     assert a["sm_ratio"] == pytest.approx(b["sm_ratio"], abs=0.03)  # both hold GPU 2: each shows all of it
     assert document["unallocated"] == [] and document["unattributed"] == []
     assert "* the GPU's own utilisation and memory" in table.stdout and "trainer-0" in table.stdout
+
+
+@pytest.mark.skipif(OPENSSL is None, reason=SKIP_REASON)
+def test_an_exporter_serving_tls_is_scraped_with_the_https_form(api, tmp_path):
+    make_pki(tmp_path)
+    (tmp_path / "web.yml").write_text(f"tls_server_config:\n  cert_file: {tmp_path}/server.crt\n"
+                                      f"  key_file: {tmp_path}/server.key\n")
+    tls_demo = start_exporter(["demo", "--web.config.file", str(tmp_path / "web.yml")], command=[console_script()])
+    try:
+        assert tls_demo.scheme == "https"
+        add_exporter_pod(api, "pod-gpu-metrics-exporter-tls01", "demo-node", tls_demo.address)
+        kubeconfig = kubeconfig_for(api, tmp_path)
+        over_tls = top_json(["--kubeconfig", kubeconfig, "--window", "200ms", "--exporter.scheme", "https"])
+        plain = top_json(["--kubeconfig", kubeconfig, "--window", "200ms", "--scrape.timeout", "2s"])
+    finally:
+        tls_demo.stop()
+    assert set(rows_by_pod(over_tls)) == {"trainer-0", "llm-server-a", "llm-server-b"}
+    assert plain["rows"] == [] and [entry["node"] for entry in plain["unreachable"]] == ["demo-node"]

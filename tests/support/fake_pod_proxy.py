@@ -1,7 +1,8 @@
 """The fake API server with the pod proxy route, answered as the real one answers it.
 
 `GET /api/v1/namespaces/<ns>/pods/[https:]<name>:<port>/proxy/<path>` is forwarded to the pod's port
-(`expose(namespace, name, port, "127.0.0.1:<real port>")`, where a real API server dials the pod IP),
+(`expose(namespace, name, port, "127.0.0.1:<real port>")`, where a real API server dials the pod IP;
+over TLS, unchecked, for `https:<name>:<port>`),
 or answered from a canned body (`serve_body`), or held open without an answer (`stall`). As the real
 server does: a pod it does not know is a 404 Status, a pod it cannot reach a 503 Status with "error
 trying to reach service: dial tcp …: connect: connection refused", a user without `get` on
@@ -14,6 +15,7 @@ from __future__ import annotations
 import http.client
 import re
 import socket
+import ssl
 import threading
 import time
 from typing import Dict, Tuple
@@ -72,18 +74,21 @@ class _ProxyHandler(_Handler):
             return self._send(404, status_object(404, "NotFound", f'pods "{name}" not found'))
         api._enter()
         try:
-            self._answer(api, (namespace, name, port), match.group("path") or "/")
+            self._answer(api, (namespace, name, port), match.group("path") or "/", match.group("scheme") == "https")
         finally:
             api._leave()
 
-    def _answer(self, api: "PodProxyApi", key: Tuple[str, str, str], path: str) -> None:
+    def _answer(self, api: "PodProxyApi", key: Tuple[str, str, str], path: str, tls: bool) -> None:
         if key in api.stalled:
             return self._stall(api.stall_seconds)
         if key in api.bodies:
             return self._raw(200, {"Content-Type": "text/plain; version=0.0.4; charset=utf-8"}, api.bodies[key])
         address = api.endpoints.get(key, "127.0.0.1:1")
         host, port = address.rsplit(":", 1)
-        connection = http.client.HTTPConnection(host, int(port), timeout=api.dial_seconds)
+        # `https:` before the pod's name: TLS to the pod, its certificate not checked (as the API server does).
+        connection = (http.client.HTTPSConnection(host, int(port), timeout=api.dial_seconds,
+                                                  context=ssl._create_unverified_context()) if tls
+                      else http.client.HTTPConnection(host, int(port), timeout=api.dial_seconds))
         try:
             connection.request("GET", path, headers={h: self.headers[h] for h in _FORWARDED if self.headers.get(h)})
             answer = connection.getresponse()
