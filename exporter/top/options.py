@@ -74,7 +74,13 @@ def build_parser(prog: str) -> argparse.ArgumentParser:
         "One row per container that holds a GPU: its GPUs, own SM share, memory, power, idle time, health "
         f"and queue. From Prometheus with --prometheus (env {PROMETHEUS_URL_ENV}); without it, from the "
         "exporter pods themselves through the Kubernetes API server's pod proxy."))
-    add = parser.add_argument
+    _add_prometheus_flags(parser.add_argument)
+    _add_proxy_flags(parser.add_argument)
+    _add_table_flags(parser.add_argument)
+    return parser
+
+
+def _add_prometheus_flags(add) -> None:
     add("--prometheus", metavar="URL", type=_checked(_url), help=f"Prometheus's root URL [env {PROMETHEUS_URL_ENV}]")
     add("--prometheus.user", dest="prometheus_user", metavar="USER", help="basic auth user for Prometheus")
     add("--prometheus.password-file", dest="prometheus_password_file", metavar="FILE",
@@ -83,6 +89,9 @@ def build_parser(prog: str) -> argparse.ArgumentParser:
         help=f"file holding a bearer token for Prometheus [env {PROMETHEUS_TOKEN_ENV}: the token]")
     add("--prometheus.timeout", dest="prometheus_timeout", metavar="DURATION", type=_checked(parse_duration),
         default=10.0, help="time allowed for each query (default: 10s)")
+
+
+def _add_proxy_flags(add) -> None:
     add("--kubeconfig", metavar="PATH", help="kubeconfig file (default: $KUBECONFIG, ~/.kube/config, else in cluster)")
     add("--context", metavar="NAME", help="the kubeconfig context to use (default: its current context)")
     add("-N", "--exporter.namespace", dest="exporter_namespace", metavar="NAMESPACE", default=ProxyAccess.namespace,
@@ -103,6 +112,9 @@ def build_parser(prog: str) -> argparse.ArgumentParser:
         default=ProxyAccess.max_body_bytes, help="largest answer read from one pod (default: 32MiB)")
     add("--scrape.concurrency", dest="scrape_concurrency", metavar="N", type=_checked(int),
         default=ProxyAccess.concurrency, help=f"pods scraped at once (default: {ProxyAccess.concurrency})")
+
+
+def _add_table_flags(add) -> None:
     add("-n", "--namespace", metavar="NAMESPACE", help="only containers in this namespace")
     add("-l", "--selector", metavar="SELECTOR", type=_checked(parse_selector, positive=False),
         help="only pods with these labels (key=value, key!=value, key, !key), where the exporter serves them "
@@ -114,7 +126,6 @@ def build_parser(prog: str) -> argparse.ArgumentParser:
     add("--window", metavar="DURATION", type=_checked(parse_duration),
         help=f"rate window of power and idle (default: {PROMETHEUS_WINDOW_SECONDS:g}s with Prometheus, "
              f"{PROXY_WINDOW_SECONDS:g}s through the pod proxy)")
-    return parser
 
 
 def parse_options(argv: Sequence[str], environ: Mapping[str, str], prog: str) -> TopOptions:
