@@ -1,4 +1,4 @@
-"""Entry point: argv → Config, logging, then the serve, demo or mapping command (exporter.app wires them)."""
+"""Entry point: argv → Config, logging, then the serve, demo or mapping command (exporter.app wires them), or `top`."""
 
 from __future__ import annotations
 
@@ -14,8 +14,13 @@ from exporter.config import parse_config
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if argv[:1] == ["top"]:  # a client of the exporters, with flags of its own (exporter.top.options)
+        from exporter.top.command import run_top
+
+        return run_top(argv[1:])
     try:
-        config = parse_config(sys.argv[1:] if argv is None else argv, os.environ)
+        config = parse_config(argv, os.environ)
     except ConfigError as exc:
         print(f"pod-gpu-metrics-exporter: error: {exc}", file=sys.stderr)
         return EXIT_USAGE

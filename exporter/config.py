@@ -201,6 +201,8 @@ def build_parser() -> argparse.ArgumentParser:
             "  demo      serve a simulated GPU node (kubelet, dcgm-exporter, NVML, API server), no cluster needed;\n"
             "            listens on 127.0.0.1:9400 unless --web.listen-address says otherwise\n"
             "  mapping   print this node's GPU -> pod table from --kubelet.socket and exit (-o json for JSON)\n"
+            "  top       one row per container that holds a GPU, across the cluster (`top --help` for its flags;\n"
+            "            also installed as the kubectl plugin `kubectl gpu top`)\n"
         ),
     )
     parser.add_argument("command", nargs="?", default="serve", choices=COMMANDS, help="what to do (default: serve)")

@@ -19,7 +19,7 @@ QUERIES = (
 )
 
 
-def explain(url: str, socket_path: str, dcgm_url: str, mapping: str, nvml: bool = True) -> None:
+def explain(url: str, socket_path: str, dcgm_url: str, mapping: str, nvml: bool = True, top: str = "") -> None:
     parts = urlsplit(url)
     root = f"{parts.scheme}://{parts.netloc}"
     print(f"""
@@ -42,10 +42,12 @@ Simulated: a kubelet PodResources gRPC server on {socket_path},
 {_QUERIES_TEXT.format(url=url) if nvml else _WITHOUT_NVML}
 The table the exporter works from, as `mapping` prints it on a real node; from another terminal:
   {mapping}
-Press Ctrl+C to stop.
+{_TOP_LINE.format(top=top) if top else ""}Press Ctrl+C to stop.
 """, flush=True)
 
 
+# The one line naming `top` (docs/top.md): PROMETHEUS_URL stands for a Prometheus that scrapes the demo.
+_TOP_LINE = "Who uses what, per container (also `kubectl gpu top`): {top} top --prometheus PROMETHEUS_URL\n"
 _NVML_PARTS = (", and NVML's per-process view of the GPUs with the host's /proc\n"
                "           (so it serves --sharing.mode process; --demo.nvml off leaves that out)")
 _GPU2_PROCESSES = (";\n            llm-server-b holds its replica but runs nothing on it; a host service uses GPU 2 too,\n"

@@ -114,7 +114,7 @@ def run_demo(config: Config, serve: Callable[..., int]) -> int:
             **(dict(sharing_mode="process", sharing_proc_root=str(workdir / "proc")) if simulate_nvml else {}),
         )
         ready = functools.partial(explain, socket_path=socket_path, dcgm_url=dcgm.url, nvml=simulate_nvml,
-                                  mapping=mapping_command(_invoked_as(), socket_path))
+                                  mapping=mapping_command(_invoked_as(), socket_path), top=_invoked_as())
         return serve(demo_config, on_ready=ready, nvml=nvml)
     finally:
         if nvml is not None:

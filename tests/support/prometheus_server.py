@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import base64
 import json
 import socket
 import subprocess
 import urllib.parse
 import urllib.request
 from pathlib import Path
+from typing import Optional, Tuple
 
 import yaml
 
@@ -33,13 +35,23 @@ def get_json(url: str):
 class PrometheusServer:
     """A prometheus server process on a free loopback port, with its own TSDB folder."""
 
-    def __init__(self, binary: str, folder: Path, config: dict):
+    def __init__(self, binary: str, folder: Path, config: dict, web_config: Optional[dict] = None,
+                 credentials: Optional[Tuple[str, str]] = None):
+        """`web_config`: its --web.config.file (basic auth users, TLS); `credentials`: (user, password) to
+        ask it with, when its web config requires them."""
         (folder / "prometheus.yml").write_text(yaml.safe_dump(config))
+        extra = []
+        if web_config is not None:
+            (folder / "web.yml").write_text(yaml.safe_dump(web_config))
+            extra.append(f"--web.config.file={folder / 'web.yml'}")
+        self._headers = {}
+        if credentials:
+            self._headers["Authorization"] = "Basic " + base64.b64encode(":".join(credentials).encode()).decode()
         for _attempt in range(3):  # the free port can be taken between probing and binding
             self.url = f"http://127.0.0.1:{free_port()}"
             self.proc = subprocess.Popen(
                 [binary, f"--config.file={folder / 'prometheus.yml'}", f"--storage.tsdb.path={folder / 'data'}",
-                 f"--web.listen-address={self.url[len('http://'):]}", "--log.level=warn"],
+                 f"--web.listen-address={self.url[len('http://'):]}", "--log.level=warn"] + extra,
                 stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
             if self._wait_ready():
                 return
@@ -60,7 +72,8 @@ class PrometheusServer:
         if self.proc.poll() is not None:
             return "exited"
         try:
-            with urllib.request.urlopen(self.url + "/-/ready", timeout=2) as response:
+            request = urllib.request.Request(self.url + "/-/ready", headers=self._headers)
+            with urllib.request.urlopen(request, timeout=2) as response:
                 return "ready" if response.status == 200 else ""
         except OSError:
             return ""

@@ -1,0 +1,113 @@
+"""Readings from Prometheus's HTTP API: instant queries, counters as rate() over the window."""
+
+from __future__ import annotations
+
+import base64
+import json
+import urllib.error
+import urllib.parse
+import urllib.request
+from dataclasses import dataclass
+from typing import Optional
+
+from exporter.top.errors import TopSourceError
+from exporter.top.families import COUNTERS, GAUGES, PRESENCE
+from exporter.top.readings import Readings
+
+MAX_ANSWER_BYTES = 64 * 1024 * 1024
+_SCRAPE_LABELS = frozenset(("instance", "job", "endpoint", "service"))  # the scrape's, not the series' own  # one query's JSON; a cluster's GPU series are a few megabytes
+
+
+@dataclass(frozen=True)
+class PrometheusAccess:
+    url: str  # the server's root, e.g. http://prometheus:9090 (a path prefix kept)
+    timeout_seconds: float = 10.0
+    user: Optional[str] = None  # basic auth: the user, else the URL's
+    password: Optional[str] = None  # with the user: this, else the URL's
+    bearer_token: Optional[str] = None
+
+
+class PrometheusSource:
+    """Asks one Prometheus for the exporter's families across every node it scrapes."""
+
+    def __init__(self, access: PrometheusAccess, window_seconds: float):
+        self._access = access
+        self._window = f"{max(1, round(window_seconds * 1000))}ms"  # PromQL durations take whole units
+        parts = urllib.parse.urlsplit(access.url)
+        host = f"[{parts.hostname}]" if ":" in (parts.hostname or "") else (parts.hostname or "")
+        netloc = host + (f":{parts.port}" if parts.port else "")
+        # Shown in messages and asked: the URL without the credentials it may carry (user:password@).
+        self._root = self._shown = urllib.parse.urlunsplit((parts.scheme, netloc, parts.path.rstrip("/"), "", ""))
+        self._headers = {"Accept": "application/json"}
+        user = access.user or (urllib.parse.unquote(parts.username) if parts.username else None)
+        password = access.password if access.password is not None else urllib.parse.unquote(parts.password or "")
+        if user:
+            token = base64.b64encode(f"{user}:{password}".encode()).decode()
+            self._headers["Authorization"] = f"Basic {token}"
+        elif access.bearer_token:
+            self._headers["Authorization"] = f"Bearer {access.bearer_token}"
+
+    def read(self) -> Readings:
+        if not self.query(PRESENCE):
+            raise TopSourceError(f"Prometheus at {self._shown} has no {PRESENCE} series: is it scraping "
+                                 "pod-gpu-metrics-exporter's /gpu/metrics?", "empty")
+        readings, seen = Readings(), set()
+        names = "|".join(GAUGES)
+        results = [(r["metric"].get("__name__", ""), r) for r in self.query(f'{{__name__=~"{names}"}}')]
+        for counter in COUNTERS:
+            results += [(counter, r) for r in self.query(f"rate({counter}[{self._window}])")]
+        for family, result in results:
+            labels = _labels(result["metric"])
+            # One exporter scraped by two jobs (a ServiceMonitor and annotations) is counted once.
+            key = (family, frozenset((k, v) for k, v in labels.items() if k not in _SCRAPE_LABELS))
+            if key not in seen:
+                seen.add(key)
+                readings.add(family, labels, _value(result))
+        return readings
+
+    def query(self, promql: str) -> list:
+        url = f"{self._root}/api/v1/query?" + urllib.parse.urlencode({"query": promql})
+        request = urllib.request.Request(url, headers=self._headers)
+        try:
+            with urllib.request.urlopen(request, timeout=self._access.timeout_seconds) as response:
+                body = response.read(MAX_ANSWER_BYTES + 1)
+        except urllib.error.HTTPError as exc:
+            raise TopSourceError(f"Prometheus at {self._shown} answered HTTP {exc.code} {exc.reason}"
+                                 f"{_hint(exc.code)}", "status") from None
+        except (urllib.error.URLError, OSError) as exc:
+            reason = getattr(exc, "reason", exc)
+            raise TopSourceError(f"Prometheus at {self._shown} cannot be reached: {reason}", "unreachable") from None
+        if len(body) > MAX_ANSWER_BYTES:
+            raise TopSourceError(f"Prometheus at {self._shown}: an answer larger than {MAX_ANSWER_BYTES} bytes", "status")
+        try:
+            answer = json.loads(body)
+            return answer["data"]["result"] if answer.get("status") == "success" else _failed(self._shown, answer)
+        except (ValueError, KeyError, TypeError, AttributeError):
+            raise TopSourceError(f"Prometheus at {self._shown} answered something other than its query API's "
+                                 "JSON: is the URL Prometheus's root (e.g. http://prometheus:9090)?", "status") from None
+
+
+def _failed(shown: str, answer: dict) -> list:
+    raise TopSourceError(f"Prometheus at {shown} refused the query: {answer.get('error', answer)}", "status")
+
+
+def _hint(code: int) -> str:
+    if code in (401, 403):
+        return " (give --prometheus.user and a password, or --prometheus.bearer-token-file)"
+    if code == 404:
+        return " (is the URL Prometheus's root, e.g. http://prometheus:9090?)"
+    return ""
+
+
+def _labels(metric: dict) -> dict:
+    """The series' labels; `node` is the node label a scrape config sets (the project's does), else the target."""
+    labels = {k: v for k, v in metric.items() if k != "__name__"}
+    labels["node"] = metric.get("node") or metric.get("instance", "")
+    return labels
+
+
+def _value(result: dict) -> float:
+    try:
+        return float(result["value"][1])
+    except (KeyError, IndexError, TypeError, ValueError):
+        return float("nan")

@@ -1,0 +1,117 @@
+"""What a source hands the table: each family's samples (counters already turned into per-second rates)."""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from typing import Dict, Iterable, List, Mapping, Optional, Tuple
+
+from exporter.top.families import COUNTERS, GAUGES, PRESENCE
+
+WANTED = frozenset(GAUGES + COUNTERS + (PRESENCE,))
+# The labels the table reads; the rest (a dcgm sample's PCI bus ID, driver version, host name...) are
+# dropped as they are read, so that a thousand nodes' answers fit in little memory.
+# --labels.style legacy names the owner as the 2019 exporter did: read as the kubernetes style's names.
+LEGACY_OWNER = {"pod_namespace": "namespace", "pod_name": "pod", "container_name": "container"}
+KEPT_LABELS = frozenset(("UUID", "gpu", "GPU_I_ID", "namespace", "pod", "container", "cluster_queue", "local_queue",
+                         "status", "reason", *LEGACY_OWNER))
+POD_LABEL_PREFIX = "label_"  # a pod's labels, as --labels.pod-labels serves them
+# label="value" pairs of the text format: a value may hold \" \\ and \n escapes.
+_PAIR = re.compile(r'([a-zA-Z_][a-zA-Z0-9_]*)="((?:[^"\\]|\\.)*)"')
+_UNESCAPE = re.compile(r"\\(.)")
+Labels = Tuple[Tuple[str, str], ...]
+
+
+@dataclass(frozen=True)
+class Sample:
+    labels: Dict[str, str]  # `node` among them: the node the exporter serving it runs on
+    value: float
+
+
+@dataclass
+class Readings:
+    """One look at the cluster: family name → samples, and the nodes that did not answer, with why."""
+
+    families: Dict[str, List[Sample]] = field(default_factory=dict)
+    unreachable: List[Tuple[str, str]] = field(default_factory=list)
+
+    def samples(self, family: str) -> List[Sample]:
+        return self.families.get(family, [])
+
+    def add(self, family: str, labels: Mapping[str, str], value: float) -> None:
+        found = dict(labels)
+        for legacy, name in LEGACY_OWNER.items():
+            if legacy in found:
+                found[name] = found.pop(legacy)
+        self.families.setdefault(family, []).append(Sample(found, value))
+
+
+def parse_text(body: str, wanted: Iterable[str] = WANTED) -> Dict[Tuple[str, Labels], float]:
+    """(family, labels) → value of the text format's samples of the `wanted` families; any other
+    line (comments, other families, a line that does not parse) is skipped."""
+    wanted = frozenset(wanted)
+    found: Dict[Tuple[str, Labels], float] = {}
+    strings: Dict[str, str] = {}  # one copy of each name and value: they repeat on every GPU's samples
+    for line in body.splitlines():
+        name_end = _name_end(line)
+        if name_end <= 0 or line[:name_end] not in wanted:
+            continue
+        parsed = _sample(line, name_end, strings)
+        if parsed is not None:
+            found[(strings.setdefault(line[:name_end], line[:name_end]), parsed[0])] = parsed[1]
+    return found
+
+
+def _name_end(line: str) -> int:
+    for index, char in enumerate(line):
+        if char in "{ ":
+            return index
+    return -1
+
+
+def _sample(line: str, name_end: int, strings: Dict[str, str]) -> Optional[Tuple[Labels, float]]:
+    rest = line[name_end:]
+    labels: Labels = ()
+    if rest.startswith("{"):
+        close = rest.rfind("}")
+        if close < 0:
+            return None
+        labels = tuple((strings.setdefault(key, key), _kept(strings, _UNESCAPE.sub(_unescaped, value)))
+                       for key, value in _PAIR.findall(rest[1:close])
+                       if key in KEPT_LABELS or key.startswith(POD_LABEL_PREFIX))
+        rest = rest[close + 1:]
+    fields = rest.split()
+    try:
+        return labels, float(fields[0])
+    except (IndexError, ValueError):
+        return None
+
+
+def _kept(strings: Dict[str, str], value: str) -> str:
+    return strings.setdefault(value, value)
+
+
+def _unescaped(match: re.Match) -> str:
+    return "\n" if match.group(1) == "n" else match.group(1)
+
+
+def per_second(first: Mapping, second: Mapping, seconds: float) -> Dict:
+    """Counters' rates between two scrapes `seconds` apart, as Prometheus's rate() reads a reset
+    (a counter that went down started again from zero); a series in one scrape only has none."""
+    rates = {}
+    for key, value in second.items():
+        if key in first and seconds > 0:
+            increase = value - first[key] if value >= first[key] else value
+            rates[key] = increase / seconds
+    return rates
+
+
+def add_scrapes(readings: Readings, node: str, first: Mapping, second: Mapping, seconds: float) -> None:
+    """One exporter's two scrapes into `readings`: gauges as the second read them, counters as rates."""
+    rates = per_second({k: v for k, v in first.items() if k[0] in COUNTERS},
+                       {k: v for k, v in second.items() if k[0] in COUNTERS}, seconds)
+    for (family, labels), value in second.items():
+        if family not in COUNTERS:
+            readings.add(family, dict(labels, node=node), value)
+    for (family, labels), value in rates.items():
+        readings.add(family, dict(labels, node=node), value)

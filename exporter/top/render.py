@@ -1,0 +1,147 @@
+"""The table written out: aligned text with its footers, JSON ({"rows", "unallocated", "unattributed"}) or CSV (pure)."""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+from collections import defaultdict
+from typing import Dict, List, Optional, Sequence, Tuple
+
+from exporter.top.table import DEVICE, Row, Table
+
+OUTPUTS = ("table", "json", "csv")
+ROW_FIELDS = ("namespace", "pod", "container", "node", "gpus", "sm_ratio", "memory_bytes", "power_watts",
+              "idle_ratio", "health", "cluster_queue", "local_queue", "sm_source")
+# The columns naming a row, for each --by; the amounts follow.
+_NAME_COLUMNS: Dict[str, Tuple[Tuple[str, str], ...]] = {
+    "pod": (("NAMESPACE", "namespace"), ("POD", "pod"), ("CONTAINER", "container"), ("NODE", "node")),
+    "namespace": (("NAMESPACE", "namespace"),),
+    "queue": (("CLUSTER-QUEUE", "cluster_queue"), ("NAMESPACE", "namespace"), ("LOCAL-QUEUE", "local_queue")),
+    "node": (("NODE", "node"),),
+}
+_DEVICE_NOTE = ("* the GPU's own utilisation and memory (--sharing.mode device): on a shared GPU, "
+                "every holder shows the whole GPU")
+
+
+def render(table: Table, output: str, by: str) -> str:
+    if output == "json":
+        return json.dumps(as_json(table, by), indent=2) + "\n"
+    if output == "csv":
+        return as_csv(table, by)
+    return as_text(table, by)
+
+
+def as_json(table: Table, by: str) -> dict:
+    rows = [_row_object(row, by) for row in table.rows]
+    unallocated = [{"namespace": u.namespace, "pod": u.pod, "container": u.container, "node": u.node,
+                    "memory_bytes": _whole(u.memory_bytes), "sm_ratio": u.sm_ratio} for u in table.unallocated]
+    unattributed = [{"node": u.node, "reason": u.reason, "memory_bytes": _whole(u.memory_bytes), "sm_ratio": u.sm_ratio,
+                     "power_watts": u.power_watts} for u in table.unattributed]
+    unreachable = [{"node": node, "error": why} for node, why in table.unreachable]
+    return {"rows": rows, "unallocated": unallocated, "unattributed": unattributed, "unreachable": unreachable}
+
+
+def _row_object(row: Row, by: str) -> dict:
+    found = {name: getattr(row, name) for name in ROW_FIELDS}
+    found["memory_bytes"] = _whole(row.memory_bytes)
+    if by != "pod":
+        found["containers"] = row.containers
+    return found
+
+
+def as_csv(table: Table, by: str) -> str:
+    out = io.StringIO()
+    fields = ROW_FIELDS + (() if by == "pod" else ("containers",))
+    writer = csv.DictWriter(out, fieldnames=fields, lineterminator="\n")
+    writer.writeheader()
+    for row in table.rows:
+        writer.writerow({k: "" if v is None else v for k, v in _row_object(row, by).items()})
+    return out.getvalue()
+
+
+def as_text(table: Table, by: str) -> str:
+    names = _NAME_COLUMNS[by]
+    header = [title for title, _ in names] + ([] if by == "pod" else ["CONTAINERS"]) + [
+        "GPUS", "SM", "MEMORY", "POWER", "IDLE", "HEALTH"] + (["QUEUE"] if by == "pod" else [])
+    lines = [header] + [_cells(row, names, by) for row in table.rows]
+    widths = [max(len(line[column]) for line in lines) for column in range(len(header))]
+    text = ["   ".join(cell.ljust(width) for cell, width in zip(line, widths)).rstrip() for line in lines]
+    if not table.rows:
+        text.append("(no container holds a GPU)")
+    return "\n".join(text + footer(table)) + "\n"
+
+
+def _cells(row: Row, names: Sequence[Tuple[str, str]], by: str) -> List[str]:
+    cells = [getattr(row, attribute) or "-" for _, attribute in names]
+    if by != "pod":
+        cells.append(str(row.containers))
+    mark = "*" if row.sm_source == DEVICE else ""
+    cells += [number(row.gpus), _ratio(row.sm_ratio) + (mark if row.sm_ratio is not None else ""),
+              size(row.memory_bytes) + (mark if row.memory_bytes is not None and mark else ""),
+              watts(row.power_watts), percent(row.idle_ratio), row.health or "-"]
+    if by == "pod":
+        cells.append("/".join(q for q in (row.cluster_queue, row.local_queue) if q) or "-")
+    return cells
+
+
+def footer(table: Table) -> List[str]:
+    """What no row shows: the remainder nobody holds, use outside allocations, nodes that did not answer."""
+    lines = [""] if table.unattributed or table.unallocated or table.unreachable else []
+    if any(row.sm_source == DEVICE for row in table.rows):
+        lines.insert(0, _DEVICE_NOTE)
+    if table.unattributed:
+        lines.append("Unattributed (held by no container, or used by none of its holders): " + _by_reason(table))
+    if table.unallocated:
+        lines.append("Using a GPU nobody gave them:")
+        lines += [f"  {u.namespace}/{u.pod}/{u.container} on {u.node}: memory {size(u.memory_bytes)}, "
+                  f"SM {_ratio(u.sm_ratio)}" for u in table.unallocated]
+    if table.unreachable:
+        lines.append(f"Not answering ({len(table.unreachable)}): " +
+                     "; ".join(f"{node} ({why})" for node, why in table.unreachable))
+    return lines
+
+
+def _by_reason(table: Table) -> str:
+    reasons: Dict[str, Dict[str, float]] = defaultdict(lambda: defaultdict(float))
+    for entry in table.unattributed:
+        for name in ("memory_bytes", "sm_ratio", "power_watts"):
+            if getattr(entry, name) is not None:
+                reasons[entry.reason][name] += getattr(entry, name)
+    parts = []
+    for reason, amounts in sorted(reasons.items()):
+        shown = [text for text, value in (("memory " + size(amounts.get("memory_bytes")), amounts.get("memory_bytes")),
+                                          ("SM " + _ratio(amounts.get("sm_ratio")), amounts.get("sm_ratio")),
+                                          (watts(amounts.get("power_watts")), amounts.get("power_watts"))) if value]
+        parts.append(f"{reason} {', '.join(shown)}")
+    return "; ".join(parts)
+
+
+def _whole(value: Optional[float]) -> Optional[int]:
+    """Bytes as a whole number (Prometheus answers every value as a float)."""
+    return None if value is None or value != value else int(round(value))
+
+
+def number(value: Optional[float]) -> str:
+    return "-" if value is None else f"{value:.2f}".rstrip("0").rstrip(".")
+
+
+def _ratio(value: Optional[float]) -> str:
+    return "-" if value is None else f"{value:.2f}"
+
+
+def percent(value: Optional[float]) -> str:
+    return "-" if value is None else f"{100 * value:.0f}%"
+
+
+def watts(value: Optional[float]) -> str:
+    return "-" if value is None else f"{value:.1f}W"
+
+
+def size(value: Optional[float]) -> str:
+    if value is None:
+        return "-"
+    for unit, scale in (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
+        if abs(value) >= scale:
+            return f"{value / scale:.1f}{unit}"
+    return f"{value:.0f}B"

@@ -1,0 +1,99 @@
+"""The table as asked for: filtered by namespace and pod labels, grouped (--by), sorted (--sort) (pure)."""
+
+from __future__ import annotations
+
+import re
+from dataclasses import replace
+from typing import Callable, Dict, List, Optional, Sequence, Tuple
+
+from exporter.top.errors import TopSourceError
+from exporter.top.table import DEVICE, HEALTH_ORDER, PROCESS, Row, Table
+
+GROUPINGS = ("pod", "namespace", "queue", "node")
+SORT_KEYS = ("sm", "gpus", "memory", "power", "idle", "name")
+_GROUP_KEYS: Dict[str, Tuple[str, ...]] = {
+    "namespace": ("namespace",),
+    "queue": ("cluster_queue", "namespace", "local_queue"),  # a LocalQueue is namespaced
+    "node": ("node",),
+}
+_SORT_FIELDS = {"sm": "sm_ratio", "gpus": "gpus", "memory": "memory_bytes", "power": "power_watts",
+                "idle": "idle_ratio"}
+# key=value, key==value, key!=value, key, !key: the equality forms of a Kubernetes label selector.
+_REQUIREMENT = re.compile(r"\s*(!?)([A-Za-z0-9._/-]+)\s*(?:(==|=|!=)\s*([A-Za-z0-9._-]*))?\s*")
+Requirement = Tuple[str, str, Optional[str]]  # operator (=, !=, exists, absent), key, value
+
+
+def parse_selector(text: str) -> List[Requirement]:
+    """A label selector's equality requirements; ValueError on anything else (set-based forms included)."""
+    requirements: List[Requirement] = []
+    for part in text.split(","):
+        match = _REQUIREMENT.fullmatch(part)
+        if not match or (match.group(1) and match.group(3)):
+            raise ValueError(f"cannot read {part.strip()!r}: expected key=value, key!=value, key or !key")
+        negated, key, operator, value = match.groups()
+        kind = ("absent" if negated else "exists") if operator is None else ("!=" if operator == "!=" else "=")
+        requirements.append((kind, key, value))
+    return requirements
+
+
+def selects(requirements: Sequence[Requirement], labels: Dict[str, str]) -> bool:
+    checks: Dict[str, Callable[[str, Optional[str]], bool]] = {
+        "exists": lambda key, _: key in labels, "absent": lambda key, _: key not in labels,
+        "=": lambda key, value: labels.get(key) == value, "!=": lambda key, value: labels.get(key) != value}
+    return all(checks[kind](_served_name(key), value) for kind, key, value in requirements)
+
+
+def _served_name(key: str) -> str:
+    """A pod label's key as the exporter's label_<key> carries it, sanitised like kube-state-metrics."""
+    return re.sub(r"[^a-zA-Z0-9_]", "_", key)
+
+
+def shape(table: Table, namespace: Optional[str], selector: Sequence[Requirement], by: str, sort: str) -> Table:
+    rows = [row for row in table.rows if namespace is None or row.namespace == namespace]
+    if selector:
+        if rows and not any(row.pod_labels for row in rows):
+            raise TopSourceError("-l/--selector: the exporter serves no pod labels (start it with "
+                                 "--labels.pod-labels naming the label keys to select on)", "no_labels")
+        rows = [row for row in rows if selects(selector, {_served_name(k): v for k, v in row.pod_labels.items()})]
+    unallocated = [entry for entry in table.unallocated if namespace is None or entry.namespace == namespace]
+    if by != "pod":
+        rows = grouped(rows, _GROUP_KEYS[by])
+    return Table(sort_rows(rows, sort), unallocated, table.unattributed, table.unreachable)
+
+
+def grouped(rows: List[Row], keys: Tuple[str, ...]) -> List[Row]:
+    """One row per distinct value of `keys`: amounts added, idle weighted by GPUs held, health the worst."""
+    groups: Dict[tuple, List[Row]] = {}
+    for row in rows:
+        groups.setdefault(tuple(getattr(row, key) for key in keys), []).append(row)
+    return [_merged(dict(zip(keys, key)), members) for key, members in groups.items()]
+
+
+def _merged(key: Dict[str, Optional[str]], members: List[Row]) -> Row:
+    def total(name: str) -> Optional[float]:
+        values = [getattr(row, name) for row in members if getattr(row, name) is not None]
+        return sum(values) if values else None
+
+    weighted = [(row.idle_ratio, row.gpus or 0.0) for row in members if row.idle_ratio is not None]
+    weight = sum(gpus for _, gpus in weighted)
+    idle = sum(ratio * gpus for ratio, gpus in weighted) / weight if weight else None
+    healths = [row.health for row in members if row.health]
+    sources = {row.sm_source for row in members if row.sm_source}
+    empty = Row(None, None, None, None)
+    return replace(empty, **key, gpus=total("gpus"), sm_ratio=total("sm_ratio"), memory_bytes=total("memory_bytes"),
+                   power_watts=total("power_watts"), idle_ratio=idle,
+                   health=min(healths, key=HEALTH_ORDER.index) if healths else None,
+                   sm_source=(DEVICE if DEVICE in sources else PROCESS) if sources else None, containers=len(members))
+
+
+def sort_rows(rows: List[Row], sort: str) -> List[Row]:
+    """Widest first (unknown values last); `name` sorts by the row's names; ties go by name."""
+    def name(row: Row) -> tuple:
+        return tuple(value or "" for value in (row.namespace, row.cluster_queue, row.local_queue, row.pod,
+                                               row.container, row.node))
+
+    by_name = sorted(rows, key=name)
+    if sort == "name":
+        return by_name
+    attribute = _SORT_FIELDS[sort]
+    return sorted(by_name, key=lambda row: (getattr(row, attribute) is None, -(getattr(row, attribute) or 0.0)))

@@ -1,0 +1,192 @@
+"""The table model: one row per container that holds a GPU, and the footers, from one source's Readings (pure)."""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from dataclasses import dataclass, field
+from typing import Dict, List, Optional, Tuple
+
+from exporter.top import families as f
+from exporter.top.readings import Readings, Sample
+
+MIB = 1 << 20
+# Worst first: a container's health is that of its worst GPU.
+HEALTH_ORDER = ("lost", "unhealthy", "unknown", "healthy")
+PROCESS, DEVICE = "process", "device"  # where sm_ratio and memory_bytes come from
+Owner = Tuple[str, str, str, str]  # node, namespace, pod, container
+Device = Tuple[str, str, str, str]  # node, UUID (or "" where unknown), gpu, GPU_I_ID
+
+
+@dataclass
+class Row:
+    namespace: Optional[str]
+    pod: Optional[str]
+    container: Optional[str]
+    node: Optional[str]
+    gpus: Optional[float] = None
+    sm_ratio: Optional[float] = None  # GPUs' worth of SM time: the sum over its GPUs of its share of each
+    memory_bytes: Optional[float] = None
+    power_watts: Optional[float] = None
+    idle_ratio: Optional[float] = None  # of the time it held its GPUs, the part with none of its processes on them
+    health: Optional[str] = None
+    cluster_queue: Optional[str] = None
+    local_queue: Optional[str] = None
+    sm_source: Optional[str] = None  # process: its own share; device: its GPUs' utilisation, shared with co-holders
+    containers: int = 1
+    pod_labels: Dict[str, str] = field(default_factory=dict, repr=False)
+
+
+@dataclass
+class Unallocated:
+    namespace: str
+    pod: str
+    container: str
+    node: str
+    memory_bytes: Optional[float] = None
+    sm_ratio: Optional[float] = None
+
+
+@dataclass
+class Unattributed:
+    node: str
+    reason: str
+    memory_bytes: Optional[float] = None
+    sm_ratio: Optional[float] = None
+    power_watts: Optional[float] = None
+
+
+@dataclass
+class Table:
+    rows: List[Row]
+    unallocated: List[Unallocated]
+    unattributed: List[Unattributed]
+    unreachable: List[Tuple[str, str]]
+
+
+def build_table(readings: Readings) -> Table:
+    """Every holder's row; the use outside allocations; what nobody holds, by node and reason."""
+    rows = {owner: _holder_row(owner, sample) for owner, sample in _by_owner(readings.samples(f.ALLOCATED)).items()}
+    devices = _held_devices(readings)
+    _add_process_shares(rows, readings)
+    _add_device_readings(rows, devices, readings)
+    health = _device_health(readings)
+    for owner, row in rows.items():
+        statuses = [health[d] for d in devices.get(owner, ()) if d in health]
+        row.health = min(statuses, key=HEALTH_ORDER.index) if statuses else None
+    unreachable = sorted(readings.unreachable)
+    return Table(list(rows.values()), _unallocated(readings), _unattributed(readings), unreachable)
+
+
+def owner_of(labels: Dict[str, str]) -> Owner:
+    return (labels.get("node", ""), labels.get("namespace", ""), labels.get("pod", ""), labels.get("container", ""))
+
+
+def device_of(labels: Dict[str, str]) -> Device:
+    return (labels.get("node", ""), labels.get("UUID", ""), labels.get("gpu", ""), labels.get("GPU_I_ID", ""))
+
+
+def _by_owner(samples: List[Sample]) -> Dict[Owner, Sample]:
+    return {owner_of(sample.labels): sample for sample in samples if sample.labels.get("pod")}
+
+
+def _holder_row(owner: Owner, sample: Sample) -> Row:
+    labels = sample.labels
+    pod_labels = {key[len("label_"):]: value for key, value in labels.items() if key.startswith("label_")}
+    return Row(owner[1], owner[2], owner[3], owner[0], gpus=sample.value,
+               cluster_queue=labels.get("cluster_queue") or None, local_queue=labels.get("local_queue") or None,
+               pod_labels=pod_labels)
+
+
+def _held_devices(readings: Readings) -> Dict[Owner, List[Device]]:
+    held: Dict[Owner, List[Device]] = defaultdict(list)
+    for sample in readings.samples(f.ALLOCATION):
+        device = device_of(sample.labels)
+        if device not in held[owner_of(sample.labels)]:
+            held[owner_of(sample.labels)].append(device)
+    return held
+
+
+def _sums(samples: List[Sample]) -> Dict[Owner, float]:
+    totals: Dict[Owner, float] = defaultdict(float)
+    for sample in samples:
+        totals[owner_of(sample.labels)] += sample.value
+    return totals
+
+
+def _add_process_shares(rows: Dict[Owner, Row], readings: Readings) -> None:
+    """--sharing.mode process: the container's own SM share, memory, energy rate and idle time."""
+    sm, memory, power = (_sums(readings.samples(name)) for name in (f.SM, f.MEMORY, f.ENERGY))
+    idle: Dict[Owner, List[float]] = defaultdict(list)
+    for sample in readings.samples(f.IDLE):
+        idle[owner_of(sample.labels)].append(min(max(sample.value, 0.0), 1.0))
+    for owner, row in rows.items():
+        if owner in sm:
+            row.sm_ratio, row.sm_source = sm[owner], PROCESS
+        row.memory_bytes = memory.get(owner)
+        row.power_watts = power.get(owner)
+        row.idle_ratio = sum(idle[owner]) / len(idle[owner]) if idle.get(owner) else None
+
+
+def _add_device_readings(rows: Dict[Owner, Row], devices: Dict[Owner, List[Device]], readings: Readings) -> None:
+    """--sharing.mode device: a holder without its own share gets its GPUs' utilisation and memory, marked
+    `device` (on a shared GPU, every holder's row shows the same GPU)."""
+    activity = _per_device(readings.samples(f.DEVICE_ACTIVE), 1.0)
+    if not activity:
+        activity = _per_device(readings.samples(f.DEVICE_UTIL), 0.01)
+    framebuffer = _per_device(readings.samples(f.DEVICE_FB_USED), MIB)
+    for owner, row in rows.items():
+        if row.sm_source == PROCESS:
+            continue
+        held = [_matching(device, activity) for device in devices.get(owner, ())]
+        if any(value is not None for value in held):
+            row.sm_ratio, row.sm_source = sum(value for value in held if value is not None), DEVICE
+        if row.memory_bytes is None:
+            used = [_matching(device, framebuffer) for device in devices.get(owner, ())]
+            if any(value is not None for value in used):
+                row.memory_bytes = sum(value for value in used if value is not None)
+
+
+def _per_device(samples: List[Sample], scale: float) -> Dict[Device, float]:
+    """One value per device: in --labels.mode samples a shared GPU's sample comes once per holder."""
+    return {device_of(sample.labels): sample.value * scale for sample in samples}
+
+
+def _matching(device: Device, values: Dict[Device, float]) -> Optional[float]:
+    if device in values:
+        return values[device]
+    node, uuid, gpu, instance = device
+    for (other_node, other_uuid, other_gpu, other_instance), value in values.items():
+        same_gpu = (uuid and uuid == other_uuid) or (not uuid and gpu == other_gpu)
+        if other_node == node and same_gpu and other_instance == instance:
+            return value
+    return None
+
+
+def _device_health(readings: Readings) -> Dict[Device, str]:
+    """Device → its status; a GPU NVML reports lost is `lost`, whatever its holders' pod status says."""
+    health = {device_of(s.labels): s.labels.get("status", "unknown") for s in readings.samples(f.HEALTH) if s.value}
+    lost = [device_of(s.labels) for s in readings.samples(f.LOST) if s.value]
+    for device in list(health):
+        if any(device[0] == gone[0] and (device[1] == gone[1] if gone[1] else device[2] == gone[2]) for gone in lost):
+            health[device] = "lost"
+    return {device: status if status in HEALTH_ORDER else "unknown" for device, status in health.items()}
+
+
+def _unallocated(readings: Readings) -> List[Unallocated]:
+    memory, sm = _sums(readings.samples(f.UNALLOCATED_MEMORY)), _sums(readings.samples(f.UNALLOCATED_SM))
+    return [Unallocated(owner[1], owner[2], owner[3], owner[0], memory.get(owner), sm.get(owner))
+            for owner in sorted(set(memory) | set(sm))]
+
+
+def _unattributed(readings: Readings) -> List[Unattributed]:
+    """What nobody holds, by node and reason; reasons with nothing in them are left out."""
+    entries: Dict[Tuple[str, str], Unattributed] = {}
+    for family, attribute in ((f.UNATTRIBUTED_MEMORY, "memory_bytes"), (f.UNATTRIBUTED_SM, "sm_ratio"),
+                              (f.UNATTRIBUTED_ENERGY, "power_watts")):
+        for sample in readings.samples(family):
+            key = (sample.labels.get("node", ""), sample.labels.get("reason", ""))
+            entry = entries.setdefault(key, Unattributed(*key))
+            setattr(entry, attribute, (getattr(entry, attribute) or 0.0) + sample.value)
+    used = [entry for entry in entries.values()
+            if any(value for value in (entry.memory_bytes, entry.sm_ratio, entry.power_watts))]
+    return sorted(used, key=lambda entry: (entry.node, entry.reason))

@@ -1,0 +1,49 @@
+"""`top`'s flags hold the design contract's names, choices and defaults; a bad one is one line and exit 2."""
+
+from __future__ import annotations
+
+import pytest
+
+from exporter.top.options import PROMETHEUS_WINDOW_SECONDS, PROXY_WINDOW_SECONDS, build_parser, parse_options
+
+PROG = "pod-gpu-metrics-exporter top"
+
+
+def test_the_contracts_flags_and_choices():
+    options = parse_options([], {}, PROG)
+    assert (options.by, options.output, options.watch_seconds, options.prometheus_url) == ("pod", "table", None, None)
+    assert options.window_seconds == PROXY_WINDOW_SECONDS
+    help_text = " ".join(build_parser(PROG).format_help().split())
+    for text in ("--prometheus URL", "POD_GPU_EXPORTER_PROMETHEUS_URL", "{table,json,csv}",
+                 "{pod,namespace,queue,node}", "--watch SECONDS", "--window DURATION"):
+        assert text in help_text, text
+
+
+def test_the_prometheus_url_from_the_environment_and_its_window():
+    options = parse_options([], {"POD_GPU_EXPORTER_PROMETHEUS_URL": "http://prometheus:9090"}, PROG)
+    assert (options.prometheus_url, options.window_seconds) == ("http://prometheus:9090", PROMETHEUS_WINDOW_SECONDS)
+    assert parse_options(["--prometheus", "http://p:9090", "--window", "5m"], {}, PROG).window_seconds == 300
+
+
+@pytest.mark.parametrize("text, seconds", [("5", 5.0), ("2.5", 2.5), ("5s", 5.0), ("1m", 60.0)])
+def test_watch_takes_seconds_or_a_duration(text, seconds):
+    assert parse_options(["--watch", text], {}, PROG).watch_seconds == seconds
+
+
+def test_kubeconfig_is_kubectls_first(tmp_path):
+    first, second = tmp_path / "a", tmp_path / "b"
+    assert parse_options([], {"KUBECONFIG": f"{first}:{second}"}, PROG).kubeconfig == str(first)
+    assert parse_options(["--kubeconfig", str(second)], {"KUBECONFIG": str(first)}, PROG).kubeconfig == str(second)
+
+
+@pytest.mark.parametrize("args, environ", [
+    (["--by", "pods"], {}), (["-o", "yaml"], {}), (["--window", "0s"], {}), (["--watch", "-1"], {}),
+    (["--scrape.max-body-size", "lots"], {}), (["-l", "tier in (a)"], {}), (["--sort", "heat"], {}),
+    ([], {"POD_GPU_EXPORTER_PROMETHEUS_URL": "prometheus:9090"}), (["--prometheus.password-file", "/nonexistent"], {}),
+])
+def test_a_bad_flag_is_one_line_and_exit_2(args, environ, capsys):
+    with pytest.raises(SystemExit) as stopped:
+        parse_options(args, environ, PROG)
+    assert stopped.value.code == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"{PROG}: error: ") and err.count("\n") == 1, err
