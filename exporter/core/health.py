@@ -40,7 +40,18 @@ class DeviceTaint(NamedTuple):
     key: GpuKey
     taint_key: str
     value: str
-    effect: str  # as published: None, NoSchedule, NoExecute, or whatever a newer API adds
+    effect: str  # None, NoSchedule or NoExecute (taint_effect): an effect a newer API adds reads as None
+
+
+# A DeviceTaint's effects (resource.k8s.io): "None" is purely informational. More may be added, and the API
+# tells consumers to treat an effect they do not know like None: the scheduler and the eviction controller
+# of a cluster that has it do not act on it for us to report otherwise.
+TAINT_EFFECTS = ("None", "NoSchedule", "NoExecute")
+
+
+def taint_effect(published) -> str:
+    """A published DeviceTaint effect as the API says to read it: an unknown (or missing) one is None."""
+    return published if published in TAINT_EFFECTS else "None"
 
 
 def health_status(reported: str) -> str:

@@ -2,7 +2,8 @@
 
 Lists are JSON with metadata.resourceVersion (paged with limit/continue); `?watch=1` streams
 newline-delimited events (ADDED, MODIFIED, DELETED, BOOKMARK) over chunked HTTP/1.1; `fieldSelector=
-spec.nodeName=X` filters. Discovery (`/api/v1`, `/apis/<group>/<version>`) lists the kinds served;
+spec.nodeName=X` filters. Discovery (`/api/v1`, `/apis/<group>/<version>`) lists the kinds served, and
+`/apis` the groups (as an aggregated APIGroupDiscoveryList, every version's kinds, when asked for one);
 a group/version not served, or a kind it does not list, answers 404, as on a cluster without it. A get with
 `Accept: …;as=PartialObjectMetadata;g=meta.k8s.io;v=v1` is answered with the metadata alone.
 
@@ -13,6 +14,7 @@ watches its pods); `handler` is the request handler class (kube_api_http.KubeApi
 from __future__ import annotations
 
 import json
+import re
 import threading
 import time
 import uuid
@@ -33,6 +35,7 @@ class FakeKubeApi:
     def __init__(self, served_versions=("v1", "apps/v1", "batch/v1", "resource.k8s.io/v1")):
         self.served = set(served_versions)
         self.kinds = dict(BUILT_IN_KINDS)
+        self.aggregated_discovery = True  # False: `/apis` answers a plain APIGroupList, as before Kubernetes 1.26
         self._cond = threading.Condition()
         self._objects: Dict[Tuple[str, str], Dict[Tuple[str, str], dict]] = {}
         self._events: List[Tuple[int, str, str, dict]] = []  # (rv, group path + plural, type, object)
@@ -145,6 +148,40 @@ class FakeKubeApi:
                                "verbs": ["get"]}]
         return {"kind": "APIResourceList", "apiVersion": "v1", "groupVersion": api, "resources": resources}
 
+    def _group_versions(self) -> Dict[str, List[str]]:
+        """Each group served (the core group aside: it is `/api`'s) → its versions, preferred first."""
+        groups: Dict[str, List[str]] = {}
+        for api in sorted(self.served, key=_version_rank):
+            if "/" in api:
+                group, version = api.split("/", 1)
+                groups.setdefault(group, []).append(version)
+        return groups
+
+    def _group_list(self) -> dict:
+        """`/apis` as an APIGroupList: the groups and their versions, without their kinds."""
+        groups = [{"name": group, "versions": [{"groupVersion": f"{group}/{v}", "version": v} for v in versions],
+                   "preferredVersion": {"groupVersion": f"{group}/{versions[0]}", "version": versions[0]}}
+                  for group, versions in sorted(self._group_versions().items())]
+        return {"kind": "APIGroupList", "apiVersion": "v1", "groups": groups}
+
+    def _aggregated_discovery(self) -> dict:
+        """`/apis` as an APIGroupDiscoveryList (apidiscovery.k8s.io/v2): every group, version and kind served."""
+        items = []
+        for group, versions in sorted(self._group_versions().items()):
+            served = []
+            for version in versions:
+                api = f"{group}/{version}"
+                resources = [{"resource": plural, "responseKind": {"group": group, "version": version, "kind": kind},
+                              "scope": "Namespaced" if namespaced else "Cluster", "singularResource": kind.lower(),
+                              "verbs": ["get", "list", "watch"],
+                              "subresources": [{"subresource": "status", "verbs": ["get"],
+                                                "responseKind": {"group": group, "version": version, "kind": kind}}]}
+                             for (served_api, plural), (kind, namespaced) in sorted(self.kinds.items())
+                             if served_api == api]
+                served.append({"version": version, "resources": resources, "freshness": "Current"})
+            items.append({"metadata": {"name": group, "creationTimestamp": None}, "versions": served})
+        return {"kind": "APIGroupDiscoveryList", "apiVersion": "apidiscovery.k8s.io/v2", "metadata": {}, "items": items}
+
     def _get(self, api: str, plural: str, namespace: str, name: str) -> Optional[dict]:
         with self._cond:
             return self._objects.get((api, plural), {}).get((namespace or "", name))
@@ -178,6 +215,16 @@ class FakeKubeApi:
                 last_bookmark, sent = time.monotonic(), max(sent, current)
                 yield {"type": "BOOKMARK", "object": {"kind": self.kinds.get((api, plural), ("Object",))[0], "apiVersion": api,
                                                       "metadata": {"resourceVersion": str(sent)}}}
+
+
+def _version_rank(api: str) -> tuple:
+    """Sort key of a group/version, Kubernetes' preference first: GA, then beta, then alpha, newer first."""
+    version = api.rpartition("/")[2]
+    match = re.fullmatch(r"v(\d+)(?:(alpha|beta)(\d+))?", version)
+    if not match:
+        return (3, 0, 0, version)
+    stage = {None: 0, "beta": 1, "alpha": 2}[match.group(2)]
+    return (stage, -int(match.group(1)), -int(match.group(3) or 0), version)
 
 
 def _selected(obj: dict, selector: Optional[Tuple[str, str]]) -> bool:

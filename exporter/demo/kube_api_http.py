@@ -13,6 +13,8 @@ _PATH = re.compile(r"/(?:api/(?P<core>v1)|apis/(?P<group>[^/]+)/(?P<version>[^/]
                    r"(?:/namespaces/(?P<namespace>[^/]+))?/(?P<plural>[a-z]+)(?:/(?P<name>[^/]+))?")
 _DISCOVERY_PATH = re.compile(r"/(?:api/(?P<core>v1)|apis/(?P<group>[^/]+)/(?P<version>[^/]+))")
 MAX_WATCH_SECONDS = 600
+# What an API server (1.30 and later) answers `GET /apis` with when asked for aggregated discovery.
+AGGREGATED_DISCOVERY_TYPE = "application/json;g=apidiscovery.k8s.io;v=v2;as=APIGroupDiscoveryList"
 
 
 def status_object(code: int, reason: str, message: str) -> dict:
@@ -63,6 +65,8 @@ class KubeApiHandler(BaseHTTPRequestHandler):
     def do_GET(self):  # noqa: N802 - http.server's name
         url = urlsplit(self.path)
         query = {k: v[-1] for k, v in parse_qs(url.query).items()}
+        if url.path.rstrip("/") == "/apis":
+            return self._discover_groups()
         discovery = _DISCOVERY_PATH.fullmatch(url.path)
         if discovery:
             return self._discover(discovery.group("core") or f"{discovery.group('group')}/{discovery.group('version')}")
@@ -75,6 +79,18 @@ class KubeApiHandler(BaseHTTPRequestHandler):
         if version not in self.api.served:
             return self._send(404, _not_found())
         return self._send(200, self.api._discovery(version))
+
+    def _discover_groups(self) -> None:
+        """`/apis`: the aggregated APIGroupDiscoveryList when the client asks for it (and the server has it),
+        else the plain APIGroupList, as an API server chooses by the Accept header."""
+        if self.api.aggregated_discovery and self.wants_aggregated_discovery():
+            return self._send(200, self.api._aggregated_discovery(), AGGREGATED_DISCOVERY_TYPE)
+        return self._send(200, self.api._group_list())
+
+    def wants_aggregated_discovery(self) -> bool:
+        accept = self.headers.get("Accept") or ""
+        return any("g=apidiscovery.k8s.io" in part and "v=v2" in part and "as=APIGroupDiscoveryList" in part
+                   for part in accept.split(","))
 
     def _resource(self, request: ResourceRequest, query: dict) -> None:
         # A group/version not served, or a kind it does not serve (a CRD not installed, a feature gate off):
@@ -139,10 +155,10 @@ class KubeApiHandler(BaseHTTPRequestHandler):
         self.wfile.write(b"%x\r\n%s\r\n" % (len(data), data))
         self.wfile.flush()
 
-    def _send(self, code: int, obj: dict) -> None:
+    def _send(self, code: int, obj: dict, content_type: str = "application/json") -> None:
         body = json.dumps(obj).encode()
         self.send_response(code)
-        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Type", content_type)
         self.send_header("Content-Length", str(len(body)))
         self.end_headers()
         self.wfile.write(body)

@@ -108,7 +108,8 @@ DEVICE_HEALTH = _telemetry(
     **_device_first("status"))
 DEVICE_TAINT = _telemetry(
     "pod_gpu_device_taint", "A taint on a DRA device of this node's ResourceSlices, its driver's or a "
-    "DeviceTaintRule's that selects it (1 per taint); effect as published (None, NoSchedule, NoExecute).",
+    "DeviceTaintRule's that selects it (1 per taint); effect None, NoSchedule or NoExecute (an unknown "
+    "one reads as None).",
     labels=("key", "value", "effect"), optional_labels=_DEVICE_ORDER, modes=frozenset({KUBERNETES_API}),
     needs_samples=True, **_device_first("key", "value", "effect"))
 

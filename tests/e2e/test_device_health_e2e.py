@@ -64,7 +64,7 @@ EXPECTED_HEALTH = {
 }
 EXPECTED_TAINTS = {
     f'UUID="{UUID3}",gpu="2",key="gpu.nvidia.com/xid",value="79",effect="NoSchedule"',
-    f'UUID="{UUID4}",gpu="4",key="example.com/drain",value="soon",effect="Evict"',
+    f'UUID="{UUID4}",gpu="4",key="example.com/drain",value="soon",effect="None"',  # "Evict": unknown
     f'UUID="{UUID4}",gpu="4",key="gpu.nvidia.com/unmonitored",value="",effect="None"',
     f'UUID="{UUID6}",gpu="6",key="gpu.nvidia.com/gpu-lost",value="",effect="NoSchedule"',
 }

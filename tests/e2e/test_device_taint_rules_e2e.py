@@ -1,7 +1,8 @@
 """DeviceTaintRules with the real exporter process, the real lightkube client and the fake API server: the
 rules' taints join the ResourceSlice's own in pod_gpu_device_taint whichever version serves them (v1alpha3
-in 1.33-1.35, v1beta2 in 1.36, v1 from 1.37), follow the rules as they change, and a cluster that serves
-none or an RBAC that refuses them costs one list per version, then nothing for ten minutes."""
+in 1.33-1.35, v1beta2 in 1.36, v1 from 1.37, found by one read of aggregated discovery), follow the rules as
+they change, and a cluster that serves none costs one discovery read (without aggregated discovery, one list
+per version), an RBAC that refuses them one list, then nothing for ten minutes."""
 
 from __future__ import annotations
 
@@ -82,19 +83,29 @@ def test_rule_taints_join_the_slices_own_in_whichever_version_is_served(node, ap
     freeze = 'key="example.com/freeze",value="",effect="NoExecute"'
     _serves(exporter, {OWN, f'UUID="{UUID3}",gpu="2",{freeze}', f'UUID="{UUID4}",gpu="4",{freeze}',
                        f'UUID="{UUID4}",gpu="4",key="example.com/maintenance",value="",effect="NoSchedule"'})
-    assert {v for v, p in api.requests if p == "devicetaintrules"} <= {"list", "watch"}
+    verbs = [v for v, p in api.requests if p == "devicetaintrules"]
+    assert set(verbs) <= {"list", "watch"}
+    # Discovery named the version: no list of a version not served first.
+    assert verbs.count("list") == 1 and api.requests_since(0.0, "discover", "apis") == 1
 
 
-@pytest.mark.parametrize("api", [(), ("v1",)], ids=["not-served", "forbidden"], indirect=True)
-def test_a_cluster_without_rules_or_rbac_for_them_costs_one_list_per_version_then_nothing(node, api, run_exporter):
+@pytest.mark.parametrize("api, aggregated, lists", [((), True, 0), ((), False, 3), (("v1",), True, 1)],
+                         ids=["not-served", "not-served-without-aggregated-discovery", "forbidden"], indirect=["api"])
+def test_a_cluster_without_rules_or_rbac_for_them_costs_one_request_then_nothing(node, api, run_exporter,
+                                                                                 aggregated, lists):
+    """Not served: one read of aggregated discovery and no list (a server without aggregated discovery: one
+    list per version); refused by RBAC: one list. Then nothing until ten minutes have passed."""
     forbidden = bool(api.kinds.get(("resource.k8s.io/v1", "devicetaintrules")))
     if forbidden:
         api.forbidden["devicetaintrules"] = "list"
+    api.aggregated_discovery = aggregated
     exporter = start(run_exporter, node)
     _serves(exporter, {OWN})  # the slice's own taint, as without the feature
-    wait_until(lambda: api.requests_since(0.0, plural="devicetaintrules") >= (1 if forbidden else 3))
+    wait_until(lambda: api.requests_since(0.0, "discover", "apis") >= 1
+               and api.requests_since(0.0, plural="devicetaintrules") >= lists)
     time.sleep(3)  # long enough for a backoff's retries (0.5 s, 1 s, 2 s): none may come
-    assert api.requests_since(0.0, plural="devicetaintrules") == (1 if forbidden else 3)
+    assert api.requests_since(0.0, plural="devicetaintrules") == lists
+    assert api.requests_since(0.0, "discover", "apis") == 1
     assert _taints(exporter) == {OWN}
     exporter.wait_for_log("'list' and 'watch' on 'devicetaintrules'" if forbidden else "DeviceTaintRules are not served")
 

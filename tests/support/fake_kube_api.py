@@ -4,7 +4,8 @@ Lists are JSON with metadata.resourceVersion (paged with limit/continue); `?watc
 newline-delimited events (ADDED, MODIFIED, DELETED, BOOKMARK, ERROR) over chunked HTTP/1.1; a watch
 from a compacted version gets 410 Gone (as an ERROR event with a Status object, or as an HTTP 410);
 401 and 403 answers are Status objects; `fieldSelector=spec.nodeName=X` filters. Discovery
-(`/api/v1`, `/apis/<group>/<version>`) lists the kinds served, custom ones included; a get with
+(`/api/v1`, `/apis/<group>/<version>`) lists the kinds served, custom ones included, and `/apis` the
+groups (aggregated, with every version's kinds, when asked; recorded as ("discover", "apis")); a get with
 `Accept: …;as=PartialObjectMetadata;g=meta.k8s.io;v=v1` is answered with the metadata alone. Every
 request is counted (with its time and bearer token), so a test can prove that scrapes make none.
 
@@ -35,6 +36,10 @@ class _Handler(KubeApiHandler):
         # Every authenticated user may read discovery (the system:discovery role): recorded, never refused.
         self.api._record("discover", version, self.headers.get("Authorization"))
         super()._discover(version)
+
+    def _discover_groups(self) -> None:
+        self.api._record("discover", "apis", self.headers.get("Authorization"))  # `/apis`, aggregated or not
+        super()._discover_groups()
 
     def _resource(self, request: ResourceRequest, query: dict) -> None:
         authorization = self.headers.get("Authorization")

@@ -40,11 +40,12 @@ def _slice(version: str, taints=TAINTS, uuid: str = GPU_A) -> object:
 
 
 @pytest.mark.parametrize("version", ["v1", "v1beta2", "v1beta1"])
-def test_slice_taints_are_read_in_every_api_version_with_their_effect_as_given(version):
+def test_slice_taints_are_read_in_every_api_version_and_an_unknown_effect_as_none(version):
+    """The API: "Consumers must treat unknown effects like None" (an effect a newer API adds, or none)."""
     dra = DraDevices(lambda namespace, name: None)
     dra.replace([_slice(version)])
     key = GpuKey("UUID", GPU_A, "")
-    assert dra.taints() == (DeviceTaint(key, "example.com/drain", "soon", "Evict"),
+    assert dra.taints() == (DeviceTaint(key, "example.com/drain", "soon", "None"),
                             DeviceTaint(key, "gpu.nvidia.com/unmonitored", "", "None"),
                             DeviceTaint(key, "gpu.nvidia.com/xid", "79", "NoSchedule"))
 

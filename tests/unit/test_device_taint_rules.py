@@ -7,7 +7,7 @@ import json
 
 import pytest
 
-from exporter.core.health import DeviceTaint
+from exporter.core.health import DeviceTaint, taint_effect
 from exporter.core.identity import GpuKey
 from exporter.sources.kubernetes.dra import DraDevices, slice_devices
 from exporter.sources.kubernetes.objects import Skipped
@@ -109,12 +109,24 @@ def test_rule_taints_join_the_slices_own_and_the_slice_is_unchanged():
         DeviceTaint(b, "example.com/maintenance", "now", "NoExecute")}
 
 
-def test_two_rules_with_the_same_taint_give_it_once_and_an_unknown_effect_is_kept_as_published():
+def test_two_rules_with_the_same_taint_give_it_once_and_an_unknown_effect_reads_as_none():
+    """The API: "Consumers must treat unknown effects like None"; a rule's taint is read as a slice's."""
     rules = DeviceTaintRules()
     rules.replace([_rule("v1", "one", {"device": "gpu-0"}), _rule("v1", "two", {"driver": DRIVER}),
-                   _rule("v1", "new", {"device": "gpu-0"}, key="example.com/new", effect="Degrade")])
-    assert rules.taints_for(DRIVER, "n", "gpu-0") == (("example.com/maintenance", "", "NoExecute"),
-                                                      ("example.com/new", "", "Degrade"))
+                   _rule("v1", "new", {"device": "gpu-0"}, key="example.com/new", effect="Degrade"),
+                   _rule("v1", "none", {"device": "gpu-0"}, key="example.com/info", effect="None")])
+    assert rules.taints_for(DRIVER, "n", "gpu-0") == (("example.com/info", "", "None"),
+                                                      ("example.com/maintenance", "", "NoExecute"),
+                                                      ("example.com/new", "", "None"))
+    same = {"key": "example.com/new", "effect": "Degrade"}
+    assert slice_devices(_slice([same]))[(DRIVER, "n", "gpu-0")].taints == (("example.com/new", "", "None"),)
+
+
+@pytest.mark.parametrize("published, read", [("NoSchedule", "NoSchedule"), ("NoExecute", "NoExecute"),
+                                             ("None", "None"), ("Degrade", "None"), ("noexecute", "None"),
+                                             ("PreferNoSchedule", "None"), ("", "None"), (None, "None")])
+def test_a_taint_effect_is_one_of_the_three_the_api_defines(published, read):
+    assert taint_effect(published) == read
 
 
 def test_the_rules_kept_are_bounded():
@@ -126,3 +138,95 @@ def test_the_rules_kept_are_bounded():
     assert len(rules) == MAX_RULES and rules.taints_for(DRIVER, "n", "gpu-99999") == ()
     rules.update(_rule("v1", "r0", {"device": "gpu-0"}, key="example.com/changed"))  # a kept rule still changes
     assert rules.taints_for(DRIVER, "n", "gpu-0") == (("example.com/changed", "", "NoExecute"),)
+
+
+def _rule_object(version: str, name: str, key: str) -> dict:
+    return {"apiVersion": f"resource.k8s.io/{version}", "kind": "DeviceTaintRule", "metadata": {"name": name},
+            "spec": {"taint": {"key": key, "effect": "NoExecute"}}}
+
+
+@pytest.fixture
+def rule_api(tmp_path):
+    """The fake API server with the real lightkube client: DeviceTaintRules served in v1 only, one rule."""
+    from exporter.sources.kubernetes.client import make_client
+    from support.fake_kube_api import FakeKubeApi, write_kubeconfig
+
+    fake = FakeKubeApi(served_versions=("v1", "resource.k8s.io/v1"))
+    fake.serve_kind("resource.k8s.io/v1", "devicetaintrules", "DeviceTaintRule", namespaced=False)
+    fake.put("resource.k8s.io/v1", "devicetaintrules", _rule_object("v1", "drain", "example.com/drain"))
+    fake.start()
+    yield fake, make_client(write_kubeconfig(str(tmp_path / "kubeconfig"), fake.url))
+    fake.stop()
+
+
+def _verbs(api) -> list:
+    """What was asked of the rules, in order: discovery reads of /apis and the rules' lists and watches."""
+    with api._cond:
+        return [verb for verb, plural in api.requests if plural in ("apis", "devicetaintrules")]
+
+
+def test_a_version_gone_since_it_was_chosen_sends_the_watch_back_to_discovery_not_to_each_version(rule_api):
+    """A 404 on the version discovery chose (its feature gate turned off since): after the pause, one
+    discovery read per pause and no list while none is served; a version served later is found there."""
+    from exporter.sources.kubernetes.taint_rules import TaintRuleWatch
+    from support.waiting import wait_until
+
+    api, client = rule_api
+    rules = DeviceTaintRules()
+    watch = TaintRuleWatch(client, rules, unavailable_seconds=0.2)
+    watch.start()
+    try:
+        wait_until(lambda: len(rules) == 1 and "watch" in _verbs(api))
+        assert _verbs(api)[:2] == ["discover", "list"] and watch.version == "v1"
+        watched = len(_verbs(api))
+        del api.kinds[("resource.k8s.io/v1", "devicetaintrules")]  # the gate off: v1 no longer serves the kind
+        api.close_watches()
+        wait_until(lambda: len(rules) == 0 and _verbs(api)[watched:].count("discover") >= 3, 30)
+        gone = _verbs(api)
+        # The watch's 404, then discovery only: neither v1beta2 nor v1alpha3 listed, v1 not listed again.
+        assert set(gone[watched:]) == {"watch", "discover"} and gone[-1] == "discover", gone
+        api.serve_kind("resource.k8s.io/v1beta2", "devicetaintrules", "DeviceTaintRule", namespaced=False)
+        api.put("resource.k8s.io/v1beta2", "devicetaintrules", _rule_object("v1beta2", "audit", "example.com/audit"))
+        wait_until(lambda: rules.taints_for(DRIVER, "n", "gpu-0") == (("example.com/audit", "", "NoExecute"),), 30)
+        assert watch.version == "v1beta2" and _verbs(api)[len(gone):].count("list") == 1
+    finally:
+        watch.stop()
+
+
+@pytest.mark.parametrize("body, versions", [
+    ({"kind": "APIGroupList", "groups": []}, None),  # a server without aggregated discovery
+    ({"kind": "APIGroupDiscoveryList", "items": "junk"}, ()),
+    ({"kind": "APIGroupDiscoveryList", "items": [
+        7, {"metadata": None}, {"metadata": {"name": "resource.k8s.io"}, "versions": [
+            {"version": "v1", "resources": [{"resource": "resourceslices"}, "x"]},
+            {"version": 3, "resources": [{"resource": "devicetaintrules"}]},
+            {"version": "v1beta2", "resources": [{"resource": "devicetaintrules"}]}]}]}, ("v1beta2",)),
+])
+def test_discovery_answers_are_read_whatever_their_entries(body, versions):
+    """Malformed entries of an aggregated discovery answer are passed over, the rest read."""
+    import threading
+    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+    from lightkube.core.generic_client import httpx
+
+    from exporter.sources.kubernetes.api_discovery import served_versions
+
+    class Handler(BaseHTTPRequestHandler):
+        def do_GET(self):  # noqa: N802
+            data = json.dumps(body).encode()
+            self.send_response(200)
+            self.send_header("Content-Length", str(len(data)))
+            self.end_headers()
+            self.wfile.write(data)
+
+        def log_message(self, *args):
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        with httpx.Client(base_url=f"http://127.0.0.1:{server.server_address[1]}") as http:
+            assert served_versions(http, "resource.k8s.io", "devicetaintrules") == versions
+    finally:
+        server.shutdown()
+        server.server_close()

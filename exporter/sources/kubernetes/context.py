@@ -53,7 +53,7 @@ class KubernetesContext:
         self.workloads = _workloads(reader, clock, read_owners, spec.queue)
         # With --labels.extra queue: LocalQueue and PodGroup reads, through the same discovery and bounds.
         self.queues = QueueLabels(QueueObjects(reader.read, clock), self.workloads) if spec.queue else None
-        # `read_seconds` bounds each get's answer: owners, discovery, claims.
+        # `read_seconds` bounds each get's answer: owners, discovery (the rules' too), claims.
         self.dra = DraDevices(lambda namespace, name: read_claim(http_client(client), namespace, name, read_seconds),
                               resolve_mig, clock)
         node = {"spec.nodeName": node_name}
@@ -63,7 +63,8 @@ class KubernetesContext:
                                      fallback=_slice_v1beta1, check=slice_check(node_name),
                                      silence_seconds=watch_silence_seconds)
         self.taint_rules = DeviceTaintRules()
-        self.rule_watch = TaintRuleWatch(client, self.taint_rules, silence_seconds=watch_silence_seconds)
+        self.rule_watch = TaintRuleWatch(client, self.taint_rules, silence_seconds=watch_silence_seconds,
+                                         read_seconds=read_seconds)
         fresh = Freshness(lambda: self.pod_watch.healthy, grace_seconds, clock)
         extras = ExtraLabels(spec, self.store, self.workloads, fresh, node_name, self.queues)
         self.mapping = KubernetesMapping(self.dra, self.store, extras, fresh, self.taint_rules)

@@ -9,7 +9,7 @@ from typing import Callable, Dict, FrozenSet, Iterable, NamedTuple, Optional, Tu
 from exporter.base.cache import RetryingCache
 from exporter.base.logs import DependencyReporter
 from exporter.core.device_ids import DRA_GPU_DRIVER, dra_mig_placement
-from exporter.core.health import DeviceTaint
+from exporter.core.health import DeviceTaint, taint_effect
 from exporter.core.identity import GpuKey, MigPlacementResolver, MigResolver
 from exporter.core.mapping import DraResolution
 from exporter.sources.kubernetes.extended_resources import request_name
@@ -61,9 +61,14 @@ def slice_devices(resource_slice) -> Dict[DeviceRef, SliceDevice]:
     return found
 
 
+def taint_of(taint) -> Tuple[str, str, str]:
+    """(key, value, effect) of a decoded DeviceTaint, a slice device's or a DeviceTaintRule's (taint_rules):
+    the effect read as the API says (health.taint_effect)."""
+    return (taint.key, taint.value or "", taint_effect(taint.effect))
+
+
 def _taints(taints) -> Tuple[Tuple[str, str, str], ...]:
-    # The effect is kept as published, an effect a newer API adds included: what is sick is the alert's call.
-    return tuple(sorted((taint.key, taint.value or "", taint.effect or "") for taint in taints or ()))
+    return tuple(sorted(taint_of(taint) for taint in taints or ()))
 
 
 def _unqualified(name: str, driver: str) -> str:

@@ -3,8 +3,9 @@
 A rule's taint applies to every device its `spec.deviceSelector` (driver, pool, device; each optional)
 selects, in the API server's and the scheduler's memory only: the stored ResourceSlice never changes, so
 the slice watch alone misses them. The rules are read at whichever version the server serves (v1 from
-Kubernetes 1.37, v1beta2 in 1.36, v1alpha3 in 1.33-1.35), watched like the slices; a cluster that serves
-none of them, or an RBAC that refuses them, is asked again after UNAVAILABLE_SECONDS. See docs/health.md.
+Kubernetes 1.37, v1beta2 in 1.36, v1alpha3 in 1.33-1.35), which one read of aggregated discovery says, and
+watched like the slices; a cluster that serves none of them, or an RBAC that refuses them, is asked again
+after UNAVAILABLE_SECONDS. See docs/health.md.
 """
 
 from __future__ import annotations
@@ -13,17 +14,21 @@ import threading
 from typing import Callable, Dict, NamedTuple, Optional, Tuple
 
 from exporter.base.logs import LogOnce
+from exporter.sources.kubernetes.api_discovery import served_versions
+from exporter.sources.kubernetes.dra import taint_of
 from exporter.sources.kubernetes.objects import Skipped, cluster_object_check
+from exporter.sources.kubernetes.stream import ANSWER_SECONDS, http_client
 from exporter.sources.kubernetes.watch import WATCH_SILENCE_SECONDS, ListWatch, describe_failure
 
+GROUP = "resource.k8s.io"
 RESOURCE_NAME = "devicetaintrules"
 VERSIONS = ("v1", "v1beta2", "v1alpha3")  # preferred first
-# A kind not served (no version of it, or its feature gate off) or refused by RBAC: listed again after this
-# long, so that a cluster without DeviceTaintRules costs one list per version every ten minutes.
+# A kind not served (no version of it, or its feature gate off) or refused by RBAC: asked for again after this
+# long, so that a cluster without DeviceTaintRules costs one discovery read every ten minutes.
 UNAVAILABLE_SECONDS = 600.0
 MAX_RULES = 4096  # rules kept; a cluster with more keeps the first MAX_RULES (logged once)
 
-Taint = Tuple[str, str, str]  # (key, value, effect), as the ResourceSlice taints are kept (dra.SliceDevice)
+Taint = Tuple[str, str, str]  # (key, value, effect), as the ResourceSlice taints are kept (dra.taint_of)
 
 
 class TaintRule(NamedTuple):
@@ -46,8 +51,7 @@ def taint_rule(obj) -> TaintRule:
     spec = obj.spec
     selector = spec.deviceSelector
     taint = spec.taint
-    # The effect is kept as published, as a slice's own taints are: an effect a newer API adds included.
-    found = (taint.key, taint.value or "", taint.effect or "")
+    found = taint_of(taint)  # as a slice's own taints are read
     if selector is None:
         return TaintRule(None, None, None, found)
     return TaintRule(selector.driver or None, selector.pool or None, selector.device or None, found)
@@ -150,19 +154,35 @@ def _with_old_selectors(resource):
     return _OLD_SELECTOR_RESOURCE[0]
 
 
+class RulesNotServed(Exception):
+    """Aggregated discovery lists no version of DeviceTaintRules that we read."""
+
+
+class _Stopped(Exception):
+    """The watch was stopped while waiting for a request token."""
+
+
 class TaintRuleWatch(ListWatch):
-    """The rules' ListWatch: each API version in turn on a 404; when none is served, or RBAC refuses the
-    list or watch (403), the reason is logged once and the first version listed again after
-    UNAVAILABLE_SECONDS (not after the backoff a failing pod watch gets: most clusters lack the kind).
-    Meanwhile no rule is served, but those a list got when only the watch is refused."""
+    """The rules' ListWatch. Before the first list, and again after a pause for a 404, one read of aggregated
+    discovery (api_discovery) picks the first of VERSIONS the server serves; a server without aggregated
+    discovery has each version listed in turn on a 404. When none is served, the chosen version's list
+    answers 404 (a feature gate turned off since), or RBAC refuses the list or watch (403), the reason is
+    logged once and nothing is asked for UNAVAILABLE_SECONDS (not the backoff a failing pod watch gets: most
+    clusters lack the kind): a cluster without the kind costs one discovery read per pause, one refusing it
+    one list. Meanwhile no rule is served, but those a list got when only the watch is refused."""
 
     def __init__(self, client, store: DeviceTaintRules, silence_seconds: float = WATCH_SILENCE_SECONDS,
-                 resource_for: Callable[[str], object] = rule_resource):
+                 resource_for: Callable[[str], object] = rule_resource,
+                 unavailable_seconds: float = UNAVAILABLE_SECONDS, read_seconds: float = ANSWER_SECONDS):
         super().__init__(client, resource_for(VERSIONS[0]), RESOURCE_NAME, None, store, namespaced=False,
                          check=rule_check, silence_seconds=silence_seconds)
         self._rules = store
         self._resource_for = resource_for
+        self._unavailable_seconds = unavailable_seconds
+        self._read_seconds = read_seconds
         self._version_at = 0
+        self._discover_next = True  # before the next list: read discovery (at start, and after each pause)
+        self._walking = False  # no aggregated discovery: the next version is listed on a 404
         self._unavailable_logged = LogOnce()
 
     @property
@@ -170,31 +190,56 @@ class TaintRuleWatch(ListWatch):
         """The API version read now (or tried next)."""
         return VERSIONS[self._version_at]
 
+    def _list(self) -> str:
+        if self._discover_next:
+            self._discover()  # on the token _run took for the list: the list takes one of its own
+            self._discover_next = False
+            if not self._budget.take(self._stop):
+                raise _Stopped()
+        return super()._list()
+
+    def _discover(self) -> None:
+        """Pick the version to list; RulesNotServed when discovery lists none of VERSIONS."""
+        try:
+            served = served_versions(http_client(self._client), GROUP, RESOURCE_NAME, self._read_seconds)
+        except Exception as exc:  # noqa: BLE001 - discovery only spares requests: without it, walk the versions
+            self._unavailable_logged.log(("discovery", type(exc).__name__), "info",
+                                         "Kubernetes API discovery unreadable: listing each DeviceTaintRule "
+                                         "version in turn", dependency="kubernetes-api",
+                                         detail=f"{type(exc).__name__}: {exc}"[:200])
+            served = None
+        self._walking = served is None
+        if served is not None and not any(version in served for version in VERSIONS):
+            raise RulesNotServed()
+        self._version_at = 0 if served is None else next(i for i, v in enumerate(VERSIONS) if v in served)
+        self._resource = self._resource_for(self.version)
+
     def _failed(self, exc: BaseException, verb: str) -> bool:
-        reason, _ = describe_failure(exc, verb, RESOURCE_NAME)
-        if reason == "not_found" and self._version_at + 1 < len(VERSIONS):
+        if isinstance(exc, _Stopped):
+            return False
+        reason = "not_found" if isinstance(exc, RulesNotServed) else describe_failure(exc, verb, RESOURCE_NAME)[0]
+        if reason == "not_found" and self._walking and self._version_at + 1 < len(VERSIONS):
             self._version_at += 1
             self._resource = self._resource_for(self.version)
             return False  # listed again at once, in the older version
         if reason not in ("forbidden", "not_found"):
             return super()._failed(exc, verb)
         self._unavailable(verb, reason)
-        self._stop.wait(UNAVAILABLE_SECONDS)  # the pause itself, here: _run's is the backoff's
+        self._stop.wait(self._unavailable_seconds)  # the pause itself, here: _run's is the backoff's
         return False
 
     def _unavailable(self, verb: str, reason: str) -> None:
         if reason == "not_found" or verb == "list":
             self._rules.clear()  # (a ClusterRole that grants list but not watch: the list's rules, until the next)
         self._health.failed(verb, False)
-        self._version_at = 0
-        self._resource = self._resource_for(self.version)
         if reason == "not_found":
+            self._discover_next = True  # a version served since, or a gate turned off, shows there first
             self._unavailable_logged.log("not_served", "info", "DeviceTaintRules are not served (resource.k8s.io "
                                          f"{', '.join(VERSIONS)}): only the ResourceSlices' own taints are served",
-                                         dependency="kubernetes-api", retry_seconds=UNAVAILABLE_SECONDS)
-        else:
+                                         dependency="kubernetes-api", retry_seconds=self._unavailable_seconds)
+        else:  # the version served stays the one listed: one list per pause
             self._unavailable_logged.log("forbidden", "warn", f"Kubernetes API forbids {verb} on {RESOURCE_NAME} "
                                          f"(403): the exporter's ClusterRole needs verbs 'list' and 'watch' on "
-                                         f"'{RESOURCE_NAME}' in API group 'resource.k8s.io' (see daemonset.yaml); "
+                                         f"'{RESOURCE_NAME}' in API group '{GROUP}' (see daemonset.yaml); "
                                          "only the ResourceSlices' own taints are served",
-                                         dependency="kubernetes-api", retry_seconds=UNAVAILABLE_SECONDS)
+                                         dependency="kubernetes-api", retry_seconds=self._unavailable_seconds)
