@@ -67,7 +67,8 @@ MANIFESTS = (
 #   - dcgm-exporter (NVIDIA) on 127.0.0.1:9401 only;
 #   - pod-gpu-metrics-exporter, serving its samples with namespace/pod/container labels on
 #     :9400/gpu/metrics (the prometheus.io/* annotations), and, with its service account, this
-#     node's pods from the API server (docs/kubernetes.md); the ClusterRole grants only that.
+#     node's pods, their owners and DRA objects from the API server (docs/kubernetes.md); the
+#     ClusterRole grants only those reads.
 #
 # Before applying: put the image you built and pushed in place of
 # registry.example.com/pod-gpu-metrics-exporter, and check the node selector label matches your

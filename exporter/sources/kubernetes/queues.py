@@ -129,7 +129,7 @@ class QueueObjects:
         if reason == "forbidden":
             plural, group = _RESOURCES[kind].split(".", 1)
             self._unavailable(kind, "forbidden", f"cannot read {_RESOURCES[kind]} (403): the ClusterRole needs "
-                              f"verb 'get' on '{plural}' in API group '{group}' (see daemonset.yaml)")
+                              f"verb 'get' on '{plural}' in API group '{group}' (the chart's ClusterRole: docs/kubernetes.md#rbac)")
             raise _Refused(kind) from None
 
     def _unavailable(self, kind: str, reason: str, message: str) -> None:

@@ -240,6 +240,6 @@ class TaintRuleWatch(ListWatch):
         else:  # the version served stays the one listed: one list per pause
             self._unavailable_logged.log("forbidden", "warn", f"Kubernetes API forbids {verb} on {RESOURCE_NAME} "
                                          f"(403): the exporter's ClusterRole needs verbs 'list' and 'watch' on "
-                                         f"'{RESOURCE_NAME}' in API group '{GROUP}' (see daemonset.yaml); "
+                                         f"'{RESOURCE_NAME}' in API group '{GROUP}' (the chart's ClusterRole: docs/kubernetes.md#rbac); "
                                          "only the ResourceSlices' own taints are served",
                                          dependency="kubernetes-api", retry_seconds=self._unavailable_seconds)

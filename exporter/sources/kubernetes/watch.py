@@ -80,7 +80,7 @@ def describe_failure(exc: BaseException, verb: str, resource: str) -> tuple:
                                 "service-account token or the kubeconfig's user")
     if status == 403:
         return "forbidden", (f"Kubernetes API forbids {verb} on {resource} (403): the exporter's ClusterRole needs "
-                             f"verb '{verb}' on '{resource}' (see daemonset.yaml)")
+                             f"verb '{verb}' on '{resource}' (the chart's ClusterRole: docs/kubernetes.md#rbac)")
     if status == 404:
         return "not_found", f"Kubernetes API answered 404 Not Found to {verb} {resource}: {exc}"
     if status is not None:

@@ -267,7 +267,7 @@ class Workloads:
                 self._unreadable[key] = True
         if reason == "forbidden":
             message = (f"workload: cannot read {kind} objects (403), so a workload stops at its {kind}: the ClusterRole "
-                       f"needs verb 'get' on '{plural}' in API group '{group}' (see daemonset.yaml)")
+                       f"needs verb 'get' on '{plural}' in API group '{group}' (the chart's ClusterRole: docs/kubernetes.md#rbac)")
         elif refused:
             message = (f"workload: a {kind} was not found, or {api_version} is not served (404): a workload "
                        f"stops at that {kind}")
