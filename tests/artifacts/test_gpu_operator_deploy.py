@@ -50,8 +50,25 @@ def _node_labels(operand):
     return dict(_pod_template(_operator(operand, "DaemonSet"))["spec"]["nodeSelector"])
 
 
+def _matches(expression: dict, labels: dict) -> bool:
+    """One nodeSelectorRequirement against a node's labels, as the scheduler reads it."""
+    key, operator, values = expression["key"], expression["operator"], expression.get("values", [])
+    return {"In": lambda: labels.get(key) in values, "NotIn": lambda: labels.get(key) not in values,
+            "Exists": lambda: key in labels, "DoesNotExist": lambda: key not in labels}[operator]()
+
+
+def _schedules_on(daemonset, node_labels) -> bool:
+    """The node selector, and the required node affinity (any term, every expression of it)."""
+    spec = _pod_template(daemonset)["spec"]
+    required = (spec.get("affinity", {}).get("nodeAffinity", {})
+                .get("requiredDuringSchedulingIgnoredDuringExecution", {}).get("nodeSelectorTerms"))
+    return _selects(spec["nodeSelector"], node_labels) and (
+        required is None or any(all(_matches(e, node_labels) for e in term.get("matchExpressions", ()))
+                                for term in required))
+
+
 def _daemonsets_on(node_labels):
-    return [d for d in _all("DaemonSet") if _selects(_pod_template(d)["spec"]["nodeSelector"], node_labels)]
+    return [d for d in _all("DaemonSet") if _schedules_on(d, node_labels)]
 
 
 def _our_daemonset(operand):
@@ -96,6 +113,14 @@ def test_one_exporter_per_node_whichever_operand_it_runs(operand):
     assert _daemonsets_on({"nvidia.com/gpu.present": "true"}) == []  # a GPU node without the operator's dcgm-exporter
     names = {d["metadata"]["name"] for d in _all("DaemonSet")}
     assert len(names) == 2
+
+
+def test_a_node_left_with_both_operands_labels_still_gets_one_exporter():
+    # The operator never runs both operands, but a move from one mode to the other can leave the old
+    # node label behind: two exporters on such a node would serve every GPU's series twice.
+    both = {**_node_labels("classic"), **_node_labels("dra")}
+    (daemonset,) = _daemonsets_on(both)
+    assert daemonset == _our_daemonset("classic")
 
 
 @pytest.mark.parametrize("operand", sorted(OPERANDS))

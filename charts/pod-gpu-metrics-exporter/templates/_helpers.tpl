@@ -62,6 +62,31 @@ workload: {{ printf "%s%s" (include "pgme.fullname" $root) $suffix | trunc 63 | 
 component: {{ printf "gpu-metrics%s" $suffix }}
 {{- end }}
 
+{{/* The pods' affinity: the user's (values.affinity); under "auto", the DRA operand's DaemonSet also
+     keeps off nodes that carry the ClusterPolicy operand's label. The operator never sets both, but a
+     label left behind by a move from one mode to the other would otherwise put two exporters on one
+     node, and every GPU's series would be served twice. Added to each of the user's required node
+     selector terms (terms are ORed, so one without it would let such a node in). */}}
+{{- define "pgme.affinity" -}}
+{{- $root := index . 0 }}{{ $operand := index . 1 }}
+{{- $affinity := deepCopy ($root.Values.affinity | default dict) }}
+{{- if and (eq $operand "dra") (eq $root.Values.gpuOperator.dcgmExporter "auto") }}
+{{- $notClassic := dict "key" "nvidia.com/gpu.deploy.dcgm-exporter" "operator" "NotIn" "values" (list "true") }}
+{{- $nodeAffinity := get $affinity "nodeAffinity" | default dict }}
+{{- $required := get $nodeAffinity "requiredDuringSchedulingIgnoredDuringExecution" | default dict }}
+{{- $terms := list }}
+{{- range (get $required "nodeSelectorTerms" | default (list dict)) }}
+{{- $term := deepCopy . }}
+{{- $_ := set $term "matchExpressions" (append (get $term "matchExpressions" | default list) $notClassic) }}
+{{- $terms = append $terms $term }}
+{{- end }}
+{{- $_ := set $required "nodeSelectorTerms" $terms }}
+{{- $_ := set $nodeAffinity "requiredDuringSchedulingIgnoredDuringExecution" $required }}
+{{- $_ := set $affinity "nodeAffinity" $nodeAffinity }}
+{{- end }}
+{{- if $affinity }}{{ toYaml $affinity }}{{ end }}
+{{- end }}
+
 {{/* Whether --labels.extra (config) asks for the queue labels: their RBAC rules follow it. */}}
 {{- define "pgme.queueLabels" -}}
 {{- $extra := (index .Values.config "labels.extra") | default "" | toString }}
