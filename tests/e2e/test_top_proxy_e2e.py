@@ -55,7 +55,8 @@ def test_the_table_matches_the_demos_own_series(cluster, demo):
     trainer, a, b = rows["trainer-0"], rows["llm-server-a"], rows["llm-server-b"]
     assert (trainer["gpus"], a["gpus"], b["gpus"]) == (2, 0.5, 0.25)
     assert (trainer["node"], trainer["health"], a["health"]) == ("demo-node", "unhealthy", "healthy")
-    assert (trainer["cluster_queue"], trainer["local_queue"], a["cluster_queue"]) == ("cq-research", "team-ml", None)
+    assert (trainer["cluster_queue"], trainer["local_queue"]) == ("cq-research", "team-ml")  # Kueue
+    assert (a["cluster_queue"], a["local_queue"], b["cluster_queue"]) == ("inference", None, None)  # KAI Scheduler
     # Shares move on a two-minute cycle and are rounded to 0.01: top read them between the demo's two answers.
     for pod, row in rows.items():
         readings = [own_sum(own, "pod_gpu_container_sm_utilization_ratio", pod) for own in (before, after)]
@@ -171,3 +172,38 @@ def test_an_exporter_serving_tls_is_scraped_with_the_https_form(api, tmp_path):
         tls_demo.stop()
     assert set(rows_by_pod(over_tls)) == {"trainer-0", "llm-server-a", "llm-server-b"}
     assert plain["rows"] == [] and [entry["node"] for entry in plain["unreachable"]] == ["demo-node"]
+
+
+def test_an_exporter_asking_for_credentials_fails_its_node_alone(cluster, api, tmp_path):
+    """Behind basic auth (--web.config.file) the exporter answers 401 itself, through the proxy: not the API
+    server's RBAC refusal (a Status object), so the other nodes' rows are still shown."""
+    import bcrypt
+
+    config = tmp_path / "web-config.yml"
+    config.write_text(f"basic_auth_users:\n  prometheus: '{bcrypt.hashpw(b's3cret', bcrypt.gensalt(rounds=4)).decode()}'\n")
+    guarded = start_exporter(["demo", "--web.config.file", str(config)], command=[console_script()])
+    try:
+        add_exporter_pod(api, "pod-gpu-metrics-exporter-auth1", "gpu-node-auth", guarded.address)
+        run = run_top(["--kubeconfig", cluster, "--window", "1s", "-o", "json"])
+    finally:
+        guarded.stop()
+    assert run.returncode == 0, run.stderr
+    document = json.loads(run.stdout)
+    assert {row["pod"] for row in document["rows"]} == {"trainer-0", "llm-server-a", "llm-server-b"}
+    errors = {entry["node"]: entry["error"] for entry in document["unreachable"]}
+    assert errors["gpu-node-auth"] == "the exporter asks for credentials (web config basic auth)", errors
+
+
+def test_one_deadline_bounds_a_pod_that_answers_in_a_trickle(api, tmp_path):
+    """Headers just inside the timeout, then a byte each time just inside it again: each read is in time,
+    the scrape is not; it must end at --scrape.timeout, not about twice that."""
+    add_exporter_pod(api, "pod-gpu-metrics-exporter-trickle", "gpu-node-trickle")
+    api.trickle(EXPORTER_NAMESPACE, "pod-gpu-metrics-exporter-trickle", "9400")
+    api.trickle_seconds = 1.8
+    run = run_top(["--kubeconfig", kubeconfig_for(api, tmp_path), "--window", "100ms", "--scrape.timeout", "2s",
+                   "-o", "json"], timeout=60)
+    assert run.returncode == 0, run.stderr
+    errors = {entry["node"]: entry["error"] for entry in json.loads(run.stdout)["unreachable"]}
+    assert errors == {"gpu-node-trickle": "answer took longer than 2 s"}
+    # Two rounds, each one scrape of it; a generous margin for a loaded machine (without one deadline: ~3.6 s).
+    assert len(api.trickle_held) == 2 and max(api.trickle_held) < 2.0 + 1.0, api.trickle_held
