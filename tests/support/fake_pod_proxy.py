@@ -8,11 +8,12 @@ slowly (`trickle`: the headers, then a byte at a time, each `trickle_seconds` ap
 server does: a pod it does not know is a 404 Status, a pod it cannot reach a 503 Status with "error
 trying to reach service: dial tcp …: connect: connection refused", a user without `get` on
 `pods/proxy` a 403 Status naming that resource. Lists honour `labelSelector` (equality forms).
-Every proxied request is counted, with the most in flight at once.
+Every proxied request is counted, with the most in flight at once; each pod's 200 answer is kept.
 """
 
 from __future__ import annotations
 
+import gzip
 import http.client
 import re
 import socket
@@ -101,6 +102,8 @@ class _ProxyHandler(_Handler):
                 f"error trying to reach service: dial tcp {address}: connect: {_why(exc)}")))
         finally:
             connection.close()
+        if answer.status == 200:
+            api.answered.append((time.monotonic(), key, _decoded(body, answer.getheader("Content-Encoding"))))
         self._raw(answer.status, {h: answer.getheader(h) for h in _RETURNED if answer.getheader(h)}, body)
 
     def _stall(self, seconds: float) -> None:
@@ -156,6 +159,10 @@ class _ProxyHandler(_Handler):
         self.wfile.write(body)
 
 
+def _decoded(body: bytes, encoding) -> bytes:
+    return gzip.decompress(body) if encoding == "gzip" else body
+
+
 def _why(exc: OSError) -> str:
     return "connection refused" if isinstance(exc, ConnectionRefusedError) else str(exc) or type(exc).__name__
 
@@ -175,6 +182,7 @@ class PodProxyApi(FakeKubeApi):
         self.dial_seconds = 10.0
         self.deny_proxy = False
         self.proxied = 0
+        self.answered = []  # (monotonic time, (namespace, pod, port), its body) of each pod's 200, as passed on
         self.in_flight = 0
         self.most_in_flight = 0
         self._lock = threading.Lock()
