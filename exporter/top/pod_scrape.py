@@ -53,15 +53,15 @@ def scrape_pod(http, pod: ExporterPod, access, deadline: float) -> Tuple[float, 
     try:
         with http.stream("GET", path, headers={"Accept": _ACCEPT, "Accept-Encoding": "gzip"},
                          timeout=httpx.Timeout(remaining), extensions={"trace": own.tighten}) as response:
-            if response.status_code != 200:
-                raise _refusal(response, pod)
             with own.cut_at_deadline(response):
+                if response.status_code != 200:
+                    raise _refusal(response, pod)
                 body = _bounded_body(response, access.max_body_bytes, own.at, remaining)
-    except httpx.TimeoutException:
-        raise ScrapeFailed(f"no answer within {remaining:.3g} s") from None
     except httpx.HTTPError as exc:
-        if own.cut:
+        if own.cut or (own.answering and isinstance(exc, httpx.TimeoutException)):
             raise ScrapeFailed(f"answer took longer than {remaining:.3g} s") from None
+        if isinstance(exc, httpx.TimeoutException):
+            raise ScrapeFailed(f"no answer within {remaining:.3g} s") from None
         raise ScrapeFailed(f"{type(exc).__name__}: {exc}") from None
     when = time.monotonic()
     return when, parse_text(body.decode("utf-8", "replace"))
@@ -72,6 +72,7 @@ class _Deadline:
 
     def __init__(self, at: float):
         self.at, self.cut = at, False
+        self.answering = False  # the headers came: what is late is the body
 
     def _left(self) -> float:
         return max(0.001, self.at - time.monotonic())
@@ -93,6 +94,7 @@ class _Deadline:
     def cut_at_deadline(self, response):
         """The body's reads each wait up to their own timeout, and a trickle never lets one expire: at the
         deadline the connection is shut down, which ends a read blocked in another thread at once."""
+        self.answering = True
         stream = response.extensions.get("network_stream")
         sock = stream.get_extra_info("socket") if stream is not None else None
         timer = threading.Timer(max(0.0, self.at - time.monotonic()), self._shut, (sock,))
