@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import os
 import re
+import urllib.parse
 from dataclasses import dataclass
 from typing import Callable, List, Mapping, Optional, Sequence
 
@@ -61,6 +62,14 @@ def _checked(convert: Callable[[str], object], positive: bool = True) -> Callabl
 def _url(text: str) -> str:
     if not re.match(r"https?://[^/\s]+", text):
         raise ValueError(f"expected an http:// or https:// URL, got {text!r}")
+    try:  # urlsplit checks the port only when asked for it: a port out of range or not a number is caught here
+        parts = urllib.parse.urlsplit(text)
+        if parts.port == 0:
+            raise ValueError
+    except ValueError:
+        raise ValueError(f"expected a port from 1 to 65535 in the URL, got {text!r}") from None
+    if not parts.hostname:
+        raise ValueError(f"expected a host in the URL, got {text!r}")
     return text
 
 

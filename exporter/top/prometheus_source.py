@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import base64
+import http.client
 import json
 import urllib.error
 import urllib.parse
@@ -71,10 +72,16 @@ class PrometheusSource:
         try:
             with urllib.request.urlopen(request, timeout=self._access.timeout_seconds) as response:
                 body = response.read(MAX_ANSWER_BYTES + 1)
+                # read(n) returns what came before a cut connection: the bytes promised and not sent say so.
+                if len(body) <= MAX_ANSWER_BYTES and response.length:
+                    raise http.client.IncompleteRead(body, response.length)
         except urllib.error.HTTPError as exc:
             raise TopSourceError(f"Prometheus at {self._shown} answered HTTP {exc.code} {exc.reason}"
                                  f"{_hint(exc.code)}", "status") from None
-        except (urllib.error.URLError, OSError) as exc:
+        except http.client.HTTPException as exc:  # not HTTP at all, or the connection cut mid-answer
+            raise TopSourceError(f"Prometheus at {self._shown} gave a broken HTTP answer: "
+                                 f"{_one_line(type(exc).__name__ + ': ' + str(exc))}", "unreachable") from None
+        except (urllib.error.URLError, ConnectionError, OSError) as exc:
             reason = getattr(exc, "reason", exc)
             raise TopSourceError(f"Prometheus at {self._shown} cannot be reached: {reason}", "unreachable") from None
         if len(body) > MAX_ANSWER_BYTES:
@@ -85,6 +92,11 @@ class PrometheusSource:
         except (ValueError, KeyError, TypeError, AttributeError):
             raise TopSourceError(f"Prometheus at {self._shown} answered something other than its query API's "
                                  "JSON: is the URL Prometheus's root (e.g. http://prometheus:9090)?", "status") from None
+
+
+def _one_line(text: str) -> str:
+    """What a peer sent, as one short line: a garbage status line may carry newlines of its own."""
+    return " ".join(text.split())[:200]
 
 
 def _failed(shown: str, answer: dict) -> list:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import csv
 import io
 import json
+import math
 from collections import defaultdict
 from typing import Dict, List, Optional, Sequence, Tuple
 
@@ -26,7 +27,7 @@ _DEVICE_NOTE = ("* the GPU's own utilisation and memory (--sharing.mode device):
 
 def render(table: Table, output: str, by: str) -> str:
     if output == "json":
-        return json.dumps(as_json(table, by), indent=2) + "\n"
+        return json.dumps(as_json(table, by), indent=2, allow_nan=False) + "\n"
     if output == "csv":
         return as_csv(table, by)
     return as_text(table, by)
@@ -39,7 +40,17 @@ def as_json(table: Table, by: str) -> dict:
     unattributed = [{"node": u.node, "reason": u.reason, "memory_bytes": _whole(u.memory_bytes), "sm_ratio": u.sm_ratio,
                      "power_watts": u.power_watts} for u in table.unattributed]
     unreachable = [{"node": node, "error": why} for node, why in table.unreachable]
-    return {"rows": rows, "unallocated": unallocated, "unattributed": unattributed, "unreachable": unreachable}
+    return {"rows": _known_values(rows), "unallocated": _known_values(unallocated),
+            "unattributed": _known_values(unattributed), "unreachable": unreachable}
+
+
+def _known(value):
+    """None for NaN and ±Inf (a series may carry them; Prometheus answers "NaN"): JSON has no such number."""
+    return None if isinstance(value, float) and not math.isfinite(value) else value
+
+
+def _known_values(objects: List[dict]) -> List[dict]:
+    return [{name: _known(value) for name, value in entry.items()} for entry in objects]
 
 
 def _row_object(row: Row, by: str) -> dict:
@@ -56,7 +67,7 @@ def as_csv(table: Table, by: str) -> str:
     writer = csv.DictWriter(out, fieldnames=fields, lineterminator="\n")
     writer.writeheader()
     for row in table.rows:
-        writer.writerow({k: "" if v is None else v for k, v in _row_object(row, by).items()})
+        writer.writerow({k: "" if v is None else v for k, v in _known_values([_row_object(row, by)])[0].items()})
     return out.getvalue()
 
 
@@ -119,27 +130,27 @@ def _by_reason(table: Table) -> str:
 
 def _whole(value: Optional[float]) -> Optional[int]:
     """Bytes as a whole number (Prometheus answers every value as a float)."""
-    return None if value is None or value != value else int(round(value))
+    return None if value is None or not math.isfinite(value) else int(round(value))
 
 
 def number(value: Optional[float]) -> str:
-    return "-" if value is None else f"{value:.2f}".rstrip("0").rstrip(".")
+    return "-" if _known(value) is None else f"{value:.2f}".rstrip("0").rstrip(".")
 
 
 def _ratio(value: Optional[float]) -> str:
-    return "-" if value is None else f"{value:.2f}"
+    return "-" if _known(value) is None else f"{value:.2f}"
 
 
 def percent(value: Optional[float]) -> str:
-    return "-" if value is None else f"{100 * value:.0f}%"
+    return "-" if _known(value) is None else f"{100 * value:.0f}%"
 
 
 def watts(value: Optional[float]) -> str:
-    return "-" if value is None else f"{value:.1f}W"
+    return "-" if _known(value) is None else f"{value:.1f}W"
 
 
 def size(value: Optional[float]) -> str:
-    if value is None:
+    if _known(value) is None:
         return "-"
     for unit, scale in (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
         if abs(value) >= scale:

@@ -5,6 +5,8 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
+import pytest
+
 from exporter.demo.node import gpu_uuid, mapping_command, simulated_allocations
 from exporter.demo.workload import SIMULATED_PODS
 from exporter.exposition.families import CATALOGUE
@@ -71,3 +73,26 @@ def test_quick_start_shows_the_mapping_command_the_demo_prints():
     socket = re.search(r"--kubelet\.socket (/tmp/pod-gpu-demo-\w{8}/kubelet\.sock)\b", quick_start)
     assert socket, "the Quick start shows no `mapping --kubelet.socket <the demo's socket>` command"
     assert mapping_command(DEMO_PROGRAM, socket.group(1)) in quick_start.splitlines()
+
+
+def _demo_queue(pod) -> str:
+    """The QUEUE cell `top` prints for one of the demo's pods: Kueue's ClusterQueue/LocalQueue, else its KAI
+    Scheduler Queue (served as cluster_queue, with no local queue), else -."""
+    from exporter.demo.workload import CLUSTER_QUEUE
+
+    if pod.local_queue:
+        return f"{CLUSTER_QUEUE}/{pod.local_queue}"
+    return pod.kai_queue or "-"
+
+
+@pytest.mark.parametrize("document", ["README.md", "docs/top.md"])
+def test_the_top_table_shows_the_demos_pods_and_queues(document):
+    """The table `top` printed from the demo: its rows are the demo's holders, each with the demo's queue."""
+    text = (REPO_ROOT / document).read_text(encoding="utf-8")
+    table = text[text.index("NAMESPACE   POD            CONTAINER"):].split("\n\n", 1)[0].splitlines()
+    assert table[0].split()[-1] == "QUEUE"
+    queues = {(pod.namespace, pod.name): _demo_queue(pod) for pod in SIMULATED_PODS}
+    holders = {(a.namespace, a.pod) for a in simulated_allocations()}
+    shown = {(cells[0], cells[1]): cells[-1] for cells in (line.split() for line in table[1:])}
+    assert set(shown) == holders
+    assert shown == {key: queues[key] for key in shown}

@@ -3,15 +3,17 @@
 `GET /api/v1/namespaces/<ns>/pods/[https:]<name>:<port>/proxy/<path>` is forwarded to the pod's port
 (`expose(namespace, name, port, "127.0.0.1:<real port>")`, where a real API server dials the pod IP;
 over TLS, unchecked, for `https:<name>:<port>`),
-or answered from a canned body (`serve_body`), or held open without an answer (`stall`). As the real
+or answered from a canned body (`serve_body`), or held open without an answer (`stall`), or answered
+slowly (`trickle`: the headers, then a byte at a time, each `trickle_seconds` apart). As the real
 server does: a pod it does not know is a 404 Status, a pod it cannot reach a 503 Status with "error
 trying to reach service: dial tcp …: connect: connection refused", a user without `get` on
 `pods/proxy` a 403 Status naming that resource. Lists honour `labelSelector` (equality forms).
-Every proxied request is counted, with the most in flight at once.
+Every proxied request is counted, with the most in flight at once; each pod's 200 answer is kept.
 """
 
 from __future__ import annotations
 
+import gzip
 import http.client
 import re
 import socket
@@ -81,6 +83,8 @@ class _ProxyHandler(_Handler):
     def _answer(self, api: "PodProxyApi", key: Tuple[str, str, str], path: str, tls: bool) -> None:
         if key in api.stalled:
             return self._stall(api.stall_seconds)
+        if key in api.trickled:
+            return self._trickle(api)
         if key in api.bodies:
             return self._raw(200, {"Content-Type": "text/plain; version=0.0.4; charset=utf-8"}, api.bodies[key])
         address = api.endpoints.get(key, "127.0.0.1:1")
@@ -98,6 +102,8 @@ class _ProxyHandler(_Handler):
                 f"error trying to reach service: dial tcp {address}: connect: {_why(exc)}")))
         finally:
             connection.close()
+        if answer.status == 200:
+            api.answered.append((time.monotonic(), key, _decoded(body, answer.getheader("Content-Encoding"))))
         self._raw(answer.status, {h: answer.getheader(h) for h in _RETURNED if answer.getheader(h)}, body)
 
     def _stall(self, seconds: float) -> None:
@@ -114,6 +120,36 @@ class _ProxyHandler(_Handler):
                 break
         self.close_connection = True
 
+    def _trickle(self, api: "PodProxyApi") -> None:
+        """Each step just inside a read timeout of `trickle_seconds`: the headers after that long, then the
+        body a byte at a time, as long; how long until the client hung up is kept in `trickle_held`."""
+        started = time.monotonic()
+        self.connection.settimeout(0.05)
+        steps = [b"HTTP/1.1 200 OK\r\nContent-Type: text/plain; version=0.0.4\r\nContent-Length: 100000\r\n\r\n"]
+        steps += [b"#"] * 1000
+        try:
+            for step in steps:
+                if self._client_gone_within(api.trickle_seconds):
+                    break
+                self.connection.sendall(step)
+        except OSError:
+            pass
+        finally:
+            api.trickle_held.append(time.monotonic() - started)
+            self.close_connection = True
+
+    def _client_gone_within(self, seconds: float) -> bool:
+        deadline = time.monotonic() + seconds
+        while time.monotonic() < deadline:
+            try:
+                if not self.connection.recv(1, socket.MSG_PEEK):
+                    return True
+            except socket.timeout:
+                continue
+            except OSError:
+                return True
+        return False
+
     def _raw(self, code: int, headers: Dict[str, str], body: bytes) -> None:
         self.send_response(code)
         for header, value in headers.items():
@@ -121,6 +157,10 @@ class _ProxyHandler(_Handler):
         self.send_header("Content-Length", str(len(body)))
         self.end_headers()
         self.wfile.write(body)
+
+
+def _decoded(body: bytes, encoding) -> bytes:
+    return gzip.decompress(body) if encoding == "gzip" else body
 
 
 def _why(exc: OSError) -> str:
@@ -136,9 +176,13 @@ class PodProxyApi(FakeKubeApi):
         self.bodies: Dict[Tuple[str, str, str], bytes] = {}
         self.stalled = set()
         self.stall_seconds = 30.0
+        self.trickled = set()
+        self.trickle_seconds = 1.0
+        self.trickle_held = []  # seconds each trickled answer lasted, until the client hung up
         self.dial_seconds = 10.0
         self.deny_proxy = False
         self.proxied = 0
+        self.answered = []  # (monotonic time, (namespace, pod, port), its body) of each pod's 200, as passed on
         self.in_flight = 0
         self.most_in_flight = 0
         self._lock = threading.Lock()
@@ -151,6 +195,9 @@ class PodProxyApi(FakeKubeApi):
 
     def stall(self, namespace: str, name: str, port: str) -> None:
         self.stalled.add((namespace, name, port))
+
+    def trickle(self, namespace: str, name: str, port: str) -> None:
+        self.trickled.add((namespace, name, port))
 
     def _enter(self) -> None:
         with self._lock:

@@ -40,6 +40,9 @@ def test_kubeconfig_is_kubectls_first(tmp_path):
     (["--by", "pods"], {}), (["-o", "yaml"], {}), (["--window", "0s"], {}), (["--watch", "-1"], {}),
     (["--scrape.max-body-size", "lots"], {}), (["-l", "tier in (a)"], {}), (["--sort", "heat"], {}),
     ([], {"POD_GPU_EXPORTER_PROMETHEUS_URL": "prometheus:9090"}), (["--prometheus.password-file", "/nonexistent"], {}),
+    # The pattern of a URL, but no port urlsplit can read: a traceback once the source asked for it.
+    (["--prometheus", "http://h:99999"], {}), (["--prometheus", "http://h:9x"], {}), (["--prometheus", "http://h:0"], {}),
+    ([], {"POD_GPU_EXPORTER_PROMETHEUS_URL": "http://h:99999"}),
 ])
 def test_a_bad_flag_is_one_line_and_exit_2(args, environ, capsys):
     with pytest.raises(SystemExit) as stopped:

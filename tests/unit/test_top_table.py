@@ -5,6 +5,7 @@ from __future__ import annotations
 import csv
 import io
 import json
+import re
 
 import pytest
 
@@ -173,3 +174,22 @@ def test_an_exporter_with_legacy_label_names_is_read_alike():
             'container_name="torch"} 0.5\n')
     row, = build_table(look(parse_text(text), parse_text(text), 5.0)).rows
     assert (row.namespace, row.pod, row.container, row.gpus, row.sm_ratio) == ("ml", "train-0", "torch", 1, 0.5)
+
+
+def test_json_writes_null_where_a_value_is_not_a_number():
+    """NaN and Inf (the text format allows them; Prometheus answers "NaN") are no JSON: null, as unknown."""
+    text = (PROCESS_MODE.replace("ENERGY_A", "NaN").replace("ENERGY_B", "+Inf").replace("IDLE_B", "NaN")
+            .replace("NO_HOLDER", "NaN").replace("0.25\n", "NaN\n", 1).replace("} 0.5\n", "} NaN\n")
+            .replace("} 3145728\n", "} +Inf\n"))
+    built = build_table(look(parse_text(text), parse_text(text), 10.0))
+    table = shape(built, None, [], "pod", "sm")
+    for by in ("pod", "node"):
+        written = render(shape(built, None, [], by, "sm"), "json", by)
+        document = json.loads(written, parse_constant=lambda name: pytest.fail(f"{name} in the JSON: {written}"))
+        assert json.dumps(document, allow_nan=False)
+    b = json.loads(render(table, "json", "pod"))
+    rows_b = {row["pod"]: row for row in b["rows"]}
+    assert rows_b["llm-b"]["gpus"] is None and rows_b["train-0"]["sm_ratio"] is None, rows_b
+    assert b["unallocated"][0]["memory_bytes"] is None
+    assert "NaN" not in render(table, "csv", "pod") and "nan" not in render(table, "csv", "pod").lower()
+    assert not re.search(r"(?i)nan|\binf(W|%|[KMG]iB|B)", as_text(table, "pod")), as_text(table, "pod")
