@@ -9,6 +9,7 @@ import time
 from contextlib import contextmanager
 from typing import Dict, NamedTuple, Tuple
 
+from exporter.base.bounded_body import BodyTooLarge, BodyTooSlow, read_bounded
 from exporter.top.readings import parse_text
 
 _MAX_ERROR_BYTES = 64 * 1024  # of a refusal's Status object
@@ -115,14 +116,12 @@ class _Deadline:
 
 
 def _bounded_body(response, limit: int, deadline: float, seconds: float) -> bytes:
-    body = bytearray()
-    for chunk in response.iter_bytes():  # decoded (gzip) chunk by chunk: the cap holds on what is inflated
-        body += chunk
-        if len(body) > limit:
-            raise ScrapeFailed(f"answer larger than {limit} bytes")
-        if time.monotonic() > deadline:
-            raise ScrapeFailed(f"answer took longer than {seconds:.3g} s")
-    return bytes(body)
+    try:  # decoded (gzip) chunk by chunk: the cap holds on what is inflated
+        return read_bounded(response.iter_bytes(), limit, deadline)
+    except BodyTooLarge:
+        raise ScrapeFailed(f"answer larger than {limit} bytes") from None
+    except BodyTooSlow:
+        raise ScrapeFailed(f"answer took longer than {seconds:.3g} s") from None
 
 
 def _refusal(response, pod: ExporterPod) -> ScrapeFailed:

@@ -12,6 +12,8 @@ import functools
 import threading
 from typing import Iterable, Iterator, List, Optional, Tuple
 
+from exporter.base.bounded_body import BodyTooLarge, BodyTooSlow, read_bounded
+
 # The API server refuses requests over 3 MiB and etcd objects over 1.5 MiB: a watch line (one event,
 # the object wrapped in {"type":…,"object":…}) longer than this is not from a working API server.
 MAX_WATCH_LINE_BYTES = 4 * 1024 * 1024
@@ -133,14 +135,12 @@ def read_answer(http, path: str, accept: str = "application/json", seconds: floa
     with http.stream("GET", path, headers={"Accept": accept, "Accept-Encoding": "identity"}) as response:
         if response.status_code != 200:
             raise _api_error(response)
-        body = bytearray()
-        for chunk in response.iter_raw():
-            body += chunk
-            if len(body) > MAX_ANSWER_BYTES:
-                raise AnswerRefused(f"{path}: the answer is larger than {MAX_ANSWER_BYTES} bytes")
-            if time.monotonic() > deadline:
-                raise AnswerRefused(f"{path}: the answer took longer than {seconds:g} s")
-    return bytes(body)
+        try:
+            return read_bounded(response.iter_raw(), MAX_ANSWER_BYTES, deadline)
+        except BodyTooLarge:
+            raise AnswerRefused(f"{path}: the answer is larger than {MAX_ANSWER_BYTES} bytes") from None
+        except BodyTooSlow:
+            raise AnswerRefused(f"{path}: the answer took longer than {seconds:g} s") from None
 
 
 def watch_lines(client, resource, namespace, params: dict, silence_seconds: float,
