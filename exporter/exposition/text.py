@@ -100,6 +100,14 @@ def escape_label_value(value: str) -> str:
     return value.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
 
 
+_ESCAPE = re.compile(r'\\([\\"n])')
+
+
+def unescape_label_value(raw: str) -> str:
+    """A label value as `escape_label_value` wrote it (a raw value of parse_label_pairs), its escapes undone."""
+    return _ESCAPE.sub(lambda match: "\n" if match.group(1) == "n" else match.group(1), raw) if "\\" in raw else raw
+
+
 def render_label_pairs(pairs: LabelPairs) -> str:
     """`name="value",…` with every value escaped; "" for no pairs."""
     return ",".join(f'{name}="{escape_label_value(value)}"' for name, value in pairs)

@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass, field
 from typing import Dict, Iterable, List, Mapping, Optional, Tuple
 
+from exporter.exposition.text import parse_label_pairs, unescape_label_value
 from exporter.top.families import COUNTERS, GAUGES, PRESENCE
 
 WANTED = frozenset(GAUGES + COUNTERS + (PRESENCE,))
@@ -16,9 +16,6 @@ LEGACY_OWNER = {"pod_namespace": "namespace", "pod_name": "pod", "container_name
 KEPT_LABELS = frozenset(("UUID", "gpu", "GPU_I_ID", "namespace", "pod", "container", "cluster_queue", "local_queue",
                          "status", "reason", *LEGACY_OWNER))
 POD_LABEL_PREFIX = "label_"  # a pod's labels, as --labels.pod-labels serves them
-# label="value" pairs of the text format: a value may hold \" \\ and \n escapes.
-_PAIR = re.compile(r'([a-zA-Z_][a-zA-Z0-9_]*)="((?:[^"\\]|\\.)*)"')
-_UNESCAPE = re.compile(r"\\(.)")
 Labels = Tuple[Tuple[str, str], ...]
 
 
@@ -76,9 +73,11 @@ def _sample(line: str, name_end: int, strings: Dict[str, str]) -> Optional[Tuple
         close = rest.rfind("}")
         if close < 0:
             return None
-        labels = tuple((strings.setdefault(key, key), _kept(strings, _UNESCAPE.sub(_unescaped, value)))
-                       for key, value in _PAIR.findall(rest[1:close])
-                       if key in KEPT_LABELS or key.startswith(POD_LABEL_PREFIX))
+        pairs = parse_label_pairs(rest[1:close])
+        if pairs is None:
+            return None
+        labels = tuple((strings.setdefault(key, key), _kept(strings, unescape_label_value(value)))
+                       for key, value, _ in pairs if key in KEPT_LABELS or key.startswith(POD_LABEL_PREFIX))
         rest = rest[close + 1:]
     fields = rest.split()
     try:
@@ -89,10 +88,6 @@ def _sample(line: str, name_end: int, strings: Dict[str, str]) -> Optional[Tuple
 
 def _kept(strings: Dict[str, str], value: str) -> str:
     return strings.setdefault(value, value)
-
-
-def _unescaped(match: re.Match) -> str:
-    return "\n" if match.group(1) == "n" else match.group(1)
 
 
 def per_second(first: Mapping, second: Mapping, seconds: float) -> Dict:

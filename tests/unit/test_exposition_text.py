@@ -5,9 +5,10 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
+import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from exporter.exposition.text import escape_label_value, family_header, render_label_pairs
+from exporter.exposition.text import escape_label_value, family_header, render_label_pairs, unescape_label_value
 
 PACKAGE_ROOT = Path(__file__).resolve().parents[2] / "exporter"
 TEXT_MODULE = PACKAGE_ROOT / "exposition" / "text.py"
@@ -44,3 +45,8 @@ def test_no_other_module_writes_help_lines_or_escapes_label_values():
              if (help_writer.search(path.read_text()) and path != TEXT_MODULE)
              or (quote_escape in path.read_text() and path not in allowed)]
     assert found == []
+
+
+@pytest.mark.parametrize("value", ["", "plain", 'a"b', "back\\slash", "two\nlines", '\\n is not a newline', '\\"'])
+def test_unescape_undoes_escape_of_every_value(value):
+    assert unescape_label_value(escape_label_value(value)) == value
