@@ -30,3 +30,14 @@ def read_bounded(chunks: Iterable[bytes], max_bytes: int, deadline: float,
         if clock() > deadline:
             raise BodyTooSlow(deadline)
     return bytes(body)
+
+
+def read_head(chunks: Iterable[bytes], max_bytes: int) -> bytes:
+    """The body's start: chunks until `max_bytes` are passed (the chunk that passes them included), the rest
+    left unread. For error answers, whose first bytes say what went wrong."""
+    head = bytearray()
+    for chunk in chunks:
+        head += chunk
+        if len(head) > max_bytes:
+            break
+    return bytes(head)

@@ -9,7 +9,7 @@ import time
 from contextlib import contextmanager
 from typing import Dict, NamedTuple, Tuple
 
-from exporter.base.bounded_body import BodyTooLarge, BodyTooSlow, read_bounded
+from exporter.base.bounded_body import BodyTooLarge, BodyTooSlow, read_bounded, read_head
 from exporter.top.readings import parse_text
 
 _MAX_ERROR_BYTES = 64 * 1024  # of a refusal's Status object
@@ -128,13 +128,8 @@ def _refusal(response, pod: ExporterPod) -> ScrapeFailed:
     """A scrape answered other than 200. The API server's own refusal is a Kubernetes Status object:
     a 401/403 one is RBAC (or the user's credentials), true of every pod, and stops the command. A
     401/403 in any other body is the exporter's, passed through the proxy: that node alone fails."""
-    raw = bytearray()
-    for chunk in response.iter_raw():
-        raw += chunk
-        if len(raw) > _MAX_ERROR_BYTES:
-            break
     try:
-        status = json.loads(bytes(raw))
+        status = json.loads(read_head(response.iter_raw(), _MAX_ERROR_BYTES))
     except ValueError:
         status = None
     from_api_server = isinstance(status, dict) and status.get("kind") == "Status"

@@ -2,7 +2,7 @@
 
 import pytest
 
-from exporter.base.bounded_body import BodyTooLarge, BodyTooSlow, read_bounded
+from exporter.base.bounded_body import BodyTooLarge, BodyTooSlow, read_bounded, read_head
 
 
 def test_chunks_within_both_bounds_are_joined():
@@ -26,3 +26,15 @@ def test_a_body_still_coming_at_its_deadline_is_refused_without_waiting_for_the_
     with pytest.raises(BodyTooSlow):
         read_bounded(chunks(), 100, deadline=10.0, clock=lambda: next(times))
     assert consumed == [b"a", b"b"]
+
+
+def test_the_head_stops_reading_once_past_its_bound():
+    consumed = []
+
+    def chunks():
+        for chunk in (b"abc", b"def", b"ghi"):
+            consumed.append(chunk)
+            yield chunk
+
+    assert read_head(chunks(), 4) == b"abcdef" and consumed == [b"abc", b"def"]
+    assert read_head([b"ab"], 4) == b"ab"

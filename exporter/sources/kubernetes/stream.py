@@ -12,7 +12,7 @@ import functools
 import threading
 from typing import Iterable, Iterator, List, Optional, Tuple
 
-from exporter.base.bounded_body import BodyTooLarge, BodyTooSlow, read_bounded
+from exporter.base.bounded_body import BodyTooLarge, BodyTooSlow, read_bounded, read_head
 
 # The API server refuses requests over 3 MiB and etcd objects over 1.5 MiB: a watch line (one event,
 # the object wrapped in {"type":…,"object":…}) longer than this is not from a working API server.
@@ -92,13 +92,9 @@ def _api_error(response):
     from lightkube.core.exceptions import ApiError
     from lightkube.models.meta_v1 import Status
 
-    body = bytearray()
-    for chunk in response.iter_raw():
-        body += chunk
-        if len(body) > _MAX_ERROR_BODY_BYTES:
-            break
+    body = read_head(response.iter_raw(), _MAX_ERROR_BODY_BYTES)
     try:
-        status = _decode(bytes(body), Status)
+        status = _decode(body, Status)
     except (msgspec.DecodeError, msgspec.ValidationError):
         status = None
     if status is None or not isinstance(status.code, int):
