@@ -19,7 +19,7 @@ def get_logger() -> logging.Logger:
     return logging.getLogger(LOGGER_NAME)
 
 
-def log(level: str, msg: str, exc_info: bool = False, **fields) -> None:
+def log(level: str, msg: str, exc_info: object = False, **fields) -> None:
     """Log one event; fields become key=value pairs (logfmt) or JSON members."""
     get_logger().log(_LEVELS[level], msg, exc_info=exc_info, extra={"fields": fields})
 

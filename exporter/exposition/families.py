@@ -231,7 +231,8 @@ SECTION_UP = _self("pod_gpu_exporter_section_up", "gauge", "1 when the section's
                    "read in time; process_shares, xid_events: NVML), else 0.", ("section",))
 SECTION_DURATION = _self("pod_gpu_exporter_section_duration_seconds", "gauge", "Time the section's last refresh "
                          "took: its source's last reading, or the making of its rows where it has no source of its "
-                         "own; none for xid_events, which waits for events.", ("section",))
+                         "own; none for xid_events, which waits for events, nor for process_shares, whose refresh "
+                         "is pod_gpu_exporter_process_shares_refresh_duration_seconds.", ("section",))
 BUILD_INFO = _self("pod_gpu_exporter_build_info", "gauge", "A constant 1, labelled with the exporter's version and the "
                    "Python version running it.", ("version", "python_version"))
 

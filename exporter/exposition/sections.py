@@ -9,9 +9,11 @@ registers and names no feature; adding a family is one section and one registrat
 
 from __future__ import annotations
 
+import threading
 import time
-from typing import Callable, Iterable, NamedTuple, Optional, Protocol, Sequence, Tuple
+from typing import Callable, Dict, Iterable, NamedTuple, Optional, Protocol, Sequence, Tuple
 
+from exporter.base.logs import LogOnce, log
 from exporter.core.attribution import Snapshot
 from exporter.exposition import families
 from exporter.exposition.families import Family
@@ -125,6 +127,79 @@ class TextSection(BaseSection):
 
     def state(self) -> SectionState:
         return self._source_state()
+
+
+class SectionFailures:
+    """Runs sections so that one that raises costs only its own block, as a node_exporter collector's
+    failure is that collector's `success 0`: its rows are left out of this answer, its state reads down
+    until it produces rows again, and each distinct failure is logged once (the traceback at debug).
+
+    Safe to call from many request threads at once.
+    """
+
+    def __init__(self, what: str = "section") -> None:
+        self._what = what  # how the log names what failed: a section, or a part of /metrics
+        self._failed: Dict[str, str] = {}  # section name -> the message of its last failure
+        self._lock = threading.Lock()
+        # A message may carry outside data (a path, a value): past 64 distinct ones nothing new is logged.
+        self._once = LogOnce(most=64)
+
+    def render(self, section: Section, view: ScrapeView) -> Optional[bytes]:
+        """The section's rows for this scrape, or None when it raised (left out, logged once)."""
+        try:
+            rows = section.render(view)
+        except Exception as exc:  # any defect in one block: the rest of the answer is still served
+            self.failed(section.name, exc)
+            return None
+        self.succeeded(section.name)
+        return rows
+
+    def gauges(self, section: Section) -> Tuple[Gauge, ...]:
+        """The section's own status gauges, or none when asking for them raised."""
+        try:
+            return tuple(section.gauges())
+        except Exception as exc:
+            self.failed(section.name, exc)
+            return ()
+
+    def key(self, section: Section) -> object:
+        """The section's key(); a failing one gets a new object, so that its rows are made again next time."""
+        try:
+            return section.key()
+        except Exception as exc:
+            self.failed(section.name, exc)
+            return object()
+
+    def state(self, section: Section) -> SectionState:
+        """Its own state, down while its last rows failed or when asking for its state raises."""
+        try:
+            state = section.state()
+        except Exception as exc:
+            self.failed(section.name, exc)
+            return SectionState(False)
+        return state._replace(up=False) if self.is_failing(section.name) else state
+
+    def is_failing(self, name: str) -> bool:
+        return name in self._failed
+
+    def failed(self, name: str, exc: Exception) -> None:
+        message = f"{type(exc).__name__}: {exc}"
+        with self._lock:
+            self._failed[name] = message
+        if self._once.first((name, message)):
+            log("error", f"{self._what} {name} failed and is left out of the answer until it produces rows "
+                "again", **{self._what: name}, error=message)
+            log("debug", f"{self._what} {name} failure", exc_info=(type(exc), exc, exc.__traceback__),
+                **{self._what: name})
+
+    def succeeded(self, name: str) -> None:
+        if name not in self._failed:  # the common case, without the lock
+            return
+        with self._lock:
+            message = self._failed.pop(name, None)
+        if message is not None:
+            self._once.forget((name, message))
+            log("info", f"{self._what} {name} produces rows again", **{self._what: name})
 
 
 def check_order(sections: Sequence[Section]) -> None:

@@ -100,11 +100,12 @@ class ProcessShares:
         return series + render_status(status).encode()
 
     def state(self) -> SectionState:
-        """Whether NVML answered the last refresh, while it is fresh, and how long that refresh took."""
+        """Whether NVML answered the last refresh, while it is fresh. No duration: the refresh's own is
+        served as pod_gpu_exporter_process_shares_refresh_duration_seconds, and said once."""
         rendered = self._rendered
         if rendered is None:
             return SectionState(False, None)
-        return SectionState(rendered.nvml_up and self._fresh(rendered), rendered.duration_seconds)
+        return SectionState(rendered.nvml_up and self._fresh(rendered), None)
 
     def _fresh(self, rendered: Optional[_Rendered]) -> bool:
         """Whether the last refresh is recent enough to serve: two intervals at most (one missed)."""

@@ -15,7 +15,7 @@ from exporter.core.attribution import Attribution, Snapshot
 from exporter.core.mapping import Mapping
 from exporter.exposition.label_limit import LabelLimit
 from exporter.exposition.rewriter import Rewriter
-from exporter.exposition.sections import ScrapeView, Section, check_order
+from exporter.exposition.sections import ScrapeView, Section, SectionFailures, SectionState, check_order
 from exporter.exposition.series import RewriteResult
 
 
@@ -153,6 +153,8 @@ class Scraper:
         # What its answers hold, reported apart from whether it answers: a node can serve garbage or
         # no GPU samples for hours, and that too must be logged once, not on every scrape.
         self._content_reporter = DependencyReporter("dcgm-exporter")
+        # A section that raises is left out of the answer, down on /metrics, and logged once.
+        self.failures = SectionFailures()
         self._lock = threading.Lock()
         self._rewrite_lock = threading.Lock()
         self._rewriter: Optional[Rewriter] = None
@@ -179,15 +181,20 @@ class Scraper:
             self._report_content(cached.result)
         else:
             # Without upstream samples there is nothing to join, but allocations are still known.
-            shared = (self._kept_rows(ScrapeView(snapshot, identities)),)
+            shared = (self._kept_rows(ScrapeView(snapshot, identities))[0],)
             shared_gzip = None
         with self._lock:
             self.scrapes += 1
             self.malformed_lines += malformed
-        gauges = tuple(gauge for section in self.sections for gauge in section.gauges())
+        gauges = tuple(gauge for section in self.sections for gauge in self.failures.gauges(section))
         view = ScrapeView(snapshot, identities, body is not None, malformed, started, gauges)
-        own = b"".join(section.render(view) for section in self._per_scrape)
+        own = b"".join(rows for rows in (self.failures.render(section, view) for section in self._per_scrape)
+                       if rows is not None)
         return ScrapeBody(shared, own, shared_gzip)
+
+    def section_states(self) -> Tuple[Tuple[str, SectionState], ...]:
+        """Each section's name and state, down while its rows fail (for /metrics)."""
+        return tuple((section.name, self.failures.state(section)) for section in self.sections)
 
     def _fetch(self) -> Optional[bytes]:
         try:
@@ -219,7 +226,7 @@ class Scraper:
         # often: an unchanged body under an unchanged mapping is answered from the last rewrite. The
         # lock makes scrapes arriving together (an HA pair of Prometheus servers) rewrite it once.
         mapping = snapshot.mapping
-        keys = tuple(section.key() for section in self._kept)
+        keys = tuple(self.failures.key(section) for section in self._kept)
         with self._rewrite_lock:
             cached = self._cached
             if cached is None or cached.mapping is not mapping or cached.body != body:
@@ -232,9 +239,9 @@ class Scraper:
                 self.rewrites += 1
             elif not _same(keys, cached.keys):
                 # A kept section's key() changed (its own data is new): its rows again, the rewrite kept.
-                rows = self._kept_rows(ScrapeView(snapshot, cached.result.identities, body=body))
+                rows, failed = self._kept_rows(ScrapeView(snapshot, cached.result.identities, body=body))
                 cached = self._cached = cached._replace(
-                    keys=keys, section_rows=rows, shared_gzip=_GzipPrefix((cached.result.text, rows)))
+                    keys=_retried(keys) if failed else keys, section_rows=rows, shared_gzip=_GzipPrefix((cached.result.text, rows)))
             return cached
 
     def _rewritten(self, body: bytes, snapshot: Snapshot, keys: tuple, previous: Optional[_Previous]) -> _Cached:
@@ -248,13 +255,25 @@ class Scraper:
                 and _same(previous.keys, keys)):
             rows = previous.section_rows  # new values of the same GPUs, held by the same pods
         else:
-            rows = self._kept_rows(ScrapeView(snapshot, result.identities, body=body))
+            rows, failed = self._kept_rows(ScrapeView(snapshot, result.identities, body=body))
+            keys = _retried(keys) if failed else keys
         return _Cached(body, mapping, result, keys, rows, _GzipPrefix((result.text, rows)))
 
-    def _kept_rows(self, view: ScrapeView) -> bytes:
+    def _kept_rows(self, view: ScrapeView) -> Tuple[bytes, bool]:
         """The kept sections' rows: what the mapping and the sections' own data add to the samples, joined
-        to the identities the samples carried, and so kept with the rewrite they were made for."""
-        return b"".join(section.render(view) for section in self._kept)
+        to the identities the samples carried, and so kept with the rewrite they were made for; and
+        whether one of them failed (its block left out)."""
+        made = [self.failures.render(section, view) for section in self._kept]
+        return b"".join(rows for rows in made if rows is not None), None in made
+
+
+_RETRY = object()
+
+
+def _retried(keys: tuple) -> tuple:
+    """Keys that match no scrape's: rows kept without a failed section's block are made again on the
+    next scrape (the failure is retried, never cached), while the rewrite itself is kept."""
+    return keys + (_RETRY,)
 
 
 def _same(keys: tuple, other: tuple) -> bool:

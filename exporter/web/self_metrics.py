@@ -14,6 +14,7 @@ from exporter import __version__
 from exporter.base.bounded import timeouts_total
 from exporter.exposition import families
 from exporter.exposition.families import Family
+from exporter.exposition.sections import SectionFailures
 from exporter.sources.kubernetes.status import KubernetesStatus
 from exporter.web.connections import ConnectionTable
 
@@ -21,11 +22,30 @@ from exporter.web.connections import ConnectionTable
 def build_self_registry(counters: SelfCollector) -> CollectorRegistry:
     """The registry /metrics serves: the process and platform collectors, our counters, build info."""
     registry = CollectorRegistry()
-    registry.register(ProcessCollector(registry=None))
-    registry.register(PlatformCollector(registry=None))
-    registry.register(counters)
-    registry.register(BuildInfoCollector())
+    failures = SectionFailures("part")  # one failing part of /metrics costs only its own families
+    parts = (("process", ProcessCollector(registry=None)), ("platform", PlatformCollector(registry=None)),
+             *counters.parts(), ("build_info", BuildInfoCollector()))
+    for name, collector in parts:
+        registry.register(GuardedCollector(name, collector, failures))
     return registry
+
+
+class GuardedCollector:
+    """A collector whose failure leaves its own families out of /metrics and the rest served, logged once."""
+
+    def __init__(self, name: str, collector, failures: SectionFailures):
+        self._name = name
+        self._collector = collector
+        self._failures = failures
+
+    def collect(self):
+        try:
+            families_read = list(self._collector.collect())  # whole, so that a failure leaves no half family
+        except Exception as exc:
+            self._failures.failed(self._name, exc)
+            return []
+        self._failures.succeeded(self._name)
+        return families_read
 
 
 class SelfCollector:
@@ -38,7 +58,13 @@ class SelfCollector:
         self._kubernetes_status = kubernetes_status
         self.connections: Optional[ConnectionTable] = None  # the server's, once a server serves this app
 
-    def collect(self):
+    def parts(self):
+        """Its families in parts, each a collector of its own: one that fails costs only its own."""
+        return tuple((name, _Part(collect)) for name, collect in (
+            ("scrapes", self._scrape_counters), ("kubernetes", self._kubernetes), ("connections", self._connections),
+            ("sections", lambda: _section_states(self._scraper.section_states()))))
+
+    def _scrape_counters(self):
         yield _family_object(families.SCRAPES, self._scraper.scrapes)
         yield _family_object(families.REWRITES, self._scraper.rewrites)
         yield _family_object(families.REWRITE_SECONDS, self._scraper.rewrite_seconds)
@@ -47,13 +73,23 @@ class SelfCollector:
         yield _family_object(families.LIMITED_LABELS, self._scraper.label_limit.dropped)
         yield _family_object(families.KUBELET_LIST_CALLS, self._attribution.list_calls)
         yield _family_object(families.KUBELET_LIST_FAILURES, self._attribution.list_failures)
+
+    def _kubernetes(self):
         if self._kubernetes_status is not None:
             yield from _kubernetes_counters(self._kubernetes_status())
         yield _family_object(families.NVML_TIMEOUTS, timeouts_total())
+
+    def _connections(self):
         if self.connections is not None:
             yield _family_object(families.HTTP_CONNECTIONS_REFUSED, self.connections.refused)
             yield _family_object(families.HTTP_IDLE_CONNECTIONS_CLOSED, self.connections.evicted)
-        yield from _section_states(self._scraper.sections)
+
+
+class _Part:
+    """One generator function as a collector."""
+
+    def __init__(self, collect: Callable):
+        self.collect = collect
 
 
 def _kubernetes_counters(status: KubernetesStatus):
@@ -73,15 +109,14 @@ def _kubernetes_counters(status: KubernetesStatus):
     yield from (requests, dropped, skipped, malformed)
 
 
-def _section_states(sections):
+def _section_states(states):
     """Each section's up and last refresh duration, by section (a duration only once it has one)."""
     up = _family_object(families.SECTION_UP)
     duration = _family_object(families.SECTION_DURATION)
-    for section in sections:
-        state = section.state()
-        up.add_metric([section.name], int(state.up))
+    for name, state in states:
+        up.add_metric([name], int(state.up))
         if state.duration_seconds is not None:
-            duration.add_metric([section.name], state.duration_seconds)
+            duration.add_metric([name], state.duration_seconds)
     yield from (up, duration)
 
 

@@ -124,3 +124,11 @@ def test_start_does_not_wait_for_a_hung_driver_and_refreshes_on_its_own_thread(t
         release.set()
         shares.stop()
     assert set(threads) == {"process-shares-nvml"}  # the refresher's NVML worker, never the caller's thread
+
+
+def test_the_refresh_duration_is_served_once_not_again_as_a_section_duration(nvml_node, tmp_path):
+    nvml_node.gpu(0, UUID).write()
+    shares = make_shares(ProcTree(tmp_path / "proc").root)
+    shares.refresh()
+    assert any(line.startswith("pod_gpu_exporter_process_shares_refresh_duration_seconds ") for line in lines(shares))
+    assert shares.state().up and shares.state().duration_seconds is None

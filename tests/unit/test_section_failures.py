@@ -1,0 +1,124 @@
+"""A scrape survives any one section: the exporter's real server, in-process on port 0, with a section
+that raises. Its block is left out of a 200 answer, section_up reads 0, the failure is logged once (the
+traceback at debug), it is retried on the next scrape and never cached; /metrics the same."""
+
+from __future__ import annotations
+
+import io
+import threading
+import urllib.request
+
+import pytest
+
+from exporter.base.logs import setup_logging
+from exporter.core.attribution import Attribution
+from exporter.exposition import families
+from exporter.exposition.allocation import AllocationSection
+from exporter.exposition.rows import render_family
+from exporter.exposition.sections import BaseSection, ScrapeView, StatusSection
+from exporter.sources.dcgm.file_source import FileSource
+from exporter.sources.dcgm.options import DcgmFileOptions
+from exporter.sources.kubelet import AllocatedDevice
+from exporter.web.scrape import Scraper
+from exporter.web.server import ExporterHTTPServer
+from exporter.web.service import App
+from support.fixtures import fixture_bytes
+
+L4 = fixture_bytes("dcgm/l4-aws-gpu-operator-default-counters.prom")
+L4_UUID = "GPU-c2f76b33-7953-256e-8f33-1343419b1a1c"
+
+
+class Flaky(BaseSection):
+    """A section outside the product whose rows raise while `broken` is set; it counts its attempts."""
+
+    def __init__(self, name: str, per_scrape: bool):
+        super().__init__()
+        self.name = name
+        self.per_scrape = per_scrape
+        self.broken = True
+        self.attempts = 0
+
+    def _rows(self, view: ScrapeView) -> bytes:
+        self.attempts += 1
+        if self.broken:
+            raise RuntimeError(f"{self.name} rows exploded")
+        return render_family(families.BUILD_INFO, [('version="x",python_version="y"', 1)]).encode()
+
+
+class BrokenStatus(StatusSection):
+    """The status block's name, but a state that raises when /metrics asks for it."""
+
+    name = "broken_state"
+
+    def state(self):
+        raise ValueError("state unreadable")
+
+
+@pytest.fixture
+def served(tmp_path):
+    path = tmp_path / "dcgm.prom"
+    path.write_bytes(L4)
+    device = AllocatedDevice("ml", "trainer-0", "pytorch", "nvidia.com/gpu", L4_UUID)
+    attribution = Attribution(lambda: [device], refresh_interval_seconds=60, max_age_seconds=600)
+    attribution.refresh()
+    kept, per_scrape = Flaky("kept_flaky", per_scrape=False), Flaky("scrape_flaky", per_scrape=True)
+    sections = [AllocationSection("kubernetes", None, lambda: True), kept, BrokenStatus(), per_scrape]
+    scraper = Scraper(FileSource(DcgmFileOptions(str(path))), attribution, "kubernetes", sections)
+    logs = io.StringIO()
+    setup_logging("debug", "logfmt", logs)
+    server = ExporterHTTPServer.listen("127.0.0.1", 0, App(scraper, attribution, "/gpu/metrics"))
+    thread = threading.Thread(target=server.serve_until_stopped, daemon=True)
+    thread.start()
+    base = f"http://127.0.0.1:{server.server_address[1]}"
+    yield base, kept, per_scrape, logs
+    server.stop()
+    thread.join(5)
+    server.server_close()
+    setup_logging("info", "logfmt")
+
+
+def _get(url: str):
+    with urllib.request.urlopen(url, timeout=10) as answer:
+        return answer.status, answer.read().decode()
+
+
+def test_a_failing_section_is_left_out_and_the_rest_served(served):
+    base, kept, per_scrape, logs = served
+    for _ in range(3):
+        status, text = _get(base + "/gpu/metrics")
+        assert status == 200
+        assert 'pod="trainer-0"' in text and "DCGM_FI_DEV_GPU_UTIL" in text  # the samples
+        assert "pod_gpu_allocation_info{" in text  # the sections that work
+        assert "pod_gpu_exporter_kubelet_up 1" in text
+        assert "pod_gpu_exporter_build_info" not in text  # neither failing block
+    # Never cached: each scrape tries both again, the kept one included.
+    assert kept.attempts == 3 and per_scrape.attempts == 3
+    status, metrics = _get(base + "/metrics")
+    assert status == 200
+    assert 'pod_gpu_exporter_section_up{section="kept_flaky"} 0.0' in metrics
+    assert 'pod_gpu_exporter_section_up{section="scrape_flaky"} 0.0' in metrics
+    assert 'pod_gpu_exporter_section_up{section="broken_state"} 0.0' in metrics
+    assert 'pod_gpu_exporter_section_up{section="allocation"} 1.0' in metrics
+    assert "pod_gpu_exporter_scrapes_total 3.0" in metrics  # the rest of /metrics is served
+    lines = logs.getvalue().splitlines()
+    errors = [line for line in lines if "level=error" in line]
+    assert len([line for line in errors if "section=kept_flaky" in line]) == 1  # once, not per scrape
+    assert len([line for line in errors if "section=scrape_flaky" in line]) == 1
+    assert any("kept_flaky rows exploded" in line for line in errors)
+    assert any("level=debug" in line and "Traceback" in line and "section=kept_flaky" in line for line in lines)
+    assert all("Traceback" not in line for line in errors)
+
+
+def test_a_section_that_recovers_is_served_again_and_up(served):
+    base, kept, per_scrape, logs = served
+    _get(base + "/gpu/metrics")
+    kept.broken = per_scrape.broken = False
+    status, text = _get(base + "/gpu/metrics")
+    assert status == 200 and text.count("pod_gpu_exporter_build_info{") == 2
+    _, metrics = _get(base + "/metrics")
+    assert 'pod_gpu_exporter_section_up{section="kept_flaky"} 1.0' in metrics
+    assert 'pod_gpu_exporter_section_up{section="scrape_flaky"} 1.0' in metrics
+    # The kept rows are now cached with the rewrite: a third scrape does not make them again.
+    _get(base + "/gpu/metrics")
+    assert kept.attempts == 2 and per_scrape.attempts == 3
+    assert "section kept_flaky produces rows again" in logs.getvalue()
