@@ -3,123 +3,119 @@
 from __future__ import annotations
 
 import argparse
-import os
 import re
-from dataclasses import dataclass, field
-from typing import Mapping, Optional, Sequence, Tuple
-from urllib.parse import unquote, urlsplit
+from dataclasses import make_dataclass
+from typing import Dict, Mapping, Sequence, Tuple
 
 from exporter.base.errors import ConfigError
 from exporter.base.flag_values import format_seconds, format_size, parse_duration, parse_listen_address, parse_size
 from exporter.base.logs import LOG_FORMATS, LOG_LEVELS
-from exporter.command_settings import ENV_PREFIX, refuse_unused_settings
+from exporter.collectors.collector import Flag, Kind
+from exporter.collectors.registry import (check_collector_settings, collector_flags, collector_refusals,
+                                          derive_collector_settings)
 from exporter.exposition.labels import LABEL_STYLE_NAMES
 from exporter.exposition.series import LABEL_MODES
-from exporter.shares.energy import IDLE_POLICIES
-from exporter.sources.dcgm import DEFAULT_MAX_BODY_BYTES, redact_url
-from exporter.sources.dcgm.file_source import SETTLE_SECONDS
-from exporter.sources.dcgm.options import DcgmEndpoint
-from exporter.sources.kubernetes.labels import LabelSpec, compile_key_pattern, extra_choices, label_spec
 from exporter.web.routes import BUILT_IN_PATHS
 
+ENV_PREFIX = "POD_GPU_EXPORTER_"
 COMMANDS = ("serve", "demo", "mapping")
-KUBERNETES_API_CHOICES = ("auto", "on", "off")
-SHARING_MODES = ("device", "process")
 DEMO_NVML_CHOICES = ("on", "off")
-XID_EVENTS_CHOICES = ("auto", "on", "off")
 # The fewest labels --labels.limit allows: pod_gpu_allocation_info's own (owner, resource, device_id,
 # UUID, gpu, GPU_I_ID, a DRA claim's name and namespace) must fit, as must a dcgm sample's ~9 and its owner's 3.
 MIN_LABELS_LIMIT = 12
 
-
-@dataclass(frozen=True)
-class Config:
-    command: str = "serve"
-    listen_host: str = ""
-    listen_port: int = 9400
-    telemetry_path: str = "/gpu/metrics"
-    web_config_file: Optional[str] = None
-    dcgm_url: str = "http://127.0.0.1:9401/metrics"
-    dcgm_file: Optional[str] = None
-    dcgm_timeout_seconds: float = 5.0
-    dcgm_max_body_bytes: int = DEFAULT_MAX_BODY_BYTES
-    kubelet_socket: str = "/var/lib/kubelet/pod-resources/kubelet.sock"
-    kubelet_refresh_interval_seconds: float = 5.0
-    kubelet_timeout_seconds: float = 5.0
-    mapping_max_age_seconds: float = 60.0
-    labels_style: str = "kubernetes"
-    kubernetes_api: str = "auto"
-    kubernetes_kubeconfig: Optional[str] = None
-    kubernetes_node_name: Optional[str] = None  # None: env NODE_NAME, else the host name
-    kubernetes_watch_silence_seconds: float = 150.0
-    labels_extra: str = ""
-    labels_pod_labels: Optional[str] = None
-    labels_pod_annotations: Optional[str] = None
-    labels_mode: str = "samples"
-    labels_limit: Optional[int] = None
-    sharing_mode: str = "device"
-    sharing_proc_root: str = "/proc"
-    energy_idle_policy: str = "split"
-    hpc_job_mapping_dir: Optional[str] = None
-    health_xid_events: str = "auto"
-    log_level: str = "info"
-    log_format: str = "logfmt"
-    output: str = "table"
-    demo_nvml: str = "on"
-    # Parsed once, here, from the fields above (also when dataclasses.replace makes a new Config): no source
-    # parses a flag after start-up.
-    label_spec: LabelSpec = field(init=False, repr=False, compare=False)  # --labels.extra/pod-labels/pod-annotations
-    dcgm_endpoint: Optional[DcgmEndpoint] = field(init=False, repr=False, compare=False)  # where serve fetches
-
-    def __post_init__(self) -> None:
-        object.__setattr__(self, "label_spec",
-                           label_spec(self.labels_extra, self.labels_pod_labels, self.labels_pod_annotations))
-        # Only where it is fetched from: `mapping` never does and `demo` serves its own, so neither is refused
-        # over a serving container's environment; a textfile replaces it.
-        fetched = self.command == "serve" and not self.dcgm_file
-        object.__setattr__(self, "dcgm_endpoint", parse_dcgm_url(self.dcgm_url) if fetched else None)
-
-    @property
-    def listen_address(self) -> str:
-        host = f"[{self.listen_host}]" if ":" in self.listen_host else self.listen_host
-        return f"{host}:{self.listen_port}"
-
-
-# (flag, Config field, kind, help). Defaults come from Config so there is one source of truth.
-_FLAGS: Tuple[Tuple[str, str, str, str], ...] = (
-    ("--web.listen-address", "listen_address", "address", "Address to serve on, HOST:PORT (':9400' = all interfaces; port 0 picks a free one)."),
-    ("--web.telemetry-path", "telemetry_path", "path", "Path under which the attributed GPU metrics are served."),
-    ("--web.config.file", "web_config_file", "text", "Prometheus exporter-toolkit web config (YAML) enabling TLS and/or basic auth."),
-    ("--dcgm.url", "dcgm_url", "url", "dcgm-exporter metrics URL to scrape on every request."),
-    ("--dcgm.file", "dcgm_file", "text", "Read this legacy dcgm textfile (e.g. /run/prometheus/dcgm.prom) instead of --dcgm.url."),
-    ("--dcgm.timeout", "dcgm_timeout_seconds", "duration", "Total time allowed for one dcgm-exporter fetch."),
-    ("--dcgm.max-body-size", "dcgm_max_body_bytes", "size", "Largest dcgm answer accepted, once decoded (e.g. 8MiB, 512KiB); larger ones count as dcgm_up 0. Peak memory grows with it."),
-    ("--kubelet.socket", "kubelet_socket", "text", "Kubelet PodResources unix socket."),
-    ("--kubelet.refresh-interval", "kubelet_refresh_interval_seconds", "duration", "How often the GPU->pod mapping is refreshed from the kubelet (scrapes never call it)."),
-    ("--kubelet.timeout", "kubelet_timeout_seconds", "duration", "Timeout of each kubelet PodResources call."),
-    ("--kubelet.mapping-max-age", "mapping_max_age_seconds", "duration", "How long the last good mapping is used while the kubelet cannot be reached; after that samples go unattributed."),
-    ("--labels.style", "labels_style", LABEL_STYLE_NAMES, "Owner label names: kubernetes = namespace,pod,container; legacy = pod_name,pod_namespace,container_name (the 2019 exporter's)."),
-    ("--kubernetes.api", "kubernetes_api", KUBERNETES_API_CHOICES, "Kubernetes API server for pod UIDs, workloads, pod labels and DRA ResourceSlices: auto = when running in a pod or --kubernetes.kubeconfig is set; on = required (start-up fails without a config); off = never."),
-    ("--kubernetes.kubeconfig", "kubernetes_kubeconfig", "text", "Kubeconfig file for the API server when not running in a pod (in a pod: the service account)."),
-    ("--kubernetes.node-name", "kubernetes_node_name", "name", "This node's name; its pods are watched with fieldSelector spec.nodeName=<it>."),
-    ("--kubernetes.watch-silence-timeout", "kubernetes_watch_silence_seconds", "duration", "A watch on which nothing arrives for this long (the API server sends a bookmark about every minute) is dropped and the resource listed again."),
-    ("--labels.extra", "labels_extra", "extra", "Comma list of extra labels from the API: pod_uid (adds pod_uid), workload (adds workload_kind, workload), queue (adds cluster_queue, local_queue: the pod's Kueue or Volcano queue)."),
-    ("--labels.pod-labels", "labels_pod_labels", "regex", "Regex (full match) of pod label keys to add as label_<key>, sanitised like kube-state-metrics."),
-    ("--labels.pod-annotations", "labels_pod_annotations", "regex", "Regex (full match) of pod annotation keys to add as annotation_<key>."),
-    ("--labels.mode", "labels_mode", LABEL_MODES, "samples = dcgm samples carry their holders' labels; join = dcgm samples keep only their upstream labels and pod_gpu_allocation_info names the holders, for group_left joins (fewer series on shared GPUs, no added labels on each sample)."),
-    ("--labels.limit", "labels_limit", "count", f"Most labels one served sample may carry (e.g. a store's per-series limit); extra labels are dropped to fit, annotations first, then pod labels, queues, workload, pod_uid (at least {MIN_LABELS_LIMIT})."),
-    ("--sharing.mode", "sharing_mode", SHARING_MODES, "device = values are device-level; process = also serve each holding container's own memory and SM share of its GPU, from NVML's per-process data (needs NVML, hostPID and the Kubernetes API)."),
-    ("--sharing.proc-root", "sharing_proc_root", "path", "Where the host's processes are seen, for --sharing.mode process: /proc with hostPID: true, or the host's /proc mounted elsewhere (e.g. /host/proc)."),
-    ("--energy.idle-policy", "energy_idle_policy", IDLE_POLICIES, "In --sharing.mode process, where a shared GPU's energy that no holder's SM activity accounts for goes: split = evenly between its holders; unattributed = to pod_gpu_unattributed_energy_joules_total{reason=\"idle\"}."),
-    ("--hpc.job-mapping-dir", "hpc_job_mapping_dir", "text", "Directory of HPC job-mapping files as dcgm-exporter reads them (a file per GPU named <gpu> or <gpu>.<GPU_I_ID>, one job ID per line, e.g. written by a Slurm prolog): serves pod_gpu_hpc_job_info per job per device."),
-    ("--health.xid-events", "health_xid_events", XID_EVENTS_CHOICES, "Count NVML's XID error events per GPU and per holding container (needs NVML): auto = in --sharing.mode process; on; off."),
-    ("--log.level", "log_level", LOG_LEVELS, "Only log messages at or above this level."),
-    ("--log.format", "log_format", LOG_FORMATS, "Log line format."),
-    ("--demo.nvml", "demo_nvml", DEMO_NVML_CHOICES, "`demo` only: on = its node also simulates NVML, the host's processes, XIDs and a lost GPU, and serves --sharing.mode process; off = device-level samples only."),
+# The core's flags: the server, the kubelet mapping, the owner labels, the logs. Each collector
+# declares its own (exporter/collectors); --help lists the core's serving flags, the collectors', then
+# the process's.
+_SERVING_FLAGS: Tuple[Flag, ...] = (
+    Flag("--web.listen-address", "listen_address", "address", "Address to serve on, HOST:PORT (':9400' = all interfaces; port 0 picks a free one)."),
+    Flag("--web.telemetry-path", "telemetry_path", "path", "Path under which the attributed GPU metrics are served.", "/gpu/metrics"),
+    Flag("--web.config.file", "web_config_file", "text", "Prometheus exporter-toolkit web config (YAML) enabling TLS and/or basic auth."),
+    Flag("--kubelet.socket", "kubelet_socket", "text", "Kubelet PodResources unix socket.", "/var/lib/kubelet/pod-resources/kubelet.sock"),
+    Flag("--kubelet.refresh-interval", "kubelet_refresh_interval_seconds", "duration", "How often the GPU->pod mapping is refreshed from the kubelet (scrapes never call it).", 5.0),
+    Flag("--kubelet.timeout", "kubelet_timeout_seconds", "duration", "Timeout of each kubelet PodResources call.", 5.0),
+    Flag("--kubelet.mapping-max-age", "mapping_max_age_seconds", "duration", "How long the last good mapping is used while the kubelet cannot be reached; after that samples go unattributed.", 60.0),
+    Flag("--labels.style", "labels_style", LABEL_STYLE_NAMES, "Owner label names: kubernetes = namespace,pod,container; legacy = pod_name,pod_namespace,container_name (the 2019 exporter's).", "kubernetes"),
+    Flag("--labels.mode", "labels_mode", LABEL_MODES, "samples = dcgm samples carry their holders' labels; join = dcgm samples keep only their upstream labels and pod_gpu_allocation_info names the holders, for group_left joins (fewer series on shared GPUs, no added labels on each sample).", "samples"),
+    Flag("--labels.limit", "labels_limit", "count", f"Most labels one served sample may carry (e.g. a store's per-series limit); extra labels are dropped to fit, annotations first, then pod labels, queues, workload, pod_uid (at least {MIN_LABELS_LIMIT})."),
+)
+_PROCESS_FLAGS: Tuple[Flag, ...] = (
+    Flag("--log.level", "log_level", LOG_LEVELS, "Only log messages at or above this level.", "info"),
+    Flag("--log.format", "log_format", LOG_FORMATS, "Log line format.", "logfmt"),
+    Flag("--demo.nvml", "demo_nvml", DEMO_NVML_CHOICES, "`demo` only: on = its node also simulates NVML, the host's processes, XIDs and a lost GPU, and serves --sharing.mode process; off = device-level samples only.", "on"),
 )
 
-# Defaults decided at run time, where the Config field's own default (None) would read "none".
-_SHOWN_DEFAULTS = {"kubernetes_node_name": "env NODE_NAME, as the downward API sets it, else the host name"}
+
+def all_flags() -> Tuple[Flag, ...]:
+    """Every flag of serve, demo and mapping, in --help's order (the collectors' included)."""
+    return _SERVING_FLAGS + collector_flags() + _PROCESS_FLAGS
+
+
+_FLAGS = all_flags()
+
+_MAPPING_ONLY = "it only shapes the output of `mapping`"
+_DEMO_ONLY = "only `demo` simulates NVML"
+_CORE_REFUSED = {
+    "demo": {"kubelet_socket": "the demo runs its own simulated kubelet; leave out `demo` to serve a real node",
+             "output": _MAPPING_ONLY},
+    "serve": {"output": _MAPPING_ONLY, "demo_nvml": _DEMO_ONLY},
+    # `mapping` asks the kubelet (and the API server, for its labels column) once and prints.
+    "mapping": {
+        **dict.fromkeys(("listen_address", "telemetry_path", "web_config_file"), "it prints one table and exits, serving nothing"),
+        **dict.fromkeys(("kubelet_refresh_interval_seconds", "mapping_max_age_seconds"), "it asks the kubelet once"),
+        **dict.fromkeys(("labels_style", "labels_mode", "labels_limit"), "it prints owners as columns, not as sample labels"),
+        "demo_nvml": _DEMO_ONLY,
+    },
+}
+
+
+def refused_settings(command: str) -> Dict[str, str]:
+    """Config field → why `command` refuses it (a flag given, or its variable): the core's and every
+    collector's. `mapping` refuses a variable only where it is a flag given to it (see refuse_unused_settings)."""
+    return {**_CORE_REFUSED.get(command, {}), **collector_refusals(command)}
+
+
+def refusing_commands(field_name: str) -> Tuple[str, ...]:
+    """The commands that refuse the flag of this Config field, e.g. ("demo", "mapping")."""
+    return tuple(command for command in COMMANDS if field_name in refused_settings(command))
+
+
+def refuse_unused_settings(command: str, sources: Mapping[str, str]) -> None:
+    """A ConfigError naming the first setting given (a flag, or its variable) that `command` would not use:
+    a user who passes one expects it to act."""
+    for field_name, why in refused_settings(command).items():
+        # `kubectl exec` into a serving container runs `mapping` with that container's environment:
+        # its serving variables are the deployment's configuration, not a mistake, so only flags
+        # given to `mapping` itself are refused.
+        from_environment = sources.get(field_name, "").startswith(ENV_PREFIX)
+        if field_name in sources and not (command == "mapping" and from_environment):
+            raise ConfigError(f"{sources[field_name]} is not used by `{command}` ({why}): drop it")
+
+
+def _post_init(self) -> None:
+    # Parsed once, here, from the flags (also when dataclasses.replace makes a new Config): no source
+    # parses a flag after start-up. Each collector says what it derives (a label spec, a URL's parts).
+    for name, value in derive_collector_settings(self).items():
+        object.__setattr__(self, name, value)
+
+
+def _listen_address(self) -> str:
+    host = f"[{self.listen_host}]" if ":" in self.listen_host else self.listen_host
+    return f"{host}:{self.listen_port}"
+
+
+def _make_config_class():
+    """The frozen Config: the command, the listening address's parts, one field per flag (defaults from
+    the flag tables, one source of truth) and -o/--output."""
+    fields = [("command", str, "serve"), ("listen_host", str, ""), ("listen_port", int, 9400)]
+    fields += [(flag.field, object, flag.default) for flag in _FLAGS if flag.field != "listen_address"]
+    fields.append(("output", str, "table"))
+    namespace = {"__post_init__": _post_init, "listen_address": property(_listen_address), "__module__": __name__,
+                 "__doc__": "Every setting, validated and parsed once (see parse_config)."}
+    return make_dataclass("Config", fields, frozen=True, namespace=namespace)
+
+
+Config = _make_config_class()
 
 
 def env_var_name(flag: str) -> str:
@@ -127,34 +123,9 @@ def env_var_name(flag: str) -> str:
     return ENV_PREFIX + re.sub(r"[.-]", "_", flag.lstrip("-")).upper()
 
 
-def _split_url(url: str):
-    """The form every command checks: an http(s) URL that splits; ValueError (parse_config names the flag
-    or variable) otherwise."""
-    shown = redact_url(url)
-    if not re.match(r"https?://[^/\s]+", url):
-        raise ValueError(f"expected an http:// or https:// URL, got {shown!r}")
-    try:
-        return urlsplit(url)
-    except ValueError as exc:  # e.g. an IPv6 host without its closing bracket
-        raise ValueError(f"invalid URL {shown!r}: {exc}") from None
-
-
-def parse_dcgm_url(url: str) -> DcgmEndpoint:
-    """--dcgm.url in the parts a fetch needs: ValueError when it is no http(s) URL, ConfigError when it
-    names no host or a bad port."""
-    parts, shown = _split_url(url), redact_url(url)
-    try:
-        port = parts.port
-    except ValueError as exc:
-        raise ConfigError(f"--dcgm.url {shown!r} has an invalid port: {exc}") from None
-    if not parts.hostname:
-        raise ConfigError(f"--dcgm.url {shown!r} names no host")
-    credentials = None if parts.username is None else (unquote(parts.username), unquote(parts.password or ""))
-    path = (parts.path or "/") + (f"?{parts.query}" if parts.query else "")
-    return DcgmEndpoint(parts.scheme, parts.hostname, port, path, shown, credentials)
-
-
-def _convert(kind, value: str, field: str):
+def _convert(kind, value: str):
+    if isinstance(kind, Kind):
+        return kind.parse(value)
     if kind == "duration":
         seconds = parse_duration(value)
         if seconds <= 0:
@@ -168,14 +139,6 @@ def _convert(kind, value: str, field: str):
         return int(value)
     if kind == "path" and not value.startswith("/"):
         raise ValueError(f"path must start with '/', got {value!r}")
-    if kind == "url":
-        _split_url(value)
-    if kind == "extra":
-        extra_choices(value)
-        return value
-    if kind == "regex":
-        compile_key_pattern(value)
-        return value
     if isinstance(kind, tuple) and value not in kind:
         raise ValueError(f"invalid choice {value!r} (choose from {', '.join(kind)})")
     return value
@@ -207,14 +170,15 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("command", nargs="?", default="serve", choices=COMMANDS, help="what to do (default: serve)")
     defaults = Config()
-    for flag, field, kind, text in _FLAGS:
-        default = defaults.listen_address if field == "listen_address" else getattr(defaults, field)
-        if kind == "duration":
+    for flag in _FLAGS:
+        default = defaults.listen_address if flag.field == "listen_address" else getattr(defaults, flag.field)
+        if flag.kind == "duration":
             default = format_seconds(default)
-        elif kind == "size":
+        elif flag.kind == "size":
             default = format_size(default)
-        shown = _SHOWN_DEFAULTS.get(field, "none" if default in (None, "") else default)
-        parser.add_argument(flag, dest=field, metavar=_metavar(kind), help=f"{text} [env {env_var_name(flag)}] (default: {shown})")
+        shown = flag.shown_default or ("none" if default in (None, "") else default)
+        parser.add_argument(flag.flag, dest=flag.field, metavar=_metavar(flag.kind),
+                            help=f"{flag.help} [env {env_var_name(flag.flag)}] (default: {shown})")
     parser.add_argument("-o", "--output", choices=("table", "json"), help="mapping: output format (default: table)")
     parser.add_argument("--version", action="version", version=f"%(prog)s {_version()}")
     return parser
@@ -225,42 +189,33 @@ def parse_config(argv: Sequence[str], environ: Mapping[str, str]) -> Config:
     args = build_parser().parse_args(list(argv))
     values = {"command": args.command}
     sources = {"output": "-o/--output"} if args.output is not None else {}
-    for flag, field, kind, _ in _FLAGS:
-        raw, source = getattr(args, field), flag
-        if raw is None and env_var_name(flag) in environ:
-            raw, source = environ[env_var_name(flag)], env_var_name(flag)
+    for flag in _FLAGS:
+        raw, source = getattr(args, flag.field), flag.flag
+        if raw is None and env_var_name(flag.flag) in environ:
+            raw, source = environ[env_var_name(flag.flag)], env_var_name(flag.flag)
         if raw is None:
             continue
-        sources[field] = source
+        sources[flag.field] = source
         try:
-            if field == "listen_address":
+            if flag.field == "listen_address":
                 values["listen_host"], values["listen_port"] = parse_listen_address(raw)
             else:
-                values[field] = _convert(kind, raw, field)
+                values[flag.field] = _convert(flag.kind, raw)
         except ValueError as exc:
             raise ConfigError(f"{source}: {exc}") from None
-    for field in ("web_config_file", "dcgm_file", "kubernetes_kubeconfig", "kubernetes_node_name",
-                  "labels_pod_labels", "labels_pod_annotations"):
-        if values.get(field) == "":
-            values[field] = None
+    for flag in _FLAGS:  # an empty variable or flag is no value, where none is the default
+        if flag.default is None and values.get(flag.field) == "":
+            values[flag.field] = None
     if values.get("telemetry_path") in BUILT_IN_PATHS:
         raise ConfigError(f"--web.telemetry-path: {values['telemetry_path']} is a built-in route "
                           f"({', '.join(BUILT_IN_PATHS)}); choose another path, e.g. /gpu/metrics")
     refuse_unused_settings(args.command, sources)
-    timeout = values.get("dcgm_timeout_seconds", Config.dcgm_timeout_seconds)
-    if values.get("dcgm_file") and timeout < SETTLE_SECONDS:
-        # A textfile changed in place is read once left alone that long: every scrape in the second
-        # after each rewrite would run out of time and serve no GPU series.
-        raise ConfigError(f"{sources.get('dcgm_timeout_seconds', '--dcgm.timeout')}: {timeout:g}s is shorter than "
-                          f"the {SETTLE_SECONDS:g}s a textfile changed in place is left to settle before it is "
-                          "read (--dcgm.file); allow at least that")
+    check_collector_settings(args.command, values, sources)
     if args.output is not None:
         values["output"] = args.output
-    _check_proc_root(args.command, values)
-    _check_hpc_job_mapping_dir(values)
     if args.command == "demo":
         values = {**_DEMO_DEFAULTS, **values}
-    return Config(**values)  # which parses the label spec and --dcgm.url's parts (ConfigError: no host, bad port)
+    return Config(**values)  # whose collectors derive their parsed values (ConfigError: e.g. a URL with no host)
 
 
 # A newcomer's demo stays on this machine unless --web.listen-address says otherwise, and
@@ -268,23 +223,9 @@ def parse_config(argv: Sequence[str], environ: Mapping[str, str]) -> Config:
 _DEMO_DEFAULTS = {"listen_host": "127.0.0.1", "kubelet_refresh_interval_seconds": 2.0}
 
 
-def _check_hpc_job_mapping_dir(values: Mapping[str, object]) -> None:
-    """A file is a mistake; a directory not there yet is not (a job prolog may create it; the reader says so)."""
-    directory = values.get("hpc_job_mapping_dir")
-    if directory and os.path.exists(directory) and not os.path.isdir(directory):
-        raise ConfigError(f"--hpc.job-mapping-dir: {directory} is not a directory")
-
-
-def _check_proc_root(command: str, values: Mapping[str, object]) -> None:
-    """A --sharing.proc-root that is no folder is a configuration mistake for the commands that read it
-    (`mapping` never does, so a serving container's environment is not refused there)."""
-    proc_root = values.get("sharing_proc_root", Config.sharing_proc_root)
-    if values.get("sharing_mode") == "process" and command != "mapping" and not os.path.isdir(proc_root):
-        raise ConfigError(f"--sharing.proc-root: {proc_root} is not a directory (mount the host's /proc there "
-                          "read-only, or run with hostPID: true and keep /proc)")
-
-
 def _metavar(kind) -> str:
+    if isinstance(kind, Kind):
+        return kind.metavar
     if isinstance(kind, tuple):
         return "{" + ",".join(kind) + "}"
     return {"duration": "DURATION", "address": "HOST:PORT", "url": "URL", "path": "PATH", "size": "SIZE", "name": "NAME",

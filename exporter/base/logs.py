@@ -120,16 +120,23 @@ class DependencyReporter:
     def __init__(self, name: str):
         self.name = name
         self._reason: Optional[str] = None
+        self._message: Optional[str] = None
         self._lock = threading.Lock()
+
+    @property
+    def failure(self) -> Optional[str]:
+        """Why the dependency fails now, in one line (the last failure's message), or None while it answers."""
+        return self._message
 
     def failed(self, reason: str, message: str, **fields) -> None:
         with self._lock:
             changed, self._reason = self._reason != reason, reason
+            self._message = " ".join(message.split())
         if changed:
             log("warn", message, dependency=self.name, reason=reason, **fields)
 
     def succeeded(self, message: str = "", **fields) -> None:
         with self._lock:
-            recovered, self._reason = self._reason is not None, None
+            recovered, self._reason, self._message = self._reason is not None, None, None
         if recovered:
             log("info", message or f"{self.name} reachable again", dependency=self.name, **fields)

@@ -120,6 +120,10 @@ class Attribution:
             return Snapshot(EMPTY_MAPPING, up, age)
         return Snapshot(mapping, up, age)
 
+    def failure(self) -> Optional[str]:
+        """Why the last List failed, in one line; None while the kubelet answers."""
+        return self._reporter.failure
+
     def mapping_in_use(self) -> Optional[Mapping]:
         """The mapping scrapes attribute by, or None while there is none to trust: before the kubelet's
         first answer, and once the last good one has aged out. A per-process reader must then tell no

@@ -236,6 +236,18 @@ SECTION_DURATION = _self("pod_gpu_exporter_section_duration_seconds", "gauge", "
 BUILD_INFO = _self("pod_gpu_exporter_build_info", "gauge", "A constant 1, labelled with the exporter's version and the "
                    "Python version running it.", ("version", "python_version"))
 
+def client_family(family: Family, value: Optional[float] = None):
+    """prometheus_client's object for a catalogued family (for /metrics), which writes its header from the
+    entry: one unlabelled sample of `value`, or none yet and the family's labels for add_metric. A
+    counter's name is given with `_total`, which prometheus_client takes off and writes back on every line."""
+    from prometheus_client import core  # only /metrics needs it: `top` reads the catalogue without it
+
+    kind = core.CounterMetricFamily if family.type == "counter" else core.GaugeMetricFamily
+    if value is not None:
+        return kind(family.name, family.help, value=value)
+    return kind(family.name, family.help, labels=list(family.labels))
+
+
 # Every entry above, in the order defined: gathered rather than listed, so that none can be defined
 # and left out (the docs' test and the served-families test go by this tuple).
 CATALOGUE: Tuple[Family, ...] = tuple(value for value in list(globals().values()) if isinstance(value, Family))

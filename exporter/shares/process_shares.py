@@ -107,6 +107,11 @@ class ProcessShares:
             return SectionState(False, None)
         return SectionState(rendered.nvml_up and self._fresh(rendered), None)
 
+    def age_seconds(self) -> Optional[float]:
+        """How old the shares served are: since the last refresh; None before the first."""
+        rendered = self._rendered
+        return None if rendered is None else max(0.0, self._clock() - rendered.at)
+
     def _fresh(self, rendered: Optional[_Rendered]) -> bool:
         """Whether the last refresh is recent enough to serve: two intervals at most (one missed)."""
         return rendered is not None and self._clock() - rendered.at <= 2 * self._interval

@@ -140,6 +140,7 @@ class HpcJobSource:
         self.timeout_seconds = options.timeout_seconds  # a reading's bound, so also the wait for the first
         self._jobs: HpcJobs = NO_HPC_JOBS
         self._state = HpcJobsState(False, None)  # up once a reading was done in time
+        self._read_at: Optional[float] = None  # time.monotonic() of the last reading done in time
 
     def refresh(self) -> bool:
         """Read the directory once within the bound; on a timeout keep the last jobs. Returns success."""
@@ -156,6 +157,7 @@ class HpcJobSource:
             if jobs != self._jobs:  # the same value kept: scrape caches compare it by identity
                 self._jobs = jobs
             self._state = HpcJobsState(True, time.perf_counter() - started)
+            self._read_at = time.monotonic()
         return True
 
     def current(self) -> HpcJobs:
@@ -166,6 +168,16 @@ class HpcJobSource:
     def state(self) -> HpcJobsState:
         with self._lock:
             return self._state
+
+    def failure(self) -> Optional[str]:
+        """Why the last reading was given up, in one line; None while readings are done in time."""
+        return self._reporter.failure
+
+    def age_seconds(self) -> Optional[float]:
+        """Since the last reading done in time; None before the first."""
+        with self._lock:
+            read_at = self._read_at
+        return None if read_at is None else time.monotonic() - read_at
 
     def start(self) -> None:
         self._refresher.start()

@@ -6,16 +6,13 @@ import platform
 from typing import Callable, Optional
 
 from prometheus_client import CollectorRegistry
-from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.platform_collector import PlatformCollector
 from prometheus_client.process_collector import ProcessCollector
 
 from exporter import __version__
 from exporter.base.bounded import timeouts_total
 from exporter.exposition import families
-from exporter.exposition.families import Family
 from exporter.exposition.sections import SectionFailures
-from exporter.sources.kubernetes.status import KubernetesStatus
 from exporter.web.connections import ConnectionTable
 
 
@@ -49,40 +46,39 @@ class GuardedCollector:
 
 
 class SelfCollector:
-    """Counters kept by the scraper and the refresher, exposed on /metrics."""
+    """Counters kept by the scraper and the refresher, and each collector's own part, exposed on /metrics."""
 
-    def __init__(self, scraper, attribution, kubernetes_status: Optional[Callable[[], KubernetesStatus]] = None):
+    def __init__(self, scraper, attribution, sources=None):
         self._scraper = scraper
         self._attribution = attribution
-        # The Kubernetes source's status(): an immutable snapshot of its watches; None with the API off.
-        self._kubernetes_status = kubernetes_status
+        # The collectors of this run: their parts of /metrics (self_metrics_parts()); None for none.
+        self._sources = sources
         self.connections: Optional[ConnectionTable] = None  # the server's, once a server serves this app
 
     def parts(self):
         """Its families in parts, each a collector of its own: one that fails costs only its own."""
+        theirs = self._sources.self_metrics_parts() if self._sources is not None else ()
         return tuple((name, _Part(collect)) for name, collect in (
-            ("scrapes", self._scrape_counters), ("kubernetes", self._kubernetes), ("connections", self._connections),
+            ("scrapes", self._scrape_counters), *theirs, ("nvml", self._nvml), ("connections", self._connections),
             ("sections", lambda: _section_states(self._scraper.section_states()))))
 
     def _scrape_counters(self):
-        yield _family_object(families.SCRAPES, self._scraper.scrapes)
-        yield _family_object(families.REWRITES, self._scraper.rewrites)
-        yield _family_object(families.REWRITE_SECONDS, self._scraper.rewrite_seconds)
-        yield _family_object(families.DCGM_FETCH_FAILURES, self._scraper.upstream_failures)
-        yield _family_object(families.MALFORMED_LINES_TOTAL, self._scraper.malformed_lines)
-        yield _family_object(families.LIMITED_LABELS, self._scraper.label_limit.dropped)
-        yield _family_object(families.KUBELET_LIST_CALLS, self._attribution.list_calls)
-        yield _family_object(families.KUBELET_LIST_FAILURES, self._attribution.list_failures)
+        yield families.client_family(families.SCRAPES, self._scraper.scrapes)
+        yield families.client_family(families.REWRITES, self._scraper.rewrites)
+        yield families.client_family(families.REWRITE_SECONDS, self._scraper.rewrite_seconds)
+        yield families.client_family(families.DCGM_FETCH_FAILURES, self._scraper.upstream_failures)
+        yield families.client_family(families.MALFORMED_LINES_TOTAL, self._scraper.malformed_lines)
+        yield families.client_family(families.LIMITED_LABELS, self._scraper.label_limit.dropped)
+        yield families.client_family(families.KUBELET_LIST_CALLS, self._attribution.list_calls)
+        yield families.client_family(families.KUBELET_LIST_FAILURES, self._attribution.list_failures)
 
-    def _kubernetes(self):
-        if self._kubernetes_status is not None:
-            yield from _kubernetes_counters(self._kubernetes_status())
-        yield _family_object(families.NVML_TIMEOUTS, timeouts_total())
+    def _nvml(self):
+        yield families.client_family(families.NVML_TIMEOUTS, timeouts_total())
 
     def _connections(self):
         if self.connections is not None:
-            yield _family_object(families.HTTP_CONNECTIONS_REFUSED, self.connections.refused)
-            yield _family_object(families.HTTP_IDLE_CONNECTIONS_CLOSED, self.connections.evicted)
+            yield families.client_family(families.HTTP_CONNECTIONS_REFUSED, self.connections.refused)
+            yield families.client_family(families.HTTP_IDLE_CONNECTIONS_CLOSED, self.connections.evicted)
 
 
 class _Part:
@@ -92,27 +88,10 @@ class _Part:
         self.collect = collect
 
 
-def _kubernetes_counters(status: KubernetesStatus):
-    """The API watches' own counters, by resource (`pods`, `resourceslices`, `devicetaintrules`), from the source's status snapshot."""
-    requests = _family_object(families.KUBERNETES_REQUESTS)
-    dropped = _family_object(families.KUBERNETES_WATCH_DROPPED)
-    skipped = _family_object(families.KUBERNETES_OBJECTS_SKIPPED)
-    for watch in status.watches:
-        requests.add_metric([watch.resource], watch.requests)
-        for reason in ("silent", "too_large", "undecodable"):
-            dropped.add_metric([watch.resource, reason], watch.dropped.get(reason, 0))
-        # "unsupported" (a DeviceTaintRule selecting by what is not evaluated) only where it happened.
-        for reason in sorted({"malformed", "other_node", *watch.skipped}):
-            skipped.add_metric([watch.resource, reason], watch.skipped.get(reason, 0))
-    malformed = _family_object(families.KUBERNETES_ANNOTATIONS_MALFORMED)
-    malformed.add_metric(["hami.io/vgpu-devices-allocated"], status.malformed_annotations)
-    yield from (requests, dropped, skipped, malformed)
-
-
 def _section_states(states):
     """Each section's up and last refresh duration, by section (a duration only once it has one)."""
-    up = _family_object(families.SECTION_UP)
-    duration = _family_object(families.SECTION_DURATION)
+    up = families.client_family(families.SECTION_UP)
+    duration = families.client_family(families.SECTION_DURATION)
     for name, state in states:
         up.add_metric([name], int(state.up))
         if state.duration_seconds is not None:
@@ -124,16 +103,6 @@ class BuildInfoCollector:
     """pod_gpu_exporter_build_info: which release runs on which Python, as node_exporter's *_build_info does."""
 
     def collect(self):
-        info = _family_object(families.BUILD_INFO)
+        info = families.client_family(families.BUILD_INFO)
         info.add_metric([__version__, platform.python_version()], 1)
         yield info
-
-
-def _family_object(family: Family, value: Optional[float] = None) -> Metric:
-    """prometheus_client's object for a catalogued family, which writes its header from the entry: one
-    unlabelled sample of `value`, or none yet and the family's labels for add_metric. A counter's name
-    is given with `_total`, which prometheus_client takes off and writes back on every line."""
-    kind = CounterMetricFamily if family.type == "counter" else GaugeMetricFamily
-    if value is not None:
-        return kind(family.name, family.help, value=value)
-    return kind(family.name, family.help, labels=list(family.labels))

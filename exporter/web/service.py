@@ -12,14 +12,16 @@ from exporter.web.self_metrics import SelfCollector, build_self_registry
 class App:
     """What the routes serve; kept apart from the HTTP plumbing so handlers stay small."""
 
-    def __init__(self, scraper, attribution, telemetry_path: str, web_config=None, kubernetes_status=None):
+    def __init__(self, scraper, attribution, telemetry_path: str, web_config=None, sources=None):
         self.scraper = scraper
         self.attribution = attribution
         self.telemetry_path = telemetry_path
         # A WebConfig, or a ReloadingWebConfig that keeps one current (its `current()`), or None.
         self._web_config = web_config
-        # kubernetes_status: the Kubernetes source's status() (its watches' counters), None with the API off.
-        self._self_collector = SelfCollector(scraper, attribution, kubernetes_status)
+        # The collectors of this run (exporter/collectors/registry.Registry), known only by what it
+        # answers: each source's state and each collector's part of /metrics; None: no collector.
+        self._sources = sources
+        self._self_collector = SelfCollector(scraper, attribution, sources)
         self.registry = build_self_registry(self._self_collector)
 
     @property
@@ -27,6 +29,13 @@ class App:
         """The web config in force now: asked for on every request and every new TLS connection."""
         config = self._web_config
         return config.current() if hasattr(config, "current") else config
+
+    def source_states(self) -> list:
+        """Every source's state, the core kubelet mapping's first: each with `name`, `up`, `reason` (why
+        not up, one line) and `age_seconds` (how old its data is), as the registry reports them."""
+        if self._sources is None:
+            return []
+        return list(self._sources.states())
 
     def count_connections(self, connections: ConnectionTable) -> None:
         """Expose the server's connection counters on /metrics."""

@@ -10,18 +10,17 @@ import urllib.request
 
 import pytest
 
+from exporter.app import build_node
 from exporter.base.logs import setup_logging
-from exporter.core.attribution import Attribution
+from exporter.collectors.collector import Collector, SourceState
+from exporter.collectors.dcgm import DcgmReader
+from exporter.collectors.registry import Registry
+from exporter.config import parse_config
 from exporter.exposition import families
-from exporter.exposition.allocation import AllocationSection
 from exporter.exposition.rows import render_family
 from exporter.exposition.sections import BaseSection, ScrapeView, StatusSection
-from exporter.sources.dcgm.file_source import FileSource
-from exporter.sources.dcgm.options import DcgmFileOptions
 from exporter.sources.kubelet import AllocatedDevice
-from exporter.web.scrape import Scraper
-from exporter.web.server import ExporterHTTPServer
-from exporter.web.service import App
+from support.fake_kubelet import FakeKubelet
 from support.fixtures import fixture_bytes
 
 L4 = fixture_bytes("dcgm/l4-aws-gpu-operator-default-counters.prom")
@@ -45,8 +44,8 @@ class Flaky(BaseSection):
         return render_family(families.BUILD_INFO, [('version="x",python_version="y"', 1)]).encode()
 
 
-class BrokenStatus(StatusSection):
-    """The status block's name, but a state that raises when /metrics asks for it."""
+class BrokenState(StatusSection):
+    """A block that renders, but whose state raises when /metrics asks for it."""
 
     name = "broken_state"
 
@@ -54,26 +53,45 @@ class BrokenStatus(StatusSection):
         raise ValueError("state unreadable")
 
 
+class FlakyCollector(Collector):
+    """A collector registered beside the real ones: its sections raise, and so does its part of /metrics."""
+
+    name = "flaky"
+
+    def __init__(self):
+        self.kept, self.per_scrape = Flaky("kept_flaky", per_scrape=False), Flaky("scrape_flaky", per_scrape=True)
+
+    def sections(self):
+        return (self.kept, BrokenState(), self.per_scrape)
+
+    def self_metrics(self):
+        raise OSError("metrics unreadable")
+
+    def state(self):
+        return SourceState(self.name, not self.kept.broken, "rows explode" if self.kept.broken else None)
+
+
 @pytest.fixture
 def served(tmp_path):
     path = tmp_path / "dcgm.prom"
     path.write_bytes(L4)
-    device = AllocatedDevice("ml", "trainer-0", "pytorch", "nvidia.com/gpu", L4_UUID)
-    attribution = Attribution(lambda: [device], refresh_interval_seconds=60, max_age_seconds=600)
-    attribution.refresh()
-    kept, per_scrape = Flaky("kept_flaky", per_scrape=False), Flaky("scrape_flaky", per_scrape=True)
-    sections = [AllocationSection("kubernetes", None, lambda: True), kept, BrokenStatus(), per_scrape]
-    scraper = Scraper(FileSource(DcgmFileOptions(str(path))), attribution, "kubernetes", sections)
+    kubelet = FakeKubelet(str(tmp_path / "kubelet.sock")).start()
+    kubelet.set_devices([AllocatedDevice("ml", "trainer-0", "pytorch", "nvidia.com/gpu", L4_UUID)])
+    config = parse_config(["--dcgm.file", str(path), "--kubelet.socket", str(tmp_path / "kubelet.sock"),
+                           "--web.listen-address", "127.0.0.1:0", "--kubernetes.api", "off"], {})
+    flaky = FlakyCollector()
     logs = io.StringIO()
     setup_logging("debug", "logfmt", logs)
-    server = ExporterHTTPServer.listen("127.0.0.1", 0, App(scraper, attribution, "/gpu/metrics"))
+    node = build_node(config, Registry(config, [DcgmReader(), flaky]))
+    server = node.listen()
+    node.start()
     thread = threading.Thread(target=server.serve_until_stopped, daemon=True)
     thread.start()
-    base = f"http://127.0.0.1:{server.server_address[1]}"
-    yield base, kept, per_scrape, logs
+    yield f"http://127.0.0.1:{server.server_address[1]}", flaky.kept, flaky.per_scrape, logs, server.app
     server.stop()
     thread.join(5)
-    server.server_close()
+    node.stop(server)
+    kubelet.stop()
     setup_logging("info", "logfmt")
 
 
@@ -83,7 +101,7 @@ def _get(url: str):
 
 
 def test_a_failing_section_is_left_out_and_the_rest_served(served):
-    base, kept, per_scrape, logs = served
+    base, kept, per_scrape, logs, _ = served
     for _ in range(3):
         status, text = _get(base + "/gpu/metrics")
         assert status == 200
@@ -93,6 +111,7 @@ def test_a_failing_section_is_left_out_and_the_rest_served(served):
         assert "pod_gpu_exporter_build_info" not in text  # neither failing block
     # Never cached: each scrape tries both again, the kept one included.
     assert kept.attempts == 3 and per_scrape.attempts == 3
+    _get(base + "/metrics")
     status, metrics = _get(base + "/metrics")
     assert status == 200
     assert 'pod_gpu_exporter_section_up{section="kept_flaky"} 0.0' in metrics
@@ -100,6 +119,7 @@ def test_a_failing_section_is_left_out_and_the_rest_served(served):
     assert 'pod_gpu_exporter_section_up{section="broken_state"} 0.0' in metrics
     assert 'pod_gpu_exporter_section_up{section="allocation"} 1.0' in metrics
     assert "pod_gpu_exporter_scrapes_total 3.0" in metrics  # the rest of /metrics is served
+    assert "process_cpu_seconds_total" in metrics and "pod_gpu_exporter_build_info{" in metrics
     lines = logs.getvalue().splitlines()
     errors = [line for line in lines if "level=error" in line]
     assert len([line for line in errors if "section=kept_flaky" in line]) == 1  # once, not per scrape
@@ -107,10 +127,11 @@ def test_a_failing_section_is_left_out_and_the_rest_served(served):
     assert any("kept_flaky rows exploded" in line for line in errors)
     assert any("level=debug" in line and "Traceback" in line and "section=kept_flaky" in line for line in lines)
     assert all("Traceback" not in line for line in errors)
+    assert len([line for line in errors if "part=flaky" in line and "metrics unreadable" in line]) == 1
 
 
 def test_a_section_that_recovers_is_served_again_and_up(served):
-    base, kept, per_scrape, logs = served
+    base, kept, per_scrape, logs, _ = served
     _get(base + "/gpu/metrics")
     kept.broken = per_scrape.broken = False
     status, text = _get(base + "/gpu/metrics")
@@ -122,3 +143,13 @@ def test_a_section_that_recovers_is_served_again_and_up(served):
     _get(base + "/gpu/metrics")
     assert kept.attempts == 2 and per_scrape.attempts == 3
     assert "section kept_flaky produces rows again" in logs.getvalue()
+
+
+def test_every_source_reports_its_state_in_one_shape(served):
+    base, kept, _, _, app = served
+    _get(base + "/gpu/metrics")
+    states = {state.name: state for state in app.source_states()}
+    assert list(states) == ["kubelet", "dcgm", "flaky"]
+    assert states["kubelet"].up and states["kubelet"].reason is None and states["kubelet"].age_seconds >= 0
+    assert states["dcgm"].up and states["dcgm"].age_seconds >= 0
+    assert not states["flaky"].up and states["flaky"].reason == "rows explode"

@@ -11,7 +11,7 @@ from typing import Callable, List
 import pytest
 
 from exporter.base.errors import UpstreamError
-from exporter.config import parse_dcgm_url
+from exporter.collectors.dcgm import parse_dcgm_url
 from exporter.sources.dcgm import DEFAULT_MAX_BODY_BYTES
 from exporter.sources.dcgm.file_source import FileSource
 from exporter.sources.dcgm.http_source import HttpSource

@@ -1,0 +1,1 @@
+"""Collectors: each source that can be switched on, one object registered once (registry.COLLECTORS)."""

@@ -1,0 +1,118 @@
+"""What one source that can be switched on is to the exporter: the Collector protocol, its flags, its state, and the hub it is handed."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Callable, Dict, Iterable, Mapping, NamedTuple, Optional, Sequence, Tuple
+
+from exporter.exposition.sections import Section
+
+
+class Kind(NamedTuple):
+    """A flag's value kind that its collector parses itself: the metavar --help shows, and the parser
+    (raises ValueError with the reason; returns the value held by the Config)."""
+
+    metavar: str
+    parse: Callable[[str], object]
+
+
+class Flag(NamedTuple):
+    """One flag: its name (the environment variable follows from it), the Config field it sets, its
+    kind (a core kind's name, a tuple of choices, or a Kind), its help, its default, and the default
+    --help shows where the value itself would read wrong (decided at run time)."""
+
+    flag: str
+    field: str
+    kind: object
+    help: str
+    default: object = None
+    shown_default: Optional[str] = None
+
+
+class SourceState(NamedTuple):
+    """One source's state in the one shape /metrics and the node page read."""
+
+    name: str
+    up: bool
+    reason: Optional[str] = None  # why it is not up, one line; None while up
+    age_seconds: Optional[float] = None  # how old its data is; None where it has none (yet)
+
+
+@dataclass
+class Hub:
+    """What the registry hands every collector: the Config, the core's parts, and what one collector
+    offers others (by role, never by source: a collector never imports another).
+
+    Filled in two steps: `prepare` (before the core exists) may set the roles the core and others take;
+    `build` (after) may read the core and those roles.
+    """
+
+    config: Any
+    nvml: Any = None  # the NVML binding to use instead of the driver's library: None on a real node
+    resolve_mig: Optional[Callable] = None  # MIG-<uuid> → identity, through NVML
+    upstream: Any = None  # where dcgm-exporter's text is fetched: fetch() -> bytes, describe() -> str
+    mapping_context: Any = None  # the core's MappingContext (core/mapping), or None
+    pod_index: Any = None  # the pods on this node while fresh (a FreshPods), or None
+    attribution: Any = None  # the kubelet refresher (core/attribution), set before build
+    label_limit: Any = None  # the one --labels.limit every series about a pod shares, set before build
+    extra: Dict[str, object] = field(default_factory=dict)  # room for a role a future collector offers
+
+
+class Collector:
+    """One source that can be switched on. A subclass declares its flags and what each command refuses
+    of them, and overrides the steps it takes part in; the framework calls them in this order:
+    check (at parse time), derive (each Config), enabled, prepare, build, before_first_mapping, start,
+    then, while serving, sections/self_metrics/state, and stop."""
+
+    name = ""
+    flags: Tuple[Flag, ...] = ()
+    # command → {Config field: why that command refuses it}
+    refused: Mapping[str, Mapping[str, str]] = {}
+    in_mapping = False  # whether `mapping` prepares and starts it (it offers the core's mapping context)
+
+    def check(self, command: str, values: Mapping[str, object], sources: Mapping[str, str]) -> None:
+        """Refuse a combination of its parsed values with ConfigError (one line, exit 2)."""
+
+    def derive(self, config) -> Mapping[str, object]:
+        """Values parsed once from its flags, held by the Config as attributes of these names."""
+        return {}
+
+    def enabled(self, config) -> bool:
+        """Whether the Config switches it on."""
+        return True
+
+    def prepare(self, hub: Hub) -> Optional[bool]:
+        """Make its source (not started); ConfigError for a mistake; may offer roles on the hub. False:
+        it turns out off after all (e.g. --kubernetes.api auto finds no cluster)."""
+        return True
+
+    def build(self, hub: Hub) -> None:
+        """Wire what reads the core (the attribution, the label limit) and the roles others offered."""
+
+    def before_first_mapping(self, hub: Hub) -> Optional[Tuple[Callable[[], object], float]]:
+        """A call the first mapping waits for on the refresher's thread, and its bound; None for none."""
+        return None
+
+    def start(self) -> None:
+        """Start its threads, behind the server, which answers already."""
+
+    def start_for_mapping(self, hub: Hub) -> None:
+        """`mapping`: be ready for its one mapping (only a collector that offers the core's mapping context)."""
+
+    def stop(self) -> None:
+        """Stop them, within a fraction of a second."""
+
+    def sections(self) -> Sequence[Section]:
+        """Its blocks of /gpu/metrics, kept and per-scrape ones: the registry places each by its kind."""
+        return ()
+
+    def self_metrics(self) -> Iterable[object]:
+        """What it adds to /metrics, as prometheus_client family objects."""
+        return ()
+
+    def state(self) -> SourceState:
+        return SourceState(self.name, True)
+
+    def announce(self) -> Mapping[str, object]:
+        """Fields the 'listening' log line carries about it."""
+        return {}

@@ -1,0 +1,62 @@
+"""dcgm-exporter's HPC job-mapping directory as a collector: --hpc.job-mapping-dir, its reader and its section."""
+
+from __future__ import annotations
+
+import functools
+import os
+from typing import Mapping
+
+from exporter.base.errors import ConfigError
+from exporter.collectors.collector import Collector, Flag, Hub, SourceState
+
+
+class HpcJobsCollector(Collector):
+    """The jobs each GPU runs, as a job-mapping directory lists them; served whatever the kubelet does."""
+
+    name = "hpc_jobs"
+    flags = (
+        Flag("--hpc.job-mapping-dir", "hpc_job_mapping_dir", "text", "Directory of HPC job-mapping files as dcgm-exporter reads them (a file per GPU named <gpu> or <gpu>.<GPU_I_ID>, one job ID per line, e.g. written by a Slurm prolog): serves pod_gpu_hpc_job_info per job per device."),
+    )
+    refused = {
+        "demo": {"hpc_job_mapping_dir": "the demo writes its own job-mapping folder, for its simulated Slurm job, "
+                                        "and removes it at exit"},
+        "mapping": {"hpc_job_mapping_dir": "HPC jobs are served as pod_gpu_hpc_job_info, never printed by it"},
+    }
+
+    def __init__(self) -> None:
+        self._source = None
+
+    def check(self, command: str, values: Mapping[str, object], sources: Mapping[str, str]) -> None:
+        """A file is a mistake; a directory not there yet is not (a job prolog may create it; the reader says so)."""
+        directory = values.get("hpc_job_mapping_dir")
+        if directory and os.path.exists(directory) and not os.path.isdir(directory):
+            raise ConfigError(f"--hpc.job-mapping-dir: {directory} is not a directory")
+
+    def enabled(self, config) -> bool:
+        return bool(config.hpc_job_mapping_dir)
+
+    def prepare(self, hub: Hub) -> bool:
+        from exporter.sources.hpc_jobs import make_hpc_job_source
+
+        self._source = make_hpc_job_source(hub.config.hpc_job_mapping_dir, hub.config.kubelet_refresh_interval_seconds)
+        return True
+
+    def before_first_mapping(self, hub: Hub):
+        """The first reading awaited, so that the first answers carry its rows."""
+        return functools.partial(self._source.wait_first, self._source.timeout_seconds), self._source.timeout_seconds
+
+    def start(self) -> None:
+        self._source.start()
+
+    def stop(self) -> None:
+        self._source.stop(timeout_seconds=0.2)
+
+    def sections(self):
+        from exporter.exposition.hpc_jobs import HpcJobsSection
+
+        return (HpcJobsSection(self._source.current, self._source.state),)
+
+    def state(self) -> SourceState:
+        up = self._source.state().up
+        return SourceState(self.name, up, None if up else self._source.failure() or "not read yet",
+                           self._source.age_seconds())

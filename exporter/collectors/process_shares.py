@@ -1,0 +1,73 @@
+"""NVML's per-process shares as a collector: --sharing.* and --energy.idle-policy, the share refresher, its section."""
+
+from __future__ import annotations
+
+import functools
+import os
+from typing import Mapping
+
+from exporter.base.errors import ConfigError
+from exporter.collectors.collector import Collector, Flag, Hub, SourceState
+from exporter.exposition.sections import TextSection
+from exporter.shares.energy import IDLE_POLICIES
+
+SHARING_MODES = ("device", "process")
+_SIMULATED_NVML = "the demo sets it with --demo.nvml: on simulates NVML and /proc for process mode, off serves devices only"
+
+
+class ProcessSharesCollector(Collector):
+    """--sharing.mode process: each holder's own share of a shared GPU, from NVML's processes and their cgroups."""
+
+    name = "process_shares"
+    flags = (
+        Flag("--sharing.mode", "sharing_mode", SHARING_MODES, "device = values are device-level; process = also serve each holding container's own memory and SM share of its GPU, from NVML's per-process data (needs NVML, hostPID and the Kubernetes API).",
+             "device"),
+        Flag("--sharing.proc-root", "sharing_proc_root", "path", "Where the host's processes are seen, for --sharing.mode process: /proc with hostPID: true, or the host's /proc mounted elsewhere (e.g. /host/proc).",
+             "/proc"),
+        Flag("--energy.idle-policy", "energy_idle_policy", IDLE_POLICIES, "In --sharing.mode process, where a shared GPU's energy that no holder's SM activity accounts for goes: split = evenly between its holders; unattributed = to pod_gpu_unattributed_energy_joules_total{reason=\"idle\"}.",
+             IDLE_POLICIES[0]),
+    )
+    refused = {
+        "demo": dict.fromkeys(("sharing_mode", "sharing_proc_root"), _SIMULATED_NVML),
+        "mapping": dict.fromkeys(("sharing_mode", "sharing_proc_root", "energy_idle_policy"),
+                                 "per-process shares are served, never printed by it"),
+    }
+
+    def __init__(self) -> None:
+        self._shares = None
+
+    def check(self, command: str, values: Mapping[str, object], sources: Mapping[str, str]) -> None:
+        """A --sharing.proc-root that is no folder is a configuration mistake for the commands that read it
+        (`mapping` never does, so a serving container's environment is not refused there)."""
+        proc_root = values.get("sharing_proc_root", "/proc")
+        if values.get("sharing_mode") == "process" and command != "mapping" and not os.path.isdir(proc_root):
+            raise ConfigError(f"--sharing.proc-root: {proc_root} is not a directory (mount the host's /proc there "
+                              "read-only, or run with hostPID: true and keep /proc)")
+
+    def enabled(self, config) -> bool:
+        return config.sharing_mode == "process"
+
+    def build(self, hub: Hub) -> None:
+        from exporter.shares.process_shares import ProcessShares, ProcessSharesOptions, pod_index_source
+        from exporter.sources.nvml.library import open_nvml
+
+        config = hub.config
+        options = ProcessSharesOptions(config.sharing_proc_root, config.kubelet_refresh_interval_seconds,
+                                       config.labels_style, config.energy_idle_policy)
+        # The pod index another collector offered (None with the API off: no share is then served).
+        self._shares = ProcessShares(options, functools.partial(open_nvml, hub.nvml), hub.attribution.mapping_in_use,
+                                     pod_index_source(hub.pod_index), label_limit=hub.label_limit)
+
+    def start(self) -> None:
+        self._shares.start()
+
+    def stop(self) -> None:
+        self._shares.stop(timeout_seconds=0.2)
+
+    def sections(self):
+        return (TextSection("process_shares", self._shares.text, self._shares.state),)
+
+    def state(self) -> SourceState:
+        up = self._shares.state().up
+        return SourceState(self.name, up, None if up else "NVML did not answer the last refresh, or it is stale",
+                           self._shares.age_seconds())

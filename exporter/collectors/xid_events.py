@@ -1,0 +1,54 @@
+"""NVML's XID events as a collector: --health.xid-events, the event thread and its counters' section."""
+
+from __future__ import annotations
+
+import functools
+
+from exporter.collectors.collector import Collector, Flag, Hub, SourceState
+from exporter.exposition.sections import TextSection
+
+XID_EVENTS_CHOICES = ("auto", "on", "off")
+
+
+class XidEventsCollector(Collector):
+    """NVML's XID error events counted per GPU and per holder (auto: in --sharing.mode process)."""
+
+    name = "xid_events"
+    flags = (
+        Flag("--health.xid-events", "health_xid_events", XID_EVENTS_CHOICES, "Count NVML's XID error events per GPU and per holding container (needs NVML): auto = in --sharing.mode process; on; off.",
+             "auto"),
+    )
+    refused = {
+        "demo": {"health_xid_events": "the demo sets it with --demo.nvml: on simulates NVML and /proc for process "
+                                      "mode, off serves devices only"},
+        "mapping": {"health_xid_events": "XID events are counted while serving, never printed by it"},
+    }
+
+    def __init__(self) -> None:
+        self._events = None
+
+    def enabled(self, config) -> bool:
+        return config.health_xid_events == "on" or (config.health_xid_events == "auto"
+                                                    and config.sharing_mode == "process")
+
+    def build(self, hub: Hub) -> None:
+        from exporter.shares.xid_events import XidEvents
+        from exporter.sources.nvml.library import open_nvml
+
+        # The trusted mapping the shares attribute by: once the kubelet's has aged out it is None, and no
+        # holder is then taken to have left (an empty mapping would read as every holder gone).
+        self._events = XidEvents(functools.partial(open_nvml, hub.nvml), hub.attribution.mapping_in_use,
+                                 hub.config.labels_style, hub.label_limit)
+
+    def start(self) -> None:
+        self._events.start()
+
+    def stop(self) -> None:
+        self._events.stop()
+
+    def sections(self):
+        return (TextSection("xid_events", self._events.text, self._events.state),)
+
+    def state(self) -> SourceState:
+        up = self._events.state().up
+        return SourceState(self.name, up, None if up else "no GPU registered for events, or the last wait failed")
