@@ -7,9 +7,6 @@ from typing import Dict, Iterable, Optional, Tuple
 
 from exporter.core.hami import replica_gpu, share_of
 
-# The name a Mapping carries the replicas the kubelet offers per shared GPU under (Mapping.annotations):
-# (resource, GPU) → replicas, from GetAllocatableResources.
-OFFERED = "offered"
 
 # Memory slices out of 8 that each MIG profile holds, as NVIDIA's MIG user guide lists the profiles of
 # the MIG-capable GPUs (A30 has 4 memory slices: its shares are written as eighths here too). A profile

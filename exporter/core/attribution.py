@@ -8,7 +8,6 @@ from typing import Callable, NamedTuple, Optional, Sequence
 
 from exporter.base.errors import KubeletError
 from exporter.base.logs import DependencyReporter, LogOnce, log
-from exporter.core.allocated import OFFERED
 from exporter.core.identity import MigResolver
 from exporter.core.mapping import EMPTY_MAPPING, DeviceLike, Mapping, MappingContext, build_mapping
 from exporter.core.refresher import Refresher
@@ -103,7 +102,7 @@ class Attribution:
         device when the lister hands back the very devices again (the kubelet client does, for an
         unchanged answer)."""
         return (self._context is None and not self._mapping.unresolved and self._up
-                and (offered or {}) == self._mapping.annotation(OFFERED, {}) and devices == self._built_from)
+                and (offered or {}) == (self._mapping.offered or {}) and devices == self._built_from)
 
     def current(self) -> Snapshot:
         with self._lock:

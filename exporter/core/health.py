@@ -23,15 +23,13 @@ class ResourceHealth(NamedTuple):
 
 
 class DeviceHealth(NamedTuple):
-    """The held devices' health and this node's DRA taints, as one mapping annotation (DEVICE_HEALTH)."""
+    """The held devices' health and this node's DRA taints, as the mapping carries them (Mapping.device_health)."""
 
     statuses: Dict[GpuKey, str] = {}  # GpuKey → healthy/unhealthy/unknown (device_health); never mutated
     taints: Tuple["DeviceTaint", ...] = ()
 
 
-# The name a Mapping carries DeviceHealth under (Mapping.annotations), built with the List from the API.
-DEVICE_HEALTH = "device_health"
-NO_DEVICE_HEALTH = DeviceHealth()
+NO_DEVICE_HEALTH = DeviceHealth()  # what a mapping carries without the API, or with nothing to say
 
 
 class DeviceTaint(NamedTuple):

@@ -8,8 +8,7 @@ from typing import Dict, Iterable, List, NamedTuple, Optional, Protocol, Set, Tu
 
 from exporter.core import hami
 from exporter.core.device_ids import is_gpu_device, key_for_device
-from exporter.core.allocated import OFFERED
-from exporter.core.health import DEVICE_HEALTH, DeviceHealth, DeviceTaint, ResourceHealth, device_health
+from exporter.core.health import NO_DEVICE_HEALTH, DeviceHealth, DeviceTaint, ResourceHealth, device_health
 from exporter.core.identity import GpuIdentity, GpuKey, MigResolver, Owner
 
 
@@ -94,14 +93,13 @@ class Mapping:
     # (namespace, pod) → ((name, value), …): labels written after the owner labels (--labels.*, from
     # the Kubernetes API), values unescaped; empty without it, so the output is the kubelet-only one.
     extra_labels: dict = field(default_factory=dict)
-    # What else the refresh learnt with this List, by name, for whichever section reads it (e.g.
-    # core.allocated.OFFERED, core.health.DEVICE_HEALTH); immutable values, compared by value, so that
-    # a refresh that learns the same gives an equal mapping. Empty without them.
-    annotations: dict = field(default_factory=dict)
-
-    def annotation(self, name: str, default=None):
-        """The value annotated under `name`, or `default` when this refresh learnt none."""
-        return self.annotations.get(name, default)
+    # What else the refresh learnt with this List, compared by value, so that a refresh that learns the
+    # same gives an equal mapping. (resource, GPU) → the replicas the kubelet offers per shared GPU,
+    # from GetAllocatableResources (core.allocated); None when it offers none.
+    offered: Optional[dict] = None
+    # The held devices' health from their holders' pod status, and this node's DRA taints, from the
+    # Kubernetes API (core.health); nothing without it.
+    device_health: DeviceHealth = NO_DEVICE_HEALTH
 
     def owners_for(self, key: GpuKey) -> tuple:
         return self.owners.get(key, ())
@@ -124,7 +122,7 @@ def build_mapping(devices: Iterable[DeviceLike], resolve_mig: MigResolver | None
     """
     if offered:
         mapping = build_mapping(devices, resolve_mig, context)
-        return dataclasses.replace(mapping, annotations={**mapping.annotations, OFFERED: dict(offered)})
+        return dataclasses.replace(mapping, offered=dict(offered))
     if context is None:
         return _group(devices, resolve_mig, None)
     devices = list(devices)
@@ -137,9 +135,9 @@ def build_mapping(devices: Iterable[DeviceLike], resolve_mig: MigResolver | None
     pods = sorted({(a.owner.namespace, a.owner.pod) for a in mapping.allocations})
     health = DeviceHealth(device_health(devices, mapping.allocations, context.resource_health_for(pods)),
                           context.device_taints())
-    # Annotated only when there is any: a cluster with nothing to say gives the kubelet-only mapping.
+    # Kept only when there is any: a cluster with nothing to say gives the kubelet-only mapping.
     return dataclasses.replace(mapping, extra_labels=context.extra_labels_for(pods),
-                               annotations={DEVICE_HEALTH: health} if any(health) else {})
+                               device_health=health if any(health) else NO_DEVICE_HEALTH)
 
 
 def _followed_hami(devices: List[DeviceLike], context: MappingContext) -> dict:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Callable, Iterable, Optional
 
-from exporter.core.allocated import OFFERED, allocated_gpus, memory_shared_gpus
+from exporter.core.allocated import allocated_gpus, memory_shared_gpus
 from exporter.core.identity import GpuIdentity, Owner
 from exporter.core.mapping import Mapping
 from exporter.exposition import families
@@ -45,7 +45,7 @@ def render_allocation_info(mapping: Mapping, identities: Iterable[GpuIdentity], 
 
 def _render_allocated_gpus(mapping: Mapping, style: str, limit: Optional[LabelLimit],
                            gpu_memory_mib: Optional[dict]) -> str:
-    totals = allocated_gpus(mapping.allocations, mapping.annotation(OFFERED, {}), gpu_memory_mib)
+    totals = allocated_gpus(mapping.allocations, mapping.offered or {}, gpu_memory_mib)
     # 12 significant digits: 1/3 + 1/3 + 1/3 reads back as 1, not 0.9999999999999999.
     return render_family(families.ALLOCATED_GPUS, ((label_text(families.ALLOCATED_GPUS, {}, _owner_labels(
         mapping, Owner(*owner), style, limit, 0)), f"{totals[owner]:.12g}") for owner in sorted(totals)))

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Callable, Dict, Iterable, List, Tuple
 
-from exporter.core.health import DEVICE_HEALTH, NO_DEVICE_HEALTH, DeviceTaint, combined_status
+from exporter.core.health import DeviceTaint, combined_status
 from exporter.core.identity import GpuIdentity, GpuKey
 from exporter.core.mapping import Mapping
 from exporter.exposition import families
@@ -25,7 +25,7 @@ def render_device_health(mapping: Mapping, identities: Iterable[GpuIdentity]) ->
     on the device: a device no sample carried keeps the name its key gives, and one that has neither UUID
     nor gpu (a DRA device known only as "nvidia0") has no row, since it could be told from no other.
     """
-    health = mapping.annotation(DEVICE_HEALTH, NO_DEVICE_HEALTH)
+    health = mapping.device_health
     if not health.statuses and not health.taints:
         return ""
     by_key = identities_by_key(identities)

@@ -59,7 +59,7 @@ class SelfCollector:
         """Its families in parts, each a collector of its own: one that fails costs only its own."""
         theirs = self._sources.self_metrics_parts() if self._sources is not None else ()
         return tuple((name, _Part(collect)) for name, collect in (
-            ("scrapes", self._scrape_counters), *theirs, ("nvml", self._nvml), ("connections", self._connections),
+            ("scrapes", self._scrape_counters), *theirs, ("bounded_calls", self._bounded_calls), ("connections", self._connections),
             ("sections", lambda: _section_states(self._scraper.section_states()))))
 
     def _scrape_counters(self):
@@ -72,7 +72,7 @@ class SelfCollector:
         yield families.client_family(families.KUBELET_LIST_CALLS, self._attribution.list_calls)
         yield families.client_family(families.KUBELET_LIST_FAILURES, self._attribution.list_failures)
 
-    def _nvml(self):
+    def _bounded_calls(self):
         yield families.client_family(families.NVML_TIMEOUTS, timeouts_total())
 
     def _connections(self):

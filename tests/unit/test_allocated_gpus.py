@@ -6,7 +6,7 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from exporter.base.errors import KubeletError
-from exporter.core.allocated import OFFERED, allocated_gpus, count_offered, mig_share
+from exporter.core.allocated import allocated_gpus, count_offered, mig_share
 from exporter.core.identity import GpuKey
 from exporter.core.mapping import DraResolution, build_mapping
 from exporter.core.offered import MAX_AGE_SECONDS, OfferedReplicas
@@ -119,7 +119,7 @@ def test_a_replica_is_one_nth_of_a_gpu_offered_n_ways():
                                                   ("nvidia.com/gpu", "nvidia1/vgpu1"), ("nvidia.com/gpu", "nvidia1/vgpu2")])
     assert offered == {("nvidia.com/gpu", UUID): 4, ("nvidia.com/gpu", "nvidia1"): 3}  # whole GPUs: no entry
     mapping = build_mapping(held, offered=offered)
-    assert mapping.annotation(OFFERED) == offered and build_mapping(held).annotation(OFFERED) is None
+    assert mapping.offered == offered and build_mapping(held).offered is None
     totals = {owner[:2]: value for owner, value in allocated_gpus(mapping.allocations, offered).items()}
     assert totals == pytest.approx({("a", "p"): 1 / 4, ("b", "q"): 2 / 4, ("g", "k"): 1 / 3})
     text = render_allocation_info(mapping, frozenset(), "kubernetes")

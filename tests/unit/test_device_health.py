@@ -7,7 +7,7 @@ import json
 
 import pytest
 
-from exporter.core.health import DEVICE_HEALTH, DeviceHealth, DeviceTaint, ResourceHealth, device_health, resource_ids
+from exporter.core.health import DeviceHealth, DeviceTaint, ResourceHealth, device_health, resource_ids
 from exporter.core.identity import GpuIdentity, GpuKey
 from exporter.core.mapping import DeviceLike, Mapping, build_mapping
 from exporter.exposition.health import render_device_health
@@ -136,7 +136,7 @@ def test_every_kubelet_device_kind_names_a_dra_device_by_its_cdi_id_as_the_proto
 
 def test_each_held_device_gets_its_holders_health_in_every_device_id_form():
     mapping = build_mapping(DEVICES, context=_Context(REPORTS))
-    assert mapping.annotation(DEVICE_HEALTH).statuses == {
+    assert mapping.device_health.statuses == {
         GpuKey("UUID", GPU_A, ""): "unhealthy",  # two replicas' holders disagree: unhealthy wins
         GpuKey("gpu", "3", ""): "healthy",
         GpuKey("UUID", GPU_B, "13"): "healthy",
@@ -158,8 +158,8 @@ def test_a_known_answer_beats_unknown_and_anything_else_reads_unknown():
 
 def test_health_and_taints_are_written_with_the_identities_the_samples_carried():
     taint = DeviceTaint(GpuKey("UUID", GPU_B, "13"), "gpu.nvidia.com/xid", "79", "NoSchedule")
-    mapping = Mapping(annotations={DEVICE_HEALTH: DeviceHealth(
-        {GpuKey("gpu", "3", ""): "healthy", GpuKey("UUID", GPU_A, ""): "unhealthy"}, (taint,))})
+    mapping = Mapping(device_health=DeviceHealth(
+        {GpuKey("gpu", "3", ""): "healthy", GpuKey("UUID", GPU_A, ""): "unhealthy"}, (taint,)))
     identities = [GpuIdentity(GPU_A, "0", "nvidia0", ""), GpuIdentity("GPU-c", "3", "nvidia3", ""),
                   GpuIdentity(GPU_B, "1", "nvidia1", "13")]
     lines = render_device_health(mapping, identities).splitlines()

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from exporter.core.health import DEVICE_HEALTH, DeviceHealth, DeviceTaint
+from exporter.core.health import DeviceHealth, DeviceTaint
 from exporter.core.identity import GpuKey
 from exporter.core.mapping import Mapping
 from exporter.exposition import families
@@ -44,8 +44,7 @@ def test_a_device_no_sample_named_has_health_and_taint_rows_true_to_their_entrie
     # Named by its index alone (dcgm-exporter down): the catalogue required both UUID and gpu, which such a
     # row never had; now the rows and the entries agree.
     key = GpuKey("gpu", "3", "")
-    mapping = Mapping(annotations={DEVICE_HEALTH: DeviceHealth({key: "healthy"},
-                                                               (DeviceTaint(key, "drain", "", "NoSchedule"),))})
+    mapping = Mapping(device_health=DeviceHealth({key: "healthy"}, (DeviceTaint(key, "drain", "", "NoSchedule"),)))
     text = render_device_health(mapping, frozenset())
     by_name = {family.name: family for family in families.CATALOGUE}
     rows = _ROW.findall(text)
