@@ -22,7 +22,7 @@ from exporter.core.offered import OfferedReplicas
 from exporter.exposition.label_limit import LabelLimit
 from exporter.mapping_report import print_report
 
-if TYPE_CHECKING:  # for the annotations only: serve imports these when it runs (see _build)
+if TYPE_CHECKING:  # for the annotations only: serve imports these when it runs (see _build_core)
     from exporter.sources.kubelet import PodResourcesClient
     from exporter.web.scrape import Scraper
     from exporter.web.webconfig_reload import ReloadingWebConfig
@@ -30,10 +30,9 @@ if TYPE_CHECKING:  # for the annotations only: serve imports these when it runs 
 EXIT_OK, EXIT_FAILURE, EXIT_USAGE = 0, 1, 2
 
 
-def serve(config: Config, on_ready: Optional[Callable[[str], None]] = None,
-          registry: Optional[Registry] = None) -> int:
-    """Serve until SIGTERM/SIGINT; returns the process exit code. `registry`: the collectors to run
-    (None: every registered one the Config switches on)."""
+def serve(config: Config, on_ready: Optional[Callable[[str], None]] = None) -> int:
+    """Serve until SIGTERM/SIGINT with every registered collector the Config switches on; returns the
+    process exit code."""
     # gRPC's C core logs transport chatter (e.g. "Got goaway" when the kubelet restarts) to stderr,
     # outside our log format; our own logs already say what matters.
     os.environ.setdefault("GRPC_VERBOSITY", "ERROR")
@@ -43,7 +42,7 @@ def serve(config: Config, on_ready: Optional[Callable[[str], None]] = None,
     listening: list = []  # the server, once there is one
     _stop_on_signals(stopping, listening)
     try:
-        node = build_node(config, registry)
+        node = build_node(config)
     except ConfigError as exc:
         print(f"pod-gpu-metrics-exporter: error: {exc}", file=sys.stderr)
         return EXIT_USAGE

@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-from typing import Any, Callable, Dict, Iterable, Mapping, NamedTuple, Optional, Sequence, Tuple
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Callable, Iterable, Mapping, NamedTuple, Optional, Sequence, Tuple
 
-from exporter.exposition.sections import Section
+if TYPE_CHECKING:  # `--help` and the flag tables load no section code
+    from exporter.exposition.sections import Section
 
 
 class Kind(NamedTuple):
@@ -55,7 +56,6 @@ class Hub:
     pod_index: Any = None  # the pods on this node while fresh (a FreshPods), or None
     attribution: Any = None  # the kubelet refresher (core/attribution), set before build
     label_limit: Any = None  # the one --labels.limit every series about a pod shares, set before build
-    extra: Dict[str, object] = field(default_factory=dict)  # room for a role a future collector offers
 
 
 class Collector:

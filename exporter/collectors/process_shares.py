@@ -8,7 +8,6 @@ from typing import Mapping
 
 from exporter.base.errors import ConfigError
 from exporter.collectors.collector import Collector, Flag, Hub, SourceState
-from exporter.exposition.sections import TextSection
 from exporter.shares.energy import IDLE_POLICIES
 
 SHARING_MODES = ("device", "process")
@@ -65,6 +64,8 @@ class ProcessSharesCollector(Collector):
         self._shares.stop(timeout_seconds=0.2)
 
     def sections(self):
+        from exporter.exposition.sections import TextSection
+
         return (TextSection("process_shares", self._shares.text, self._shares.state),)
 
     def state(self) -> SourceState:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Callable, Dict, List, Mapping, Optional, Sequence, Tuple
+from typing import TYPE_CHECKING, Callable, Dict, List, Mapping, Optional, Sequence, Tuple
 
 from exporter.collectors.collector import Collector, Flag, Hub, SourceState
 from exporter.collectors.dcgm import DcgmReader
@@ -10,7 +10,9 @@ from exporter.collectors.hpc_jobs import HpcJobsCollector
 from exporter.collectors.kubernetes import KubernetesApi
 from exporter.collectors.process_shares import ProcessSharesCollector
 from exporter.collectors.xid_events import XidEventsCollector
-from exporter.exposition.sections import Section
+
+if TYPE_CHECKING:  # `--help` and the flag tables load no section code
+    from exporter.exposition.sections import Section
 
 # Every source that can be switched on, one line each, in the order their blocks are written on
 # /gpu/metrics (kept blocks, then per-scrape ones) and their parts on /metrics. A new source is a

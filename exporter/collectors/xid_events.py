@@ -5,7 +5,6 @@ from __future__ import annotations
 import functools
 
 from exporter.collectors.collector import Collector, Flag, Hub, SourceState
-from exporter.exposition.sections import TextSection
 
 XID_EVENTS_CHOICES = ("auto", "on", "off")
 
@@ -47,6 +46,8 @@ class XidEventsCollector(Collector):
         self._events.stop()
 
     def sections(self):
+        from exporter.exposition.sections import TextSection
+
         return (TextSection("xid_events", self._events.text, self._events.state),)
 
     def state(self) -> SourceState:
