@@ -266,7 +266,7 @@ METRICS_INTRO = """\
 
 Every family the exporter writes itself, generated from its catalogue. Beside these, `/gpu/metrics` serves
 every dcgm-exporter sample, byte for byte, with its holder's labels added (what the exporter adds and how:
-[the README](../README.md#what-it-is) and [devices.md](devices.md)), and `/metrics` also carries
+[attribution.md](attribution.md)), and `/metrics` also carries
 prometheus_client's standard `process_*` and `python_*` families (memory, CPU, open files, GC).
 
 Labels are listed in the order the exporter writes them. *Owner labels* are `namespace`, `pod`, `container`
