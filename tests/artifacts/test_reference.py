@@ -184,7 +184,27 @@ def wrong_defaults(pages) -> List[str]:
     return wrong
 
 
-@pytest.mark.parametrize("check", [unknown_flags, unknown_families, unknown_variables, wrong_defaults],
+# A default said in prose: "`--flag`, default `X`", "`--flag` (`VARIABLE`, default `X`)", "`--flag`: `X` (the
+# default)" and "`--flag X` (the default)".
+_PROSE_DEFAULTS = (
+    re.compile(r"`(?:-\w/)?(--[\w.-]+)[^`]*`,? \(?(?:`[A-Z0-9_]+`, )?default `([^`]+)`"),
+    re.compile(r"`(--[\w.-]+)`:? `([^`]+)` \(the default\)"),
+    re.compile(r"`(--[\w.-]+) ([^`\s|]+)` \(the default\)"),
+)
+
+
+def wrong_prose_defaults(pages) -> List[str]:
+    reference, wrong = reference_flags(), []
+    for pattern in _PROSE_DEFAULTS:
+        for where, (flag, documented) in _mentions(pattern, pages):
+            given = reference[flag].default if flag in reference else None
+            if given and " " not in given and not _same_default(documented, given):
+                wrong.append(f"{where}: {flag} said to default to {documented}, docs/flags.md gives {given}")
+    return wrong
+
+
+@pytest.mark.parametrize("check", [unknown_flags, unknown_families, unknown_variables, wrong_defaults,
+                                   wrong_prose_defaults],
                          ids=lambda check: check.__name__)
 def test_the_docs_agree_with_the_reference(check):
     found = check(PAGES)
@@ -196,9 +216,15 @@ def test_a_page_that_contradicts_the_reference_is_seen(tmp_path):
     page.write_text("Set `--kubelet.refresh-intervall 5s` or POD_GPU_EXPORTER_KUBELET_INTERVAL; see\n"
                     "`pod_gpu_exporter_dcgm_upp` and `pod_gpu_nothing_*`, not `pod_gpu_container_*` or `--sharing.*`.\n\n"
                     "| flag | default | meaning |\n|---|---|---|\n"
-                    "| `--kubelet.timeout` | `10s` | wrong |\n| `--kubernetes.watch-silence-timeout` | `2m30s` | right |\n")
+                    "| `--kubelet.timeout` | `10s` | wrong |\n| `--kubernetes.watch-silence-timeout` | `2m30s` | right |\n\n"
+                    "`-N/--exporter.namespace`, default `gpu`; `--labels.mode x` (`POD_GPU_EXPORTER_LABELS_MODE`, default "
+                    "`join`); `--by node` (the default); `--health.xid-events`: `auto` (the default); `--sort`, default `sm`\n")
     assert unknown_flags([page]) == ["page.md:1: --kubelet.refresh-intervall"]
     assert unknown_variables([page]) == ["page.md:1: POD_GPU_EXPORTER_KUBELET_INTERVAL"]
     assert unknown_families([page]) == ["page.md:2: pod_gpu_exporter_dcgm_upp", "page.md:2: pod_gpu_nothing_*"]
     assert wrong_defaults([page]) == ["page.md:6: --kubelet.timeout documented with default `10s`, "
                                       "docs/flags.md gives 5s"]
+    assert wrong_prose_defaults([page]) == [
+        "page.md:9: --exporter.namespace said to default to gpu, docs/flags.md gives gpu-monitoring",
+        "page.md:9: --labels.mode said to default to join, docs/flags.md gives samples",
+        "page.md:9: --by said to default to node, docs/flags.md gives pod"]
