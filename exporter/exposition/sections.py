@@ -132,14 +132,15 @@ class TextSection(BaseSection):
 class SectionFailures:
     """Runs sections so that one that raises costs only its own block, as a node_exporter collector's
     failure is that collector's `success 0`: its rows are left out of this answer, its state reads down
-    until it produces rows again, and each distinct failure is logged once (the traceback at debug).
+    until what failed works again, and each distinct failure is logged once (the traceback at debug).
 
-    Safe to call from many request threads at once.
+    Each step of a section (its rows, gauges, key, state) fails and recovers on its own: a key that
+    keeps failing is not cleared by rows that work. Safe to call from many request threads at once.
     """
 
     def __init__(self, what: str = "section") -> None:
         self._what = what  # how the log names what failed: a section, or a part of /metrics
-        self._failed: Dict[str, str] = {}  # section name -> the message of its last failure
+        self._failed: Dict[Tuple[str, str], str] = {}  # (name, step) -> the message of its last failure
         self._lock = threading.Lock()
         # A message may carry outside data (a path, a value): past 64 distinct ones nothing new is logged.
         self._once = LogOnce(most=64)
@@ -157,49 +158,54 @@ class SectionFailures:
     def gauges(self, section: Section) -> Tuple[Gauge, ...]:
         """The section's own status gauges, or none when asking for them raised."""
         try:
-            return tuple(section.gauges())
+            gauges = tuple(section.gauges())
         except Exception as exc:
-            self.failed(section.name, exc)
+            self.failed(section.name, exc, "gauges")
             return ()
+        self.succeeded(section.name, "gauges")
+        return gauges
 
     def key(self, section: Section) -> object:
         """The section's key(); a failing one gets a new object, so that its rows are made again next time."""
         try:
-            return section.key()
+            key = section.key()
         except Exception as exc:
-            self.failed(section.name, exc)
+            self.failed(section.name, exc, "key")
             return object()
+        self.succeeded(section.name, "key")
+        return key
 
     def state(self, section: Section) -> SectionState:
-        """Its own state, down while its last rows failed or when asking for its state raises."""
+        """Its own state, down while a step of it fails or when asking for its state raises."""
         try:
             state = section.state()
         except Exception as exc:
-            self.failed(section.name, exc)
+            self.failed(section.name, exc, "state")
             return SectionState(False)
+        self.succeeded(section.name, "state")
         return state._replace(up=False) if self.is_failing(section.name) else state
 
     def is_failing(self, name: str) -> bool:
-        return name in self._failed
+        return any(failed == name for failed, _ in tuple(self._failed))
 
-    def failed(self, name: str, exc: Exception) -> None:
+    def failed(self, name: str, exc: Exception, step: str = "rows") -> None:
         message = f"{type(exc).__name__}: {exc}"
         with self._lock:
-            self._failed[name] = message
-        if self._once.first((name, message)):
-            log("error", f"{self._what} {name} failed and is left out of the answer until it produces rows "
-                "again", **{self._what: name}, error=message)
+            self._failed[(name, step)] = message
+        if self._once.first((name, step, message)):
+            log("error", f"{self._what} {name} failed and is left out of the answer until it works again",
+                **{self._what: name}, step=step, error=message)
             log("debug", f"{self._what} {name} failure", exc_info=(type(exc), exc, exc.__traceback__),
-                **{self._what: name})
+                **{self._what: name}, step=step)
 
-    def succeeded(self, name: str) -> None:
-        if name not in self._failed:  # the common case, without the lock
+    def succeeded(self, name: str, step: str = "rows") -> None:
+        if not self._failed:  # the common case: nothing fails, no lock taken
             return
         with self._lock:
-            message = self._failed.pop(name, None)
+            message = self._failed.pop((name, step), None)
         if message is not None:
-            self._once.forget((name, message))
-            log("info", f"{self._what} {name} produces rows again", **{self._what: name})
+            self._once.forget((name, step, message))
+            log("info", f"{self._what} {name} works again", **{self._what: name}, step=step)
 
 
 def check_order(sections: Sequence[Section]) -> None:

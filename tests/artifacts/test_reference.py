@@ -94,7 +94,7 @@ def test_every_flag_of_every_command_is_in_the_reference_with_its_variable():
 def test_the_reference_says_which_commands_refuse_a_flag():
     reference = reference_flags()
     assert reference["--kubelet.socket"].refused_by == "`demo`"
-    # mapping refuses the flag, never the serving container's variable (exporter.command_settings)
+    # mapping refuses the flag, never the serving container's variable (exporter.config.refuse_unused_settings)
     assert reference["--demo.nvml"].refused_by == "`serve`, `mapping` (the flag only)"
     assert reference["--log.level"].refused_by == "—"
 

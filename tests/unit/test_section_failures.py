@@ -142,7 +142,7 @@ def test_a_section_that_recovers_is_served_again_and_up(served):
     # The kept rows are now cached with the rewrite: a third scrape does not make them again.
     _get(base + "/gpu/metrics")
     assert kept.attempts == 2 and per_scrape.attempts == 3
-    assert "section kept_flaky produces rows again" in logs.getvalue()
+    assert "section kept_flaky works again" in logs.getvalue()
 
 
 def test_every_source_reports_its_state_in_one_shape(served):
@@ -153,3 +153,28 @@ def test_every_source_reports_its_state_in_one_shape(served):
     assert states["kubelet"].up and states["kubelet"].reason is None and states["kubelet"].age_seconds >= 0
     assert states["dcgm"].up and states["dcgm"].age_seconds >= 0
     assert not states["flaky"].up and states["flaky"].reason == "rows explode"
+
+
+def test_a_key_that_keeps_failing_is_logged_once_though_its_rows_work():
+    """Each step fails and recovers on its own: rows that work do not clear a key that fails, so the
+    key's failure is not logged again on every scrape."""
+    from exporter.core.attribution import Snapshot
+    from exporter.core.mapping import EMPTY_MAPPING
+    from exporter.exposition.sections import SectionFailures
+
+    class BadKey(Flaky):
+        def key(self):
+            raise KeyError("no key today")
+
+    section, failures, logs = BadKey("bad_key", per_scrape=False), SectionFailures(), io.StringIO()
+    section.broken = False
+    setup_logging("debug", "logfmt", logs)
+    try:
+        for _ in range(3):
+            failures.key(section)
+            assert failures.render(section, ScrapeView(Snapshot(EMPTY_MAPPING, True, 0.0), frozenset()))
+    finally:
+        setup_logging("info", "logfmt")
+    errors = [line for line in logs.getvalue().splitlines() if "level=error" in line]
+    assert len(errors) == 1 and "step=key" in errors[0] and "no key today" in errors[0]
+    assert not failures.state(section).up
