@@ -147,43 +147,30 @@ class SectionFailures:
 
     def render(self, section: Section, view: ScrapeView) -> Optional[bytes]:
         """The section's rows for this scrape, or None when it raised (left out, logged once)."""
-        try:
-            rows = section.render(view)
-        except Exception as exc:  # any defect in one block: the rest of the answer is still served
-            self.failed(section.name, exc)
-            return None
-        self.succeeded(section.name)
-        return rows
+        return self._run(section.name, "rows", lambda: section.render(view), lambda: None)
 
     def gauges(self, section: Section) -> Tuple[Gauge, ...]:
         """The section's own status gauges, or none when asking for them raised."""
-        try:
-            gauges = tuple(section.gauges())
-        except Exception as exc:
-            self.failed(section.name, exc, "gauges")
-            return ()
-        self.succeeded(section.name, "gauges")
-        return gauges
+        return self._run(section.name, "gauges", lambda: tuple(section.gauges()), tuple)
 
     def key(self, section: Section) -> object:
         """The section's key(); a failing one gets a new object, so that its rows are made again next time."""
-        try:
-            key = section.key()
-        except Exception as exc:
-            self.failed(section.name, exc, "key")
-            return object()
-        self.succeeded(section.name, "key")
-        return key
+        return self._run(section.name, "key", section.key, object)
 
     def state(self, section: Section) -> SectionState:
         """Its own state, down while a step of it fails or when asking for its state raises."""
-        try:
-            state = section.state()
-        except Exception as exc:
-            self.failed(section.name, exc, "state")
-            return SectionState(False)
-        self.succeeded(section.name, "state")
+        state = self._run(section.name, "state", section.state, lambda: SectionState(False))
         return state._replace(up=False) if self.is_failing(section.name) else state
+
+    def _run(self, name: str, step: str, call: Callable[[], object], fallback: Callable[[], object]):
+        """`call()`, or `fallback()` when it raised: any defect in one section, and the rest is still served."""
+        try:
+            result = call()
+        except Exception as exc:
+            self.failed(name, exc, step)
+            return fallback()
+        self.succeeded(name, step)
+        return result
 
     def is_failing(self, name: str) -> bool:
         return any(failed == name for failed, _ in tuple(self._failed))
