@@ -13,7 +13,7 @@ import pytest
 import yaml
 
 from support.deploy_tools import DASHBOARD, PROMETHEUS_DIR, REPO_ROOT, SHIPPED_RULE_FILES, core_schema_errors
-from support.helm_tools import CHART, RENDER, objects, render, run_helm
+from support.helm_tools import CHART, RENDER, objects, render, require_helm, run_helm
 from support.promtool_tests import run_promtool
 
 MONITORING = "monitoring-values.yaml"
@@ -132,4 +132,4 @@ def test_raw_daemonset_keeps_its_namespace_for_a_one_command_install():
 def _helm_env():
     import os
 
-    return {**os.environ, "HELM": RENDER.find_helm() or ""}
+    return {**os.environ, "HELM": require_helm()}
