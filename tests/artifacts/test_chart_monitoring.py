@@ -13,7 +13,7 @@ import pytest
 import yaml
 
 from support.deploy_tools import DASHBOARD, PROMETHEUS_DIR, REPO_ROOT, SHIPPED_RULE_FILES, core_schema_errors
-from support.helm_tools import CHART, RENDER, objects, render, run_helm
+from support.helm_tools import CHART, RENDER, objects, render, require_helm, run_helm
 from support.promtool_tests import run_promtool
 
 MONITORING = "monitoring-values.yaml"
@@ -102,6 +102,14 @@ def test_notes_say_where_the_metrics_are_and_how_to_check():
     assert "reading the GPU operator's dcgm-exporter" in _notes("--set", "gpuOperator.enabled=true")
 
 
+def test_notes_follow_the_port_and_path():
+    notes = _notes("--set", "web.port=9500", "--set", "web.telemetryPath=/node/gpu")
+    assert "http://<pod IP>:9500/node/gpu" in notes and "<pod> 9500:9500 &" in notes
+    assert "http://127.0.0.1:9500/node/gpu |" in notes and "9400" not in notes
+    assert "--exporter.port 9500 --exporter.path /node/gpu" in notes  # kubectl gpu top's pod proxy
+    assert "--exporter.port" not in _notes()
+
+
 # --- the raw manifests are renderings of the chart ---
 
 def test_raw_manifests_are_fresh_renderings():
@@ -132,4 +140,4 @@ def test_raw_daemonset_keeps_its_namespace_for_a_one_command_install():
 def _helm_env():
     import os
 
-    return {**os.environ, "HELM": RENDER.find_helm() or ""}
+    return {**os.environ, "HELM": require_helm()}

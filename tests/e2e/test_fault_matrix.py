@@ -32,7 +32,6 @@ AFTER = [AllocatedDevice("ns", "after", "c", "nvidia.com/gpu", L4_UUID)]
 BASE_ARGS = ["--kubelet.refresh-interval", "200ms", "--kubelet.timeout", "500ms", "--dcgm.timeout", "500ms"]
 PROMPT_SECONDS = 10  # "keeps answering promptly": a generous bound, not a timing assertion
 MIB = 2**20
-NOBODY = 65534
 
 
 @dataclass
@@ -103,31 +102,27 @@ def healthy(exporter: ExporterProcess, pod: str) -> Optional[str]:
     return text if passes(lambda checked: assert_healthy(checked, pod), text) else None
 
 
-def start_exporter_as(node: Node, args: List[str], uid: Optional[int] = None) -> ExporterProcess:
-    """The exporter process, optionally dropping to `uid` itself: see _AS_USER."""
+def start_exporter_as(node: Node, args: List[str], unprivileged: bool = False) -> ExporterProcess:
+    """The exporter process; `unprivileged`: unable to pass over file permissions (see _WITHOUT_DAC_OVERRIDE)."""
     full = ["--dcgm.url", node.dcgm.url, "--kubelet.socket", node.kubelet.socket_path,
             "--web.listen-address", "127.0.0.1:0"] + BASE_ARGS + args
-    command = None if uid is None else [sys.executable, "-c", _AS_USER, str(uid)]
+    command = [sys.executable, "-c", _WITHOUT_DAC_OVERRIDE] if unprivileged and os.geteuid() == 0 else None
     return start_exporter(full, timeout_seconds=30, command=command)
 
 
-# The interpreter may live under /root (mode 0700), which the unprivileged user cannot read: the
-# child starts as root, imports everything serving needs (the exporter imports some modules lazily),
-# then drops to the user for good before it opens the socket or serves a request.
-_AS_USER = """
-import os, sys
-import exporter.cli, exporter.web.server, exporter.web.scrape, exporter.sources.dcgm.http_source, exporter.sources.kubelet
-import exporter.core.attribution, exporter.web.webconfig, grpc._channel
-import encodings.idna  # http.server's bind looks the host name up with the idna codec
-try:
-    import exporter.sources.nvml.library
-except ImportError:
-    pass
-import pynvml  # nvidia-ml-py, a dependency: the MIG resolver imports it lazily
-import exporter.sources.kubernetes.startup  # lightkube: --kubernetes.api auto imports it lazily
-uid = int(sys.argv.pop(1))
-os.setgroups([]); os.setgid(uid); os.setuid(uid)
-sys.exit(exporter.cli.main(sys.argv[1:]))
+# root connects to any socket whatever its mode (CAP_DAC_OVERRIDE). Rather than switching to another
+# user, who may not reach this interpreter or the clone (root's home is 0700), the exporter keeps
+# uid 0 without the two capabilities that pass over file permissions: the socket's mode then
+# applies to it as to any owner, and everything it imports stays readable. Dropped from the
+# bounding set, they stay dropped across the exec into the real `python -m exporter`.
+_WITHOUT_DAC_OVERRIDE = """
+import ctypes, os, sys
+PR_CAPBSET_DROP, CAP_DAC_OVERRIDE, CAP_DAC_READ_SEARCH = 24, 1, 2
+libc = ctypes.CDLL(None, use_errno=True)
+for capability in (CAP_DAC_OVERRIDE, CAP_DAC_READ_SEARCH):
+    if libc.prctl(PR_CAPBSET_DROP, capability, 0, 0, 0) != 0:
+        sys.exit(f"cannot drop capability {capability}: {os.strerror(ctypes.get_errno())}")
+os.execv(sys.executable, [sys.executable, "-m", "exporter", *sys.argv[1:]])
 """
 
 
@@ -153,9 +148,9 @@ def passes(check: Callable[[str], None], text: str) -> bool:
     return True
 
 
-def run_fault(node: Node, fault: Fault, dependency: str, uid: Optional[int] = None) -> None:
+def run_fault(node: Node, fault: Fault, dependency: str, unprivileged: bool = False) -> None:
     """The script every case follows: healthy, faulty for a while, healthy again by itself."""
-    exporter = node.exporter = start_exporter_as(node, fault.args, uid)
+    exporter = node.exporter = start_exporter_as(node, fault.args, unprivileged)
     wait_until(lambda: healthy(exporter, "before"))
     fault.inject(node)
     wait_until(lambda: passes(fault.during, get_checked(exporter)))
@@ -221,14 +216,14 @@ def test_kubelet_fault(case, node):
     run_fault(node, KUBELET_FAULTS[case], "kubelet")
 
 
-@pytest.mark.skipif(not hasattr(os, "geteuid") or os.geteuid() != 0, reason="needs root to run the exporter as uid 65534")
 def test_kubelet_permission_denied(node):
-    # Like the real socket: root-owned, mode 0755, so only root may connect. The exporter runs as
-    # nobody; opening the socket to it (0777) stands in for the fix (running as root).
+    # The real socket is root's, mode 0755: only a process that passes over file permissions (root)
+    # may connect. Here the exporter cannot pass over them (another user, or root without the
+    # capability); mode 0555 shuts it out as owner too, and 0777 stands in for the fix.
     sock = node.kubelet.socket_path
     os.chmod(sock, 0o777)
-    fault = Fault(lambda n: os.chmod(sock, 0o755), lambda n: os.chmod(sock, 0o777), "permission", kubelet_down)
-    run_fault(node, fault, "kubelet", uid=NOBODY)
+    fault = Fault(lambda n: os.chmod(sock, 0o555), lambda n: os.chmod(sock, 0o777), "permission", kubelet_down)
+    run_fault(node, fault, "kubelet", unprivileged=True)
     assert "permission denied" in log_lines(node.exporter, "warn", "kubelet")[0]
 
 

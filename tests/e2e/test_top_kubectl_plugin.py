@@ -4,15 +4,14 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
-from support.deploy_tools import missing_tool
 from support.fake_pod_proxy import PodProxyApi
+from support.helm_tools import require_kubectl
 from support.top_runs import EXPORTER_NAMESPACE, add_exporter_pod, kubeconfig_for
 
 BODY = (b'pod_gpu_exporter_dcgm_up 1\n'
@@ -41,10 +40,7 @@ def test_the_console_script_is_the_kubectl_plugin_named_gpu():
 
 
 def test_kubectl_finds_and_runs_it(tmp_path):
-    kubectl = os.environ.get("KUBECTL") or shutil.which("kubectl")
-    if not kubectl or not os.access(kubectl, os.X_OK):
-        missing_tool("kubectl", "set KUBECTL to a kubectl binary (`HELM=$(bash .ci/helm-setup.sh)` puts one beside "
-                                "helm; .ci/run does)")
+    kubectl = require_kubectl()
     listed = subprocess.run([kubectl, "plugin", "list"], capture_output=True, text=True, timeout=30, env=_env())
     assert str(_plugin()) in listed.stdout, listed.stdout + listed.stderr
     api = PodProxyApi().start()

@@ -1,9 +1,15 @@
-"""The real helm binary for the chart tests: found as scripts/render_manifests.py finds it, run on the chart."""
+"""The real helm binary for the chart tests: found as scripts/render_manifests.py finds it, run on the chart.
+
+$HELM (and $KUBECTL) when set, as .ci/run sets them; else the pinned binaries scripts/fetch_helm.py
+keeps in the user's cache folder, downloaded by the first test that needs one, so that the README's
+test command needs no helm of its own. Without a reachable package index: a skip (a failure in CI).
+"""
 
 from __future__ import annotations
 
 import functools
 import importlib.util
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -32,12 +38,32 @@ def _render_script():
 RENDER = _render_script()
 
 
+@functools.lru_cache(maxsize=None)
+def _fetched(tool: str) -> Tuple[str, str]:
+    """(path, "") of one of the pinned tools, or ("", why not): tried once per test process."""
+    try:
+        return RENDER.fetch_helm.tool_path(tool), ""
+    except RENDER.fetch_helm.FetchError as exc:
+        return "", str(exc)
+
+
+def _require(tool: str, variable: str) -> str:
+    if os.environ.get(variable):
+        return os.environ[variable]
+    path, why_not = _fetched(tool)
+    if not path:
+        missing_tool(tool, f"{why_not}; set ${variable} to a {tool} binary, or make the package index reachable")
+    return path
+
+
 def require_helm() -> str:
-    """The helm binary; a skip on a developer machine without one, a failure in CI."""
-    helm = RENDER.find_helm()
-    if helm is None:
-        missing_tool("helm", f"install it with {RENDER.HELM_INSTALL}")
-    return helm
+    """The helm binary; a skip on a developer machine that cannot fetch it, a failure in CI."""
+    return _require("helm", "HELM")
+
+
+def require_kubectl() -> str:
+    """The kubectl binary fetched beside helm (for the `kubectl gpu top` plugin test), unless $KUBECTL names one."""
+    return _require("kubectl", "KUBECTL")
 
 
 def run_helm(*args: str, check: bool = True) -> subprocess.CompletedProcess:

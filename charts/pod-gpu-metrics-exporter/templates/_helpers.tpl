@@ -120,6 +120,14 @@ component: {{ printf "gpu-metrics%s" $suffix }}
 {{- if $root.Values.web.existingSecret }}
 {{- $_ := set $flags "web.config.file" (printf "/etc/pod-gpu-metrics-exporter/web/%s" $root.Values.web.existingSecretKey) }}
 {{- end }}
+{{- /* Only where they differ from the exporter's own defaults (tests/artifacts/test_chart.py holds
+       those equal to exporter/config.py), so the default rendering names neither. */}}
+{{- if ne (int $root.Values.web.port) 9400 }}
+{{- $_ := set $flags "web.listen-address" (printf ":%d" (int $root.Values.web.port)) }}
+{{- end }}
+{{- if ne $root.Values.web.telemetryPath "/gpu/metrics" }}
+{{- $_ := set $flags "web.telemetry-path" $root.Values.web.telemetryPath }}
+{{- end }}
 {{- range $name, $value := $root.Values.config }}
 {{- if kindIs "invalid" $value }}{{ $_ := unset $flags $name }}{{ else }}{{ $_ := set $flags $name $value }}{{ end }}
 {{- end }}
@@ -128,5 +136,33 @@ component: {{ printf "gpu-metrics%s" $suffix }}
 {{- end }}
 {{- range $root.Values.extraArgs }}
 - {{ . | quote }}
+{{- end }}
+{{- end }}
+
+{{/* web.port and web.telemetryPath are the one place to move the exporter's listener: the container
+     port, probes, Service, monitors and prometheus.io annotations follow them. The same flags through
+     config or extraArgs would move the listener alone, into a pod whose probes fail and whose scrapes
+     miss, so they are refused naming the value to use. So is a port the dcgm-exporter sidecar already
+     takes in the pod's shared network. Renders nothing. */}}
+{{- define "pgme.checkWeb" -}}
+{{- $values := .Values }}
+{{- $follow := dict "web.port" "the container port, probes, Service, monitors and prometheus.io annotations follow it"
+                    "web.telemetryPath" "the monitors and the prometheus.io/path annotation follow it" }}
+{{- range $flag, $value := dict "web.listen-address" "web.port" "web.telemetry-path" "web.telemetryPath" }}
+{{- if hasKey $values.config $flag }}
+{{- fail (printf "config.%s is not allowed: set %s instead (%s)" $flag $value (get $follow $value)) }}
+{{- end }}
+{{- range $values.extraArgs }}
+{{- if hasPrefix (printf "--%s" $flag) (toString .) }}
+{{- fail (printf "extraArgs may not set --%s: set %s instead (%s)" $flag $value (get $follow $value)) }}
+{{- end }}
+{{- end }}
+{{- end }}
+{{- if has $values.web.telemetryPath (list "/" "/metrics" "/healthz") }}
+{{- fail (printf "web.telemetryPath %s is a route the exporter serves itself (/, /metrics, /healthz): choose another, e.g. /gpu/metrics" $values.web.telemetryPath) }}
+{{- end }}
+{{- $sidecar := and $values.dcgmExporter.enabled (not $values.gpuOperator.enabled) }}
+{{- if and $sidecar (eq (toString (int $values.web.port)) (regexFind "[0-9]+$" $values.dcgmExporter.listenAddress)) }}
+{{- fail (printf "web.port %d is the port of dcgmExporter.listenAddress (%s), in the same pod: choose another" (int $values.web.port) $values.dcgmExporter.listenAddress) }}
 {{- end }}
 {{- end }}

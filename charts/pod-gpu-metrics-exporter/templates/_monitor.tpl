@@ -1,7 +1,7 @@
 {{/* The scrape endpoint a ServiceMonitor or PodMonitor shares; argument: (list root monitorValues). */}}
 {{- define "pgme.monitorEndpoint" -}}
 {{- $root := index . 0 }}{{ $m := index . 1 -}}
-path: /gpu/metrics
+path: {{ $root.Values.web.telemetryPath }}
 interval: {{ $m.interval }}
 {{- with $m.scrapeTimeout }}
 scrapeTimeout: {{ . }}
