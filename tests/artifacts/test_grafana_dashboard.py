@@ -26,7 +26,7 @@ def _panels():
 def test_namespace_and_pod_variables_come_from_the_allocation_series():
     variables = {v["name"]: v for v in _dashboard()["templating"]["list"]}
     assert variables["datasource"]["query"] == "prometheus"
-    assert variables["namespace"]["definition"] == "label_values(pod_gpu_allocation_info, namespace)"
+    assert variables["namespace"]["definition"] == 'label_values(pod_gpu_allocation_info{cluster=~"$cluster"}, namespace)'
     # The pod list follows the namespace choice.
     assert '$namespace' in variables["pod"]["definition"]
     assert variables["pod"]["definition"].startswith("label_values(pod_gpu_allocation_info")
@@ -57,7 +57,7 @@ def test_panel_ids_are_unique():
     assert len(ids) == len(set(ids))
 
 
-OURS_ONLY = "and on (instance, job) pod_gpu_exporter_dcgm_up"
+OURS_ONLY = "and on (cluster, instance, job) pod_gpu_exporter_dcgm_up"
 
 
 def test_raw_dcgm_panels_count_only_this_exporters_series():
