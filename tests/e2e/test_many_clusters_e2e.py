@@ -17,7 +17,7 @@ import yaml
 
 from support.central_store import AlertReceiver, query, start_agent, start_rules, start_store
 from support.demo_process import start_demo
-from support.deploy_tools import DASHBOARD, PROMETHEUS_DIR
+from support.deploy_tools import DASHBOARD, PROMETHEUS_DIR, REPO_ROOT
 from support.waiting import wait_until
 
 CLUSTERS = ("east", "west")
@@ -39,7 +39,11 @@ def centre():
         started += demos.values()
         store = start_store(folder / "store")
         started.append(store)
-        started += [start_agent(folder / cluster, cluster, [demo.address], store) for cluster, demo in demos.items()]
+        # east's agent adds `cluster` itself; west's platform names clusters `k8s_cluster`, mapped to `cluster`
+        # by the relabelling docs/multi-cluster.md gives.
+        started.append(start_agent(folder / "east", "cluster=east", [demos["east"].address], store))
+        started.append(start_agent(folder / "west", "k8s_cluster=west", [demos["west"].address], store,
+                                   relabel=documented_relabelling()))
         receiver = AlertReceiver()
         started.append(receiver)
         started.append(start_rules(folder / "vmalert", RULE_FILES, store, receiver.url))
@@ -48,6 +52,13 @@ def centre():
         for process in reversed(started):
             process.stop()
         shutil.rmtree(folder, ignore_errors=True)
+
+
+def documented_relabelling() -> str:
+    """The relabelling rules docs/multi-cluster.md gives for a cluster label by another name."""
+    page = (REPO_ROOT / "docs" / "multi-cluster.md").read_text(encoding="utf-8")
+    (block,) = [b for b in re.findall(r"```yaml\n(.*?)```", page, re.DOTALL) if "target_label: cluster" in b]
+    return block
 
 
 def _records():
@@ -82,6 +93,7 @@ def test_recording_rules_read_from_the_centre_keep_the_clusters_apart(centre):
     for name in expected:  # each cluster's answer is its own: as many series in each, none without the label
         counts = _clusters_of(query(store, name))
         assert counts["east"] == counts["west"] and None not in counts, (name, counts)
+    assert query(store, 'count({k8s_cluster!=""})') == []  # west's own name for the label was mapped, not kept
 
 
 def test_alerts_evaluated_centrally_carry_and_name_their_cluster(centre):

@@ -69,19 +69,22 @@ def start_store(folder: Path) -> VmProcess:
                                       "-search.latencyOffset=1s", "-search.disableCache"])
 
 
-def start_agent(folder: Path, cluster: str, targets: List[str], store: VmProcess) -> VmProcess:
+def start_agent(folder: Path, label: str, targets: List[str], store: VmProcess, relabel: str = "") -> VmProcess:
     """vmagent scraping `targets` every second as the shipped scrape job does (honor_labels, /gpu/metrics)
-    and remote-writing to `store` with cluster=<cluster>, as an agent-mode Prometheus with external_labels would."""
+    and remote-writing to `store` with `label` ("cluster=east") on every series, as an agent-mode Prometheus
+    with external_labels would; `relabel`: rules (YAML) it applies to each series after adding that label."""
     binary = require_executable("vmagent", INSTALL)
     folder.mkdir(parents=True, exist_ok=True)
     config = {"global": {"scrape_interval": "1s"},
               "scrape_configs": [{"job_name": "pod-gpu-metrics", "metrics_path": "/gpu/metrics", "honor_labels": True,
                                   "static_configs": [{"targets": targets}]}]}
     (folder / "scrape.yml").write_text(yaml.safe_dump(config))
-    return VmProcess(binary, folder, [f"-promscrape.config={folder / 'scrape.yml'}",
-                                      f"-remoteWrite.url={store.url}/api/v1/write",
-                                      f"-remoteWrite.label=cluster={cluster}", "-remoteWrite.flushInterval=1s",
-                                      f"-remoteWrite.tmpDataPath={folder / 'queue'}"])
+    flags = [f"-promscrape.config={folder / 'scrape.yml'}", f"-remoteWrite.url={store.url}/api/v1/write",
+             f"-remoteWrite.label={label}", "-remoteWrite.flushInterval=1s", f"-remoteWrite.tmpDataPath={folder / 'queue'}"]
+    if relabel:
+        (folder / "relabel.yml").write_text(relabel)
+        flags.append(f"-remoteWrite.relabelConfig={folder / 'relabel.yml'}")
+    return VmProcess(binary, folder, flags)
 
 
 class AlertReceiver:
