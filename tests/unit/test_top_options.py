@@ -15,7 +15,7 @@ def test_the_contracts_flags_and_choices():
     assert options.window_seconds == PROXY_WINDOW_SECONDS
     help_text = " ".join(build_parser(PROG).format_help().split())
     for text in ("--prometheus URL", "POD_GPU_EXPORTER_PROMETHEUS_URL", "{table,json,csv}",
-                 "{pod,namespace,queue,node}", "--watch SECONDS", "--window DURATION"):
+                 "{pod,namespace,queue,node,cluster}", "--watch SECONDS", "--window DURATION"):
         assert text in help_text, text
 
 
@@ -30,10 +30,11 @@ def test_watch_takes_seconds_or_a_duration(text, seconds):
     assert parse_options(["--watch", text], {}, PROG).watch_seconds == seconds
 
 
-def test_kubeconfig_is_kubectls_first(tmp_path):
+def test_kubeconfig_is_kubectls_list_and_an_explicit_file_alone(tmp_path):
     first, second = tmp_path / "a", tmp_path / "b"
-    assert parse_options([], {"KUBECONFIG": f"{first}:{second}"}, PROG).kubeconfig == str(first)
-    assert parse_options(["--kubeconfig", str(second)], {"KUBECONFIG": str(first)}, PROG).kubeconfig == str(second)
+    listed = f"{first}:{second}:{first}"
+    assert parse_options([], {"KUBECONFIG": listed}, PROG).kubeconfigs == (str(first), str(second))
+    assert parse_options(["--kubeconfig", str(second)], {"KUBECONFIG": str(first)}, PROG).kubeconfigs == (str(second),)
 
 
 @pytest.mark.parametrize("args, environ", [
