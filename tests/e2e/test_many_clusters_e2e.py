@@ -18,6 +18,7 @@ import yaml
 from support.central_store import AlertReceiver, query, start_agent, start_rules, start_store
 from support.demo_process import start_demo
 from support.deploy_tools import DASHBOARD, PROMETHEUS_DIR, REPO_ROOT
+from support.top_runs import own_sum, run_top, served, top_json, within_readings
 from support.waiting import wait_until
 
 CLUSTERS = ("east", "west")
@@ -126,3 +127,37 @@ def test_the_dashboard_shows_one_cluster_or_all_of_them_apart(centre):
     wait_until(all_panels_show_both, DEADLINE_SECONDS, POLL_SECONDS, "every fed panel showing both clusters")
     for title, promql in _dashboard_queries("east"):
         assert set(_clusters_of(query(store, promql))) == {"east"}, (title, promql)
+
+
+TOP_WINDOW = "10s"
+GPUS = {"trainer-0": 2, "llm-server-a": 0.5, "llm-server-b": 0.25}  # what the demo's pods hold, per cluster
+
+
+def _power_in_store(store) -> dict:
+    promql = f"sum by (cluster, pod) (rate(pod_gpu_container_energy_joules_total[{TOP_WINDOW}]))"
+    return {(s["metric"]["cluster"], s["metric"]["pod"]): float(s["value"][1]) for s in query(store, promql)}
+
+
+def test_top_reads_the_centre_with_the_clusters_apart(centre):
+    store, _, demos = centre
+    # A rate over a series younger than the window reads low: wait until each cluster's counters fill it.
+    wait_until(lambda: len(query(store, f"count_over_time(pod_gpu_container_energy_joules_total[{TOP_WINDOW}]) >= 8"))
+               == len(query(store, "pod_gpu_container_energy_joules_total")) > 0,
+               DEADLINE_SECONDS, POLL_SECONDS, "a whole window of both clusters' energy counters at the centre")
+    before = {cluster: served(demo.url()) for cluster, demo in demos.items()}
+    power_before = _power_in_store(store)
+    document = top_json(["--prometheus", store.url, "--window", TOP_WINDOW])
+    after = {cluster: served(demo.url()) for cluster, demo in demos.items()}
+    power_after = _power_in_store(store)
+    rows = {(row["cluster"], row["pod"]): row for row in document["rows"]}
+    assert set(rows) == {(cluster, pod) for cluster in CLUSTERS for pod in GPUS}, sorted(rows)
+    for (cluster, pod), row in rows.items():  # each row one cluster's: its GPUs, memory and power, not the sum
+        assert row["gpus"] == GPUS[pod], (cluster, pod, row)
+        readings = [own_sum(own[cluster], "pod_gpu_container_memory_used_bytes", pod) for own in (before, after)]
+        assert within_readings(row["memory_bytes"], readings, 0.1 * max(readings) + 1), (cluster, pod, row, readings)
+        low, high = sorted((power_before[cluster, pod], power_after[cluster, pod]))
+        assert 0.6 * low <= row["power_watts"] <= 1.4 * high + 0.5, (cluster, pod, row["power_watts"], low, high)
+    table = run_top(["--prometheus", store.url, "--window", TOP_WINDOW, "--cluster", "west"])
+    assert table.returncode == 0, table.stderr
+    assert len([line for line in table.stdout.splitlines() if line.split()[1:2] in (["trainer-0"], ["llm-server-a"],
+                                                                                    ["llm-server-b"])]) == 3, table.stdout
