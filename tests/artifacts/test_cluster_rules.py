@@ -69,8 +69,11 @@ def _in_cluster(selector: str, cluster: str) -> str:
 
 
 def _two_clusters(case: dict) -> dict:
-    """One promtool test case with its input in each of two clusters, and each expectation in each."""
+    """One promtool test case with its input in each of two clusters, and each expectation in each; a case
+    whose input already names clusters is a many-cluster case of its own and is kept as it is."""
     case = copy.deepcopy(case)
+    if any(re.search(r'[{,]\s*cluster="', series["series"]) for series in case["input_series"]):
+        return case
     case["input_series"] = [dict(series, series=_in_cluster(series["series"], cluster))
                             for series in case["input_series"] for cluster in CLUSTERS]
     for test in case.get("promql_expr_test", []):
