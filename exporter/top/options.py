@@ -85,6 +85,12 @@ def _header(text: str) -> Tuple[str, str]:
     return name.strip(), value.strip()
 
 
+def _nonempty(text: str) -> str:
+    if not text.strip():
+        raise ValueError("expected a name, got an empty one")
+    return text
+
+
 def _label_name(text: str) -> str:
     if not re.fullmatch(r"[a-zA-Z_][a-zA-Z0-9_]*", text):
         raise ValueError(f"expected a Prometheus label name, got {text!r}")
@@ -154,7 +160,8 @@ def _add_table_flags(add) -> None:
              "(--labels.pod-labels)")
     add("--by", choices=GROUPINGS, default="pod",
         help="one row per pod's container (default), namespace, queue, node or cluster")
-    add("--cluster", metavar="NAME", help="only this cluster (with the pod proxy: the context of that name)")
+    add("--cluster", metavar="NAME", type=_checked(_nonempty, positive=False),
+        help="only this cluster (with the pod proxy: the context of that name)")
     add("--cluster-label", dest="cluster_label", metavar="NAME", type=_checked(_label_name, positive=False),
         default="cluster", help="the label naming a series' cluster in Prometheus (default: cluster)")
     add("--sort", choices=SORT_KEYS, default="sm", help="widest first by this column (default: sm)")

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import socket
+import threading
 import time
 
 import pytest
@@ -35,6 +36,40 @@ def silent():
     listener.bind(("127.0.0.1", 0))
     listener.listen(16)
     yield f"http://127.0.0.1:{listener.getsockname()[1]}"
+    listener.close()
+
+
+@pytest.fixture
+def trickling():
+    """An API server that answers every request 200, then sends its JSON body a blank at a time, 0.2 s
+    apart, for ever: no read ever waits long enough to time out, and the list never ends."""
+    listener = socket.socket()
+    listener.bind(("127.0.0.1", 0))
+    listener.listen(16)
+    stopped = threading.Event()
+
+    def trickle(connection):
+        with connection:
+            try:
+                connection.recv(65536)
+                connection.sendall(b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\n"
+                                   b"Transfer-Encoding: chunked\r\n\r\n")
+                while not stopped.wait(0.2):
+                    connection.sendall(b"1\r\n \r\n")
+            except OSError:
+                pass
+
+    def serve():
+        while not stopped.is_set():
+            try:
+                connection, _ = listener.accept()
+            except OSError:
+                return
+            threading.Thread(target=trickle, args=(connection,), daemon=True).start()
+
+    threading.Thread(target=serve, daemon=True).start()
+    yield f"http://127.0.0.1:{listener.getsockname()[1]}"
+    stopped.set()
     listener.close()
 
 
@@ -109,6 +144,19 @@ def test_cluster_picks_one_context_and_by_cluster_adds_each_up(kubeconfig_list, 
     assert not apis["west"].answered
     by_cluster = top_json(["--context", "east", "--context", "west", "--by", "cluster"] + FAST, env=kubeconfig_list)
     assert sorted((row["cluster"], row["gpus"]) for row in by_cluster["rows"]) == [("east", 2.75), ("west", 2.75)]
+
+
+def test_a_cluster_that_never_finishes_answering_is_cut_at_its_bound(apis, trickling, tmp_path):
+    config = _kubeconfig(tmp_path / "config", {"east": apis["east"].url, "slow": trickling})
+    started = time.monotonic()
+    run = run_top(["--all-contexts", "--kubeconfig", config, "-o", "json"] + FAST)
+    elapsed = time.monotonic() - started
+    assert run.returncode == 0, run.stderr
+    document = json.loads(run.stdout)
+    assert {row["cluster"] for row in document["rows"]} == {"east"} and len(document["rows"]) == 3
+    assert document["unreachable"] == [{"cluster": "slow", "node": None,
+                                        "error": f"no answer within {BOUND_SECONDS:g} s"}], document["unreachable"]
+    assert BOUND_SECONDS <= elapsed < BOUND_SECONDS + 10, elapsed
 
 
 def test_no_cluster_answering_is_one_line(silent, tmp_path):

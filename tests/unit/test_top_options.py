@@ -44,7 +44,7 @@ def test_kubeconfig_is_kubectls_list_and_an_explicit_file_alone(tmp_path):
     # The pattern of a URL, but no port urlsplit can read: a traceback once the source asked for it.
     (["--prometheus", "http://h:99999"], {}), (["--prometheus", "http://h:9x"], {}), (["--prometheus", "http://h:0"], {}),
     ([], {"POD_GPU_EXPORTER_PROMETHEUS_URL": "http://h:99999"}),
-    (["--context", "a", "--all-contexts"], {}), (["--cluster-label", "9cluster"], {}),
+    (["--context", "a", "--all-contexts"], {}), (["--cluster-label", "9cluster"], {}), (["--cluster", " "], {}),
     (["--prometheus.header", "X-Scope-OrgID team-a"], {}), (["--prometheus.header", "X: a\nb"], {}),
 ])
 def test_a_bad_flag_is_one_line_and_exit_2(args, environ, capsys):
