@@ -104,7 +104,7 @@ def _seconds(text: str) -> float:
 
 def build_parser(prog: str) -> argparse.ArgumentParser:
     parser = _Parser(prog=prog, description=(
-        "One row per container that holds a GPU: its GPUs, own SM share, memory, power, idle time, health "
+        "One row per container that holds a GPU: its GPUs, own SM share, utilisation, memory, power, idle time, health "
         f"and queue. From Prometheus with --prometheus (env {PROMETHEUS_URL_ENV}); without it, from the "
         "exporter pods themselves through the Kubernetes API server's pod proxy."))
     _add_prometheus_flags(parser.add_argument)

@@ -179,9 +179,17 @@ def add_utilization(rows: Dict[Owner, Row], devices: Dict[Owner, List[Device]], 
         if value is None:
             held = list(dict.fromkeys(device for owner in owners for device in devices.get(owner, ())))
             value = None if any(device in shared for device in held) else whole_devices_busy(
-                [device_busy(_matching(device, gpu_util), _matching(device, engine_active)) for device in held])
+                [_busy(device, gpu_util, engine_active) for device in held])
         for row in members:
             row.utilization = value
+
+
+def _busy(device: Device, gpu_util: Dict[Device, float], engine_active: Dict[Device, float]) -> Optional[float]:
+    """One device's utilisation; each lookup only where it can answer (a MIG instance has no GPU_UTIL), since
+    a lookup that misses walks every device of the cluster."""
+    percent = None if device[4] else _matching(device, gpu_util)
+    busy = device_busy(percent, None)
+    return busy if busy is not None else _matching(device, engine_active)
 
 
 def _shared_devices(readings: Readings) -> set:
