@@ -9,8 +9,8 @@ import re
 import pytest
 import yaml
 
-from support.autoscaling import (ADAPTER_VALUES, HPA, KEDA, RECORD, adapter_rule, expand_pods_query, keda_pod_name_query,
-                                 keda_trigger)
+from support.autoscaling import (ADAPTER_VALUES, AUTOSCALING, HPA, KEDA, RECORD, adapter_rule, expand_pods_query,
+                                 keda_pod_name_query, keda_trigger)
 from support.deploy_tools import core_schema_errors, validate_strict
 
 # The fields of KEDA's ScaledObject (keda.sh/v1alpha1 CRD) this file may use, and the prometheus trigger's metadata.
@@ -84,3 +84,16 @@ def test_scaled_object_query_selects_the_workload_by_label_or_pod_name():
     assert f"{RECORD}{{" in query and 'workload="llm-server"' in query
     assert "on (cluster, namespace, pod)" in query
     assert keda_pod_name_query().startswith(f"avg({RECORD}{{") and 'pod=~"llm-server-' in keda_pod_name_query()
+
+
+def test_the_guide_shows_the_queries_the_files_hold():
+    guide = (AUTOSCALING.parent.parent / "docs" / "autoscaling.md").read_text(encoding="utf-8")
+    flat = " ".join(guide.split())
+    assert " ".join(keda_trigger()["metadata"]["query"].split()) in flat
+    assert keda_pod_name_query() in guide
+    assert expand_pods_query(adapter_rule()["metricsQuery"], RECORD, "inference", ["a", "b", "c"]) in guide
+    for path in (ADAPTER_VALUES, HPA, KEDA):
+        assert f"prometheus/autoscaling/{path.name}" in guide
+    headings = re.findall(r"(?m)^#+ (.+)$", guide)
+    for topic in ("HPA", "missing pods", "KEDA", "reads the exporter directly", "DCGM_FI_DEV_GPU_UTIL", 'cluster="<self>"'):
+        assert any(topic in heading for heading in headings), topic
