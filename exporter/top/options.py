@@ -123,13 +123,14 @@ def _add_prometheus_flags(add) -> None:
     add("--prometheus.timeout", dest="prometheus_timeout", metavar="DURATION", type=_checked(parse_duration),
         default=10.0, help="time allowed for each query (default: 10s)")
     add("--prometheus.header", dest="prometheus_headers", metavar="'NAME: VALUE'", action="append",
-        type=_checked(_header), default=[],
+        type=_checked(_header),
         help="a header sent with every query, repeatable (a tenant: 'X-Scope-OrgID: team-a' for Mimir, Cortex, Loki)")
 
 
 def _add_proxy_flags(add) -> None:
-    add("--kubeconfig", metavar="PATH", help="kubeconfig file (default: $KUBECONFIG, ~/.kube/config, else in cluster)")
-    add("--context", metavar="NAME", action="append", dest="contexts", default=[],
+    add("--kubeconfig", metavar="PATH", help="kubeconfig file, read alone (default: $KUBECONFIG's files merged as "
+        "kubectl merges them, ~/.kube/config, else in cluster)")
+    add("--context", metavar="NAME", action="append", dest="contexts",
         help="a kubeconfig context to read, repeatable: each one a cluster (default: the current context)")
     add("--all-contexts", dest="all_contexts", action="store_true",
         help="read every context of the kubeconfig, each one a cluster")
@@ -187,11 +188,12 @@ def parse_options(argv: Sequence[str], environ: Mapping[str, str], prog: str) ->
     proxy = ProxyAccess(args.exporter_namespace, args.exporter_selector, args.exporter_port, args.exporter_scheme,
                         args.exporter_path, args.scrape_timeout, args.scrape_round_timeout, args.scrape_max_body,
                         args.scrape_concurrency)
-    if args.contexts and args.all_contexts:
+    contexts = tuple(dict.fromkeys(args.contexts or ()))
+    if contexts and args.all_contexts:
         parser.error("--context and --all-contexts: give one or the other")
     kubeconfigs = (args.kubeconfig,) if args.kubeconfig else kubeconfig_files(environ)
     return TopOptions(url, args.prometheus_user, password, token, args.prometheus_timeout,
-                      tuple(args.prometheus_headers), kubeconfigs, tuple(dict.fromkeys(args.contexts)),
+                      tuple(args.prometheus_headers or ()), kubeconfigs, contexts,
                       args.all_contexts, proxy, args.namespace, args.selector or [], args.by, args.sort, args.output,
                       args.watch, window, args.cluster, args.cluster_label)
 
