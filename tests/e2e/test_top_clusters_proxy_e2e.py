@@ -18,6 +18,8 @@ from support.waiting import wait_until
 
 FAST = ["--window", "1s", "--scrape.timeout", "2s", "--scrape.round-timeout", "3s"]
 BOUND_SECONDS = 1 + 2 * (3 + 2)  # a cluster's read: the window and two rounds, each with its list
+# A silent API server: the list's own 10 s timeout, or on a loaded machine the cluster's bound, whichever first.
+SILENT = ("timed out", f"no answer within {BOUND_SECONDS:g} s")
 
 
 @pytest.fixture(scope="module")
@@ -116,7 +118,7 @@ def test_every_context_read_its_rows_named_by_it_and_the_silent_one_in_the_foote
     assert all(row["gpus"] == {"trainer-0": 2, "llm-server-a": 0.5, "llm-server-b": 0.25}[row["pod"]]
                for row in document["rows"])
     north, = document["unreachable"]
-    assert (north["cluster"], north["node"]) == ("north", None) and "timed out" in north["error"], north
+    assert (north["cluster"], north["node"]) == ("north", None) and north["error"].endswith(SILENT), north
     assert elapsed < BOUND_SECONDS + 10, elapsed  # the silent cluster was not waited for past its bound
     assert all(api.answered for api in apis.values())  # east from the first file, not the second's
 
@@ -126,7 +128,8 @@ def test_the_table_names_clusters_and_the_failing_context(kubeconfig_list):
     assert run.returncode == 0, run.stderr
     lines = run.stdout.splitlines()
     assert lines[0].split()[0] == "NAMESPACE", run.stdout  # rows of one cluster alone: no CLUSTER column
-    assert "Not answering (1): cluster north (the Kubernetes API server at http" in run.stdout, run.stdout
+    assert "Not answering (1): cluster north (" in run.stdout, run.stdout
+    assert any(why + ")" in run.stdout for why in SILENT), run.stdout
     assert "Traceback" not in run.stderr
 
 
@@ -163,5 +166,5 @@ def test_no_cluster_answering_is_one_line(silent, tmp_path):
     config = _kubeconfig(tmp_path / "config", {"north": silent, "south": "http://127.0.0.1:1"})
     run = run_top(["--all-contexts", "--kubeconfig", config] + FAST)
     assert run.returncode == 1 and len(run.stderr.splitlines()) == 1, run.stderr
-    assert "no cluster answered: context north: the Kubernetes API server at http" in run.stderr
+    assert "no cluster answered: context north: " in run.stderr and any(why in run.stderr for why in SILENT)
     assert "context south: the Kubernetes API server at http://127.0.0.1:1 cannot be reached" in run.stderr
