@@ -77,7 +77,8 @@ def kubectl_gpu(argv: Optional[Sequence[str]] = None) -> int:
     args = list(sys.argv[1:] if argv is None else argv)
     if not args or args[0] in ("-h", "--help", "help"):
         print("usage: kubectl gpu top [flags]   (kubectl gpu top --help for the flags)\n\n"
-              "  top   one row per container that holds a GPU: its share, memory, power, idle time, health, queue")
+              "  top   one row per container that holds a GPU: its share, utilisation, memory, power, idle time, "
+              "health, queue; across clusters too")
         return 0 if args else EXIT_USAGE
     if args[0] != "top":
         print(f"kubectl gpu: error: unknown command {args[0]!r} (the one command is `top`)", file=sys.stderr)

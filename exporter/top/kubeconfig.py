@@ -11,8 +11,6 @@ from __future__ import annotations
 import os
 from typing import Dict, List, Mapping, Optional, Sequence, Tuple
 
-import yaml
-
 # The entries of each named list whose values are file paths (client-go's ResolvePaths).
 _PATH_FIELDS = {"clusters": ("cluster", ("certificate-authority",)),
                 "users": ("user", ("client-certificate", "client-key", "tokenFile")),
@@ -51,6 +49,8 @@ def merged_kubeconfig(paths: Sequence[str]) -> Dict:
 
 
 def _load(path: str) -> Optional[Dict]:
+    import yaml  # only where a kubeconfig is read: the Prometheus path never needs it
+
     try:
         with open(os.path.expanduser(path), encoding="utf-8") as handle:
             loaded = yaml.safe_load(handle)

@@ -85,6 +85,12 @@ def _header(text: str) -> Tuple[str, str]:
     return name.strip(), value.strip()
 
 
+def _nonempty(text: str) -> str:
+    if not text.strip():
+        raise ValueError("expected a name, got an empty one")
+    return text
+
+
 def _label_name(text: str) -> str:
     if not re.fullmatch(r"[a-zA-Z_][a-zA-Z0-9_]*", text):
         raise ValueError(f"expected a Prometheus label name, got {text!r}")
@@ -98,7 +104,7 @@ def _seconds(text: str) -> float:
 
 def build_parser(prog: str) -> argparse.ArgumentParser:
     parser = _Parser(prog=prog, description=(
-        "One row per container that holds a GPU: its GPUs, own SM share, memory, power, idle time, health "
+        "One row per container that holds a GPU: its GPUs, own SM share, utilisation, memory, power, idle time, health "
         f"and queue. From Prometheus with --prometheus (env {PROMETHEUS_URL_ENV}); without it, from the "
         "exporter pods themselves through the Kubernetes API server's pod proxy."))
     _add_prometheus_flags(parser.add_argument)
@@ -117,13 +123,14 @@ def _add_prometheus_flags(add) -> None:
     add("--prometheus.timeout", dest="prometheus_timeout", metavar="DURATION", type=_checked(parse_duration),
         default=10.0, help="time allowed for each query (default: 10s)")
     add("--prometheus.header", dest="prometheus_headers", metavar="'NAME: VALUE'", action="append",
-        type=_checked(_header), default=[],
+        type=_checked(_header),
         help="a header sent with every query, repeatable (a tenant: 'X-Scope-OrgID: team-a' for Mimir, Cortex, Loki)")
 
 
 def _add_proxy_flags(add) -> None:
-    add("--kubeconfig", metavar="PATH", help="kubeconfig file (default: $KUBECONFIG, ~/.kube/config, else in cluster)")
-    add("--context", metavar="NAME", action="append", dest="contexts", default=[],
+    add("--kubeconfig", metavar="PATH", help="kubeconfig file, read alone (default: $KUBECONFIG's files merged as "
+        "kubectl merges them, ~/.kube/config, else in cluster)")
+    add("--context", metavar="NAME", action="append", dest="contexts",
         help="a kubeconfig context to read, repeatable: each one a cluster (default: the current context)")
     add("--all-contexts", dest="all_contexts", action="store_true",
         help="read every context of the kubeconfig, each one a cluster")
@@ -154,7 +161,8 @@ def _add_table_flags(add) -> None:
              "(--labels.pod-labels)")
     add("--by", choices=GROUPINGS, default="pod",
         help="one row per pod's container (default), namespace, queue, node or cluster")
-    add("--cluster", metavar="NAME", help="only this cluster (with the pod proxy: the context of that name)")
+    add("--cluster", metavar="NAME", type=_checked(_nonempty, positive=False),
+        help="only this cluster (with the pod proxy: the context of that name)")
     add("--cluster-label", dest="cluster_label", metavar="NAME", type=_checked(_label_name, positive=False),
         default="cluster", help="the label naming a series' cluster in Prometheus (default: cluster)")
     add("--sort", choices=SORT_KEYS, default="sm", help="widest first by this column (default: sm)")
@@ -180,11 +188,12 @@ def parse_options(argv: Sequence[str], environ: Mapping[str, str], prog: str) ->
     proxy = ProxyAccess(args.exporter_namespace, args.exporter_selector, args.exporter_port, args.exporter_scheme,
                         args.exporter_path, args.scrape_timeout, args.scrape_round_timeout, args.scrape_max_body,
                         args.scrape_concurrency)
-    if args.contexts and args.all_contexts:
+    contexts = tuple(dict.fromkeys(args.contexts or ()))
+    if contexts and args.all_contexts:
         parser.error("--context and --all-contexts: give one or the other")
     kubeconfigs = (args.kubeconfig,) if args.kubeconfig else kubeconfig_files(environ)
     return TopOptions(url, args.prometheus_user, password, token, args.prometheus_timeout,
-                      tuple(args.prometheus_headers), kubeconfigs, tuple(dict.fromkeys(args.contexts)),
+                      tuple(args.prometheus_headers or ()), kubeconfigs, contexts,
                       args.all_contexts, proxy, args.namespace, args.selector or [], args.by, args.sort, args.output,
                       args.watch, window, args.cluster, args.cluster_label)
 

@@ -14,7 +14,7 @@ WANTED = frozenset(GAUGES + COUNTERS + (PRESENCE,))
 # --labels.style legacy names the owner as the 2019 exporter did: read as the kubernetes style's names.
 LEGACY_OWNER = {"pod_namespace": "namespace", "pod_name": "pod", "container_name": "container"}
 KEPT_LABELS = frozenset(("UUID", "gpu", "GPU_I_ID", "namespace", "pod", "container", "cluster_queue", "local_queue",
-                         "status", "reason", "device_id", "resource", *LEGACY_OWNER))
+                         "status", "reason", "device_id", *LEGACY_OWNER))
 POD_LABEL_PREFIX = "label_"  # a pod's labels, as --labels.pod-labels serves them
 # The cluster a sample comes from, under this name whatever the store calls it (--cluster-label); the
 # exporter never serves it: Prometheus's external labels add it, or the pod proxy's context names it.

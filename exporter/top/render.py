@@ -102,7 +102,8 @@ def _cells(row: Row, names: Sequence[Tuple[str, str]], by: str) -> List[str]:
         cells.append(str(row.containers))
     mark = "*" if row.sm_source == DEVICE else ""
     cells += [number(row.gpus), _ratio(row.sm_ratio) + (mark if row.sm_ratio is not None else ""),
-              percent(row.utilization), size(row.memory_bytes) + (mark if row.memory_bytes is not None and mark else ""),
+              percent(row.utilization),
+              size(row.memory_bytes) + (mark if row.memory_bytes is not None and mark else ""),
               watts(row.power_watts), percent(row.idle_ratio), row.health or "-"]
     if by == "pod":
         cells.append("/".join(q for q in (row.cluster_queue, row.local_queue) if q) or "-")

@@ -8,7 +8,7 @@ from typing import Dict, List, NamedTuple, Optional, Tuple
 
 from exporter.top import families as f
 from exporter.top.readings import CLUSTER, Readings, Sample
-from exporter.top.utilization import is_share, own_share, whole_devices_busy
+from exporter.top.utilization import device_busy, is_share, own_share, whole_devices_busy
 
 MIB = 1 << 20
 # Worst first: a container's health is that of its worst GPU.
@@ -164,28 +164,43 @@ def _add_device_readings(rows: Dict[Owner, Row], devices: Dict[Owner, List[Devic
 
 
 def add_utilization(rows: Dict[Owner, Row], devices: Dict[Owner, List[Device]], readings: Readings) -> None:
-    """UTIL (utilization.py): its own share where it has one, else its whole devices' utilisation."""
-    gpu_util = _per_device(readings.samples(f.DEVICE_UTIL), 0.01)
-    mig_active = _per_device(readings.samples(f.DEVICE_ACTIVE), 1.0)
+    """UTIL (utilization.py), the pod's, on each of its containers' rows: its own share where it has one,
+    else its devices' utilisation where it holds each of them whole."""
+    gpu_util = {device_of(s.labels): s.value for s in readings.samples(f.DEVICE_UTIL) if not s.labels.get("GPU_I_ID")}
+    engine_active = _per_device(readings.samples(f.DEVICE_ACTIVE), 1.0)
     shared = _shared_devices(readings)
-    for owner, row in rows.items():
-        if row.sm_source == PROCESS:
-            row.utilization = own_share(row.sm_ratio, row.gpus)
-            continue
-        whole = [device for device in devices.get(owner, ()) if device not in shared]
-        row.utilization = whole_devices_busy([_matching(device, mig_active if device[4] else gpu_util)
-                                              for device in whole])
+    pods: Dict[Tuple[str, str, str], List[Owner]] = defaultdict(list)
+    for owner in rows:
+        pods[(owner[0], owner[2], owner[3])].append(owner)
+    for owners in pods.values():
+        members = [rows[owner] for owner in owners]
+        own = [row.sm_ratio for row in members if row.sm_source == PROCESS]
+        value = own_share(sum(own), sum(row.gpus or 0.0 for row in members)) if own else None
+        if value is None:
+            held = list(dict.fromkeys(device for owner in owners for device in devices.get(owner, ())))
+            value = None if any(device in shared for device in held) else whole_devices_busy(
+                [_busy(device, gpu_util, engine_active) for device in held])
+        for row in members:
+            row.utilization = value
+
+
+def _busy(device: Device, gpu_util: Dict[Device, float], engine_active: Dict[Device, float]) -> Optional[float]:
+    """One device's utilisation; each lookup only where it can answer (a MIG instance has no GPU_UTIL), since
+    a lookup that misses walks every device of the cluster."""
+    percent = None if device[4] else _matching(device, gpu_util)
+    busy = device_busy(percent, None)
+    return busy if busy is not None else _matching(device, engine_active)
 
 
 def _shared_devices(readings: Readings) -> set:
-    """Devices held by more than one pod, or through a replica or a fraction (several containers of one
-    pod holding a GPU are one holder)."""
+    """Devices held by more than one pod, or through a replica (several containers of one pod holding a
+    GPU are one holder)."""
     pods: Dict[Device, set] = defaultdict(set)
     shared = set()
     for sample in readings.samples(f.ALLOCATION):
         device = device_of(sample.labels)
         pods[device].add(owner_of(sample.labels)[:4])
-        if is_share(sample.labels.get("device_id", ""), sample.labels.get("resource", "")):
+        if is_share(sample.labels.get("device_id", "")):
             shared.add(device)
     return shared | {device for device, holders in pods.items() if len(holders) > 1}
 

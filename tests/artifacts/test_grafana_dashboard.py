@@ -10,7 +10,7 @@ import re
 
 import yaml
 
-from support.deploy_tools import DASHBOARD, RULES
+from support.deploy_tools import DASHBOARD, RULES, SHIPPED_RULE_FILES
 
 RECORDED_NAME = re.compile(r"\b((?:namespace(?:_pod)?|node):[A-Za-z_]+:[a-z0-9]+)\b")
 
@@ -46,8 +46,9 @@ def test_per_pod_panels_filter_by_namespace_and_pod():
             assert 'pod=~"$pod"' in target["expr"] and 'namespace=~"$namespace"' in target["expr"], panel["title"]
 
 
-def test_recorded_series_used_by_panels_exist_in_the_rule_file():
-    recorded = {r["record"] for g in yaml.safe_load(RULES.read_text())["groups"] for r in g["rules"] if "record" in r}
+def test_recorded_series_used_by_panels_exist_in_the_rule_files():
+    recorded = {r["record"] for path in SHIPPED_RULE_FILES.values() for g in yaml.safe_load(path.read_text())["groups"]
+                for r in g["rules"] if "record" in r}
     used = {name for p in _panels() for t in p["targets"] for name in RECORDED_NAME.findall(t["expr"])}
     assert used and used <= recorded, used - recorded
 

@@ -1,4 +1,5 @@
-"""README.md keeps node_exporter's order, its set-up commands, and examples that match the demo."""
+"""README.md is a front door: short, in the order a newcomer needs (what → demo → install → deploy → top →
+the docs), with its set-up commands, examples that match the demo, and a link to every other page."""
 
 from __future__ import annotations
 
@@ -13,16 +14,27 @@ from exporter.exposition.families import CATALOGUE
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 README = (REPO_ROOT / "README.md").read_text(encoding="utf-8")
-ORDER = ["What it is", "Install", "Quick start", "Flags", "Metrics", "Deployment", "TLS and basic auth",
-         "Operations", "Development"]
+ORDER = ["What it is", "Quick start", "Install", "Deployment", "Who uses what: `kubectl gpu top`", "Documentation",
+         "Development"]
+MAX_BYTES = 20_000  # node_exporter's README is about 20 KB: the manual is docs/
 DEMO_COMMAND = "python3 -m venv .venv && .venv/bin/pip install . && .venv/bin/pod-gpu-metrics-exporter demo"
 DEMO_PROGRAM = ".venv/bin/pod-gpu-metrics-exporter"  # as the demo command above starts it
 TEST_COMMAND = "python3 -m venv .venv && .venv/bin/pip install -e '.[test]' && .venv/bin/python -m pytest"
 
 
-def test_sections_follow_node_exporters_order():
+def test_sections_follow_a_newcomers_order():
     headings = re.findall(r"^## (.+)$", README, re.MULTILINE)
     assert [h for h in headings if h in ORDER] == ORDER, headings
+
+
+def test_it_is_a_front_door_not_the_manual():
+    assert len(README.encode("utf-8")) <= MAX_BYTES
+    assert "| flag |" not in README and "| metric |" not in README  # the reference is docs/flags.md, docs/metrics.md
+
+
+def test_every_page_of_docs_is_reachable_from_it():
+    linked = set(re.findall(r"\]\(docs/([^)#]+)", README))
+    assert not sorted(page.name for page in (REPO_ROOT / "docs").glob("*.md") if page.name not in linked)
 
 
 def test_the_two_set_up_commands_are_there():

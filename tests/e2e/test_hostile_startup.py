@@ -28,7 +28,7 @@ from support.waiting import wait_until
 MIG13 = "MIG-7c1d2e3f-4a5b-5c6d-9e0f-a1b2c3d4e5f6"  # GPU 0's GPU instance 13, as NVML names it
 MIG11 = "MIG-0b1c2d3e-4f50-5162-a3b4-c5d6e7f80912"  # GPU 0's instance 11
 HANG_MS = 30_000  # far longer than any bound the exporter sets: only a bound lets it carry on
-SHUTDOWN_SECONDS = 2.0  # README, Operations: SIGTERM ends the process within 2 s, code 0
+SHUTDOWN_SECONDS = 2.0  # docs/operations.md, Request limits: SIGTERM ends the process within 2 s, code 0
 WHOLE = AllocatedDevice("web", "whole-a", "c", "nvidia.com/gpu", UUID1)
 LATER = AllocatedDevice("web", "whole-b", "c", "nvidia.com/gpu", UUID3)
 ON_MIG = AllocatedDevice("ml", "on-mig", "c", "nvidia.com/mig-1g.10gb", MIG13)

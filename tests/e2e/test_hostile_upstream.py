@@ -26,7 +26,7 @@ from support.waiting import wait_until
 
 L4 = fixture_bytes("dcgm/l4-aws-gpu-operator-default-counters.prom")
 MIB = 2**20
-MEMORY_BOUND_MIB = 160  # README, Operations: the bound for any answer within the default body cap
+MEMORY_BOUND_MIB = 160  # docs/operations.md, Memory: the bound for any answer within the default body cap
 SHUTDOWN_SECONDS = 2.0
 
 
