@@ -71,5 +71,5 @@ def test_the_page_covers_the_ways_the_rules_the_matcher_and_another_label_name()
 
 
 def test_the_pages_that_set_up_prometheus_link_it():
-    for page in ("deployment.md", "scale.md"):
+    for page in ("deployment.md", "scale.md", "top.md", "autoscaling.md"):
         assert "(multi-cluster.md)" in (REPO_ROOT / "docs" / page).read_text(encoding="utf-8"), page
