@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 import argparse
-import os
 import re
 import urllib.parse
 from dataclasses import dataclass
-from typing import Callable, List, Mapping, Optional, Sequence
+from typing import Callable, List, Mapping, Optional, Sequence, Tuple
 
 from exporter.base.flag_values import parse_duration, parse_size
+from exporter.top.kubeconfig import kubeconfig_files
 from exporter.top.proxy_source import ProxyAccess
 from exporter.top.render import OUTPUTS
 from exporter.top.shaping import GROUPINGS, SORT_KEYS, Requirement, parse_selector
@@ -30,8 +30,10 @@ class TopOptions:
     prometheus_password: Optional[str]
     prometheus_token: Optional[str]
     prometheus_timeout_seconds: float
-    kubeconfig: Optional[str]
-    context: Optional[str]
+    prometheus_headers: Tuple[Tuple[str, str], ...]
+    kubeconfigs: Tuple[str, ...]  # merged as kubectl merges $KUBECONFIG: the first file to set a name wins
+    contexts: Tuple[str, ...]  # none: the current context
+    all_contexts: bool
     proxy: ProxyAccess
     namespace: Optional[str]
     selector: List[Requirement]
@@ -40,6 +42,8 @@ class TopOptions:
     output: str
     watch_seconds: Optional[float]
     window_seconds: float
+    cluster: Optional[str] = None
+    cluster_label: str = "cluster"
 
 
 class _Parser(argparse.ArgumentParser):
@@ -73,6 +77,26 @@ def _url(text: str) -> str:
     return text
 
 
+def _header(text: str) -> Tuple[str, str]:
+    """`Name: value`, as curl -H takes it: a token for the name, a value on one line."""
+    name, colon, value = text.partition(":")
+    if not colon or not re.fullmatch(r"[!#$%&'*+.^_`|~0-9A-Za-z-]+", name.strip()) or re.search(r"[\r\n\0]", value):
+        raise ValueError(f"expected 'Name: value' (e.g. 'X-Scope-OrgID: team-a'), got {text!r}")
+    return name.strip(), value.strip()
+
+
+def _nonempty(text: str) -> str:
+    if not text.strip():
+        raise ValueError("expected a name, got an empty one")
+    return text
+
+
+def _label_name(text: str) -> str:
+    if not re.fullmatch(r"[a-zA-Z_][a-zA-Z0-9_]*", text):
+        raise ValueError(f"expected a Prometheus label name, got {text!r}")
+    return text
+
+
 def _seconds(text: str) -> float:
     """--watch takes plain seconds (`--watch 5`) as `watch -n` does, or a duration (`5s`, `1m`)."""
     return float(text) if re.fullmatch(r"\d+(\.\d+)?", text.strip()) else parse_duration(text)
@@ -80,7 +104,7 @@ def _seconds(text: str) -> float:
 
 def build_parser(prog: str) -> argparse.ArgumentParser:
     parser = _Parser(prog=prog, description=(
-        "One row per container that holds a GPU: its GPUs, own SM share, memory, power, idle time, health "
+        "One row per container that holds a GPU: its GPUs, own SM share, utilisation, memory, power, idle time, health "
         f"and queue. From Prometheus with --prometheus (env {PROMETHEUS_URL_ENV}); without it, from the "
         "exporter pods themselves through the Kubernetes API server's pod proxy."))
     _add_prometheus_flags(parser.add_argument)
@@ -98,11 +122,18 @@ def _add_prometheus_flags(add) -> None:
         help=f"file holding a bearer token for Prometheus [env {PROMETHEUS_TOKEN_ENV}: the token]")
     add("--prometheus.timeout", dest="prometheus_timeout", metavar="DURATION", type=_checked(parse_duration),
         default=10.0, help="time allowed for each query (default: 10s)")
+    add("--prometheus.header", dest="prometheus_headers", metavar="'NAME: VALUE'", action="append",
+        type=_checked(_header),
+        help="a header sent with every query, repeatable (a tenant: 'X-Scope-OrgID: team-a' for Mimir, Cortex, Loki)")
 
 
 def _add_proxy_flags(add) -> None:
-    add("--kubeconfig", metavar="PATH", help="kubeconfig file (default: $KUBECONFIG, ~/.kube/config, else in cluster)")
-    add("--context", metavar="NAME", help="the kubeconfig context to use (default: its current context)")
+    add("--kubeconfig", metavar="PATH", help="kubeconfig file, read alone (default: $KUBECONFIG's files merged as "
+        "kubectl merges them, ~/.kube/config, else in cluster)")
+    add("--context", metavar="NAME", action="append", dest="contexts",
+        help="a kubeconfig context to read, repeatable: each one a cluster (default: the current context)")
+    add("--all-contexts", dest="all_contexts", action="store_true",
+        help="read every context of the kubeconfig, each one a cluster")
     add("-N", "--exporter.namespace", dest="exporter_namespace", metavar="NAMESPACE", default=ProxyAccess.namespace,
         help=f"namespace of the exporter pods (default: {ProxyAccess.namespace})")
     add("--exporter.selector", dest="exporter_selector", metavar="SELECTOR", default=ProxyAccess.selector,
@@ -128,7 +159,12 @@ def _add_table_flags(add) -> None:
     add("-l", "--selector", metavar="SELECTOR", type=_checked(parse_selector, positive=False),
         help="only pods with these labels (key=value, key!=value, key, !key), where the exporter serves them "
              "(--labels.pod-labels)")
-    add("--by", choices=GROUPINGS, default="pod", help="one row per pod's container (default), namespace, queue or node")
+    add("--by", choices=GROUPINGS, default="pod",
+        help="one row per pod's container (default), namespace, queue, node or cluster")
+    add("--cluster", metavar="NAME", type=_checked(_nonempty, positive=False),
+        help="only this cluster (with the pod proxy: the context of that name)")
+    add("--cluster-label", dest="cluster_label", metavar="NAME", type=_checked(_label_name, positive=False),
+        default="cluster", help="the label naming a series' cluster in Prometheus (default: cluster)")
     add("--sort", choices=SORT_KEYS, default="sm", help="widest first by this column (default: sm)")
     add("-o", "--output", choices=OUTPUTS, default="table", help="output format (default: table)")
     add("--watch", metavar="SECONDS", type=_checked(_seconds), help="redraw every SECONDS in place until Ctrl+C")
@@ -152,9 +188,14 @@ def parse_options(argv: Sequence[str], environ: Mapping[str, str], prog: str) ->
     proxy = ProxyAccess(args.exporter_namespace, args.exporter_selector, args.exporter_port, args.exporter_scheme,
                         args.exporter_path, args.scrape_timeout, args.scrape_round_timeout, args.scrape_max_body,
                         args.scrape_concurrency)
+    contexts = tuple(dict.fromkeys(args.contexts or ()))
+    if contexts and args.all_contexts:
+        parser.error("--context and --all-contexts: give one or the other")
+    kubeconfigs = (args.kubeconfig,) if args.kubeconfig else kubeconfig_files(environ)
     return TopOptions(url, args.prometheus_user, password, token, args.prometheus_timeout,
-                      args.kubeconfig or _kubeconfig(environ), args.context, proxy, args.namespace, args.selector or [],
-                      args.by, args.sort, args.output, args.watch, window)
+                      tuple(args.prometheus_headers or ()), kubeconfigs, contexts,
+                      args.all_contexts, proxy, args.namespace, args.selector or [], args.by, args.sort, args.output,
+                      args.watch, window, args.cluster, args.cluster_label)
 
 
 def _secret(parser, path: Optional[str], flag: str, environ: Mapping[str, str], variable: str) -> Optional[str]:
@@ -166,12 +207,3 @@ def _secret(parser, path: Optional[str], flag: str, environ: Mapping[str, str], 
     except OSError as exc:
         parser.error(f"{flag}: cannot read {path}: {exc.strerror}")
     return None
-
-
-def _kubeconfig(environ: Mapping[str, str]) -> Optional[str]:
-    """$KUBECONFIG's first file (as kubectl merges them, the first names the context), else ~/.kube/config."""
-    listed = [path for path in environ.get("KUBECONFIG", "").split(os.pathsep) if path]
-    if listed:
-        return listed[0]
-    home = os.path.join(os.path.expanduser("~"), ".kube", "config")
-    return home if os.path.exists(home) else None

@@ -10,7 +10,7 @@ import json
 import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import Dict, List, Tuple
+from typing import Dict, List, Optional, Tuple
 
 from exporter.top.errors import TopSourceError
 from exporter.top.pod_scrape import ExporterPod, ScrapeFailed, scrape_pod
@@ -40,8 +40,11 @@ class ProxySource:
     """Scrapes the exporter pods the selector finds; keeps each pod's last scrape, so that under --watch
     a frame needs one scrape per pod and its rates span the time since the last frame."""
 
-    def __init__(self, client, access: ProxyAccess, window_seconds: float, sleep=time.sleep):
+    def __init__(self, client, access: ProxyAccess, window_seconds: float, sleep=time.sleep,
+                 cluster: Optional[str] = None):
+        """`cluster`: the name its rows carry, where top reads more than one (the context's)."""
         self._client, self._access, self._window, self._sleep = client, access, window_seconds, sleep
+        self._cluster = cluster
         self._last: Dict[str, Scraped] = {}
 
     def read(self) -> Readings:
@@ -55,12 +58,12 @@ class ProxySource:
         if not previous:  # the first look: a second scrape a window later, for the counters' rates
             self._sleep(self._window)
             previous, (first, failed) = first, self._round(pods)
-        readings = Readings(unreachable=[(pod.node or pod.name, why) for pod, why in failed])
+        readings = Readings(unreachable=[(pod.node or pod.name, why, self._cluster) for pod, why in failed])
         for pod in pods:
             if pod.name in first:
                 before = previous.get(pod.name, first[pod.name])
                 add_scrapes(readings, pod.node or pod.name, before[1], first[pod.name][1],
-                            first[pod.name][0] - before[0])
+                            first[pod.name][0] - before[0], self._cluster)
         self._last = first
         return readings
 

@@ -14,23 +14,27 @@ WANTED = frozenset(GAUGES + COUNTERS + (PRESENCE,))
 # --labels.style legacy names the owner as the 2019 exporter did: read as the kubernetes style's names.
 LEGACY_OWNER = {"pod_namespace": "namespace", "pod_name": "pod", "container_name": "container"}
 KEPT_LABELS = frozenset(("UUID", "gpu", "GPU_I_ID", "namespace", "pod", "container", "cluster_queue", "local_queue",
-                         "status", "reason", *LEGACY_OWNER))
+                         "status", "reason", "device_id", *LEGACY_OWNER))
 POD_LABEL_PREFIX = "label_"  # a pod's labels, as --labels.pod-labels serves them
+# The cluster a sample comes from, under this name whatever the store calls it (--cluster-label); the
+# exporter never serves it: Prometheus's external labels add it, or the pod proxy's context names it.
+CLUSTER = "cluster"
 Labels = Tuple[Tuple[str, str], ...]
 
 
 @dataclass(frozen=True)
 class Sample:
-    labels: Dict[str, str]  # `node` among them: the node the exporter serving it runs on
+    labels: Dict[str, str]  # `node` among them: the node the exporter serving it runs on; `cluster` where known
     value: float
 
 
 @dataclass
 class Readings:
-    """One look at the cluster: family name → samples, and the nodes that did not answer, with why."""
+    """One look at the clusters: family name → samples, and the nodes that did not answer, with why:
+    (node, why) or (node, why, cluster)."""
 
     families: Dict[str, List[Sample]] = field(default_factory=dict)
-    unreachable: List[Tuple[str, str]] = field(default_factory=list)
+    unreachable: List[tuple] = field(default_factory=list)
 
     def samples(self, family: str) -> List[Sample]:
         return self.families.get(family, [])
@@ -101,12 +105,15 @@ def per_second(first: Mapping, second: Mapping, seconds: float) -> Dict:
     return rates
 
 
-def add_scrapes(readings: Readings, node: str, first: Mapping, second: Mapping, seconds: float) -> None:
-    """One exporter's two scrapes into `readings`: gauges as the second read them, counters as rates."""
+def add_scrapes(readings: Readings, node: str, first: Mapping, second: Mapping, seconds: float,
+                cluster: Optional[str] = None) -> None:
+    """One exporter's two scrapes into `readings`: gauges as the second read them, counters as rates;
+    `cluster` names where it runs, when top reads more than one."""
     rates = per_second({k: v for k, v in first.items() if k[0] in COUNTERS},
                        {k: v for k, v in second.items() if k[0] in COUNTERS}, seconds)
+    where = {"node": node, **({CLUSTER: cluster} if cluster else {})}
     for (family, labels), value in second.items():
         if family not in COUNTERS:
-            readings.add(family, dict(labels, node=node), value)
+            readings.add(family, dict(labels, **where), value)
     for (family, labels), value in rates.items():
-        readings.add(family, dict(labels, node=node), value)
+        readings.add(family, dict(labels, **where), value)

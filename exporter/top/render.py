@@ -12,15 +12,18 @@ from typing import Dict, List, Optional, Sequence, Tuple
 from exporter.top.table import DEVICE, Row, Table
 
 OUTPUTS = ("table", "json", "csv")
-ROW_FIELDS = ("namespace", "pod", "container", "node", "gpus", "sm_ratio", "memory_bytes", "power_watts",
-              "idle_ratio", "health", "cluster_queue", "local_queue", "sm_source")
-# The columns naming a row, for each --by; the amounts follow.
+ROW_FIELDS = ("cluster", "namespace", "pod", "container", "node", "gpus", "sm_ratio", "memory_bytes", "power_watts",
+              "idle_ratio", "health", "cluster_queue", "local_queue", "sm_source", "utilization")
+# The columns naming a row, for each --by; the amounts follow. CLUSTER leads them once rows of more than
+# one cluster are shown: on one cluster, the table is the one it always was.
 _NAME_COLUMNS: Dict[str, Tuple[Tuple[str, str], ...]] = {
     "pod": (("NAMESPACE", "namespace"), ("POD", "pod"), ("CONTAINER", "container"), ("NODE", "node")),
     "namespace": (("NAMESPACE", "namespace"),),
     "queue": (("CLUSTER-QUEUE", "cluster_queue"), ("NAMESPACE", "namespace"), ("LOCAL-QUEUE", "local_queue")),
     "node": (("NODE", "node"),),
+    "cluster": (("CLUSTER", "cluster"),),
 }
+_CLUSTER_COLUMN = ("CLUSTER", "cluster")
 _DEVICE_NOTE = ("* the GPU's own utilisation and memory (--sharing.mode device): on a shared GPU, "
                 "every holder shows the whole GPU")
 
@@ -35,11 +38,12 @@ def render(table: Table, output: str, by: str) -> str:
 
 def as_json(table: Table, by: str) -> dict:
     rows = [_row_object(row, by) for row in table.rows]
-    unallocated = [{"namespace": u.namespace, "pod": u.pod, "container": u.container, "node": u.node,
-                    "memory_bytes": _whole(u.memory_bytes), "sm_ratio": u.sm_ratio} for u in table.unallocated]
-    unattributed = [{"node": u.node, "reason": u.reason, "memory_bytes": _whole(u.memory_bytes), "sm_ratio": u.sm_ratio,
-                     "power_watts": u.power_watts} for u in table.unattributed]
-    unreachable = [{"node": node, "error": why} for node, why in table.unreachable]
+    unallocated = [{"cluster": u.cluster, "namespace": u.namespace, "pod": u.pod, "container": u.container,
+                    "node": u.node, "memory_bytes": _whole(u.memory_bytes), "sm_ratio": u.sm_ratio}
+                   for u in table.unallocated]
+    unattributed = [{"cluster": u.cluster, "node": u.node, "reason": u.reason, "memory_bytes": _whole(u.memory_bytes),
+                     "sm_ratio": u.sm_ratio, "power_watts": u.power_watts} for u in table.unattributed]
+    unreachable = [{"cluster": u.cluster, "node": u.node or None, "error": u.error} for u in table.unreachable]
     return {"rows": _known_values(rows), "unallocated": _known_values(unallocated),
             "unattributed": _known_values(unattributed), "unreachable": unreachable}
 
@@ -61,20 +65,29 @@ def _row_object(row: Row, by: str) -> dict:
     return found
 
 
+def several_clusters(table: Table) -> bool:
+    """Whether the rows shown come from more than one cluster (a row of none counts as one of its own)."""
+    return len({row.cluster for row in table.rows}) > 1
+
+
 def as_csv(table: Table, by: str) -> str:
     out = io.StringIO()
-    fields = ROW_FIELDS + (() if by == "pod" else ("containers",))
+    named = several_clusters(table) or by == "cluster"
+    fields = ROW_FIELDS[0 if named else 1:] + (() if by == "pod" else ("containers",))
     writer = csv.DictWriter(out, fieldnames=fields, lineterminator="\n")
     writer.writeheader()
     for row in table.rows:
-        writer.writerow({k: "" if v is None else v for k, v in _known_values([_row_object(row, by)])[0].items()})
+        found = _known_values([_row_object(row, by)])[0]
+        writer.writerow({k: "" if found[k] is None else found[k] for k in fields})
     return out.getvalue()
 
 
 def as_text(table: Table, by: str) -> str:
     names = _NAME_COLUMNS[by]
+    if by != "cluster" and several_clusters(table):
+        names = (_CLUSTER_COLUMN,) + names
     header = [title for title, _ in names] + ([] if by == "pod" else ["CONTAINERS"]) + [
-        "GPUS", "SM", "MEMORY", "POWER", "IDLE", "HEALTH"] + (["QUEUE"] if by == "pod" else [])
+        "GPUS", "SM", "UTIL", "MEMORY", "POWER", "IDLE", "HEALTH"] + (["QUEUE"] if by == "pod" else [])
     lines = [header] + [_cells(row, names, by) for row in table.rows]
     widths = [max(len(line[column]) for line in lines) for column in range(len(header))]
     text = ["   ".join(cell.ljust(width) for cell, width in zip(line, widths)).rstrip() for line in lines]
@@ -89,6 +102,7 @@ def _cells(row: Row, names: Sequence[Tuple[str, str]], by: str) -> List[str]:
         cells.append(str(row.containers))
     mark = "*" if row.sm_source == DEVICE else ""
     cells += [number(row.gpus), _ratio(row.sm_ratio) + (mark if row.sm_ratio is not None else ""),
+              percent(row.utilization),
               size(row.memory_bytes) + (mark if row.memory_bytes is not None and mark else ""),
               watts(row.power_watts), percent(row.idle_ratio), row.health or "-"]
     if by == "pod":
@@ -99,18 +113,27 @@ def _cells(row: Row, names: Sequence[Tuple[str, str]], by: str) -> List[str]:
 def footer(table: Table) -> List[str]:
     """What no row shows: the remainder nobody holds, use outside allocations, nodes that did not answer."""
     lines = [""] if table.unattributed or table.unallocated or table.unreachable else []
+    named = several_clusters(table)  # a node's cluster is said where the rows say it
     if any(row.sm_source == DEVICE for row in table.rows):
         lines.insert(0, _DEVICE_NOTE)
     if table.unattributed:
         lines.append("Unattributed (held by no container, or used by none of its holders): " + _by_reason(table))
     if table.unallocated:
         lines.append("Using a GPU nobody gave them:")
-        lines += [f"  {u.namespace}/{u.pod}/{u.container} on {u.node}: memory {size(u.memory_bytes)}, "
-                  f"SM {_ratio(u.sm_ratio)}" for u in table.unallocated]
+        lines += [f"  {u.namespace}/{u.pod}/{u.container} on {_where(u.cluster if named else None, u.node)}: memory "
+                  f"{size(u.memory_bytes)}, SM {_ratio(u.sm_ratio)}" for u in table.unallocated]
     if table.unreachable:
         lines.append(f"Not answering ({len(table.unreachable)}): " +
-                     "; ".join(f"{node} ({why})" for node, why in table.unreachable))
+                     "; ".join(f"{_where(u.cluster if named or not u.node else None, u.node)} ({u.error})"
+                               for u in table.unreachable))
     return lines
+
+
+def _where(cluster: Optional[str], node: str) -> str:
+    """A node, with its cluster where it has one (a whole cluster that failed: its name alone)."""
+    if not cluster:
+        return node
+    return f"{cluster}/{node}" if node else f"cluster {cluster}"
 
 
 def _by_reason(table: Table) -> str:

@@ -8,16 +8,19 @@ from typing import Callable, Dict, List, Optional, Sequence, Tuple
 
 from exporter.top.errors import TopSourceError
 from exporter.top.table import DEVICE, HEALTH_ORDER, PROCESS, Row, Table
+from exporter.top.utilization import weighted as weighted_by_gpus
 
-GROUPINGS = ("pod", "namespace", "queue", "node")
-SORT_KEYS = ("sm", "gpus", "memory", "power", "idle", "name")
+GROUPINGS = ("pod", "namespace", "queue", "node", "cluster")
+SORT_KEYS = ("sm", "gpus", "util", "memory", "power", "idle", "name")
+# Every grouping keeps the cluster: two clusters' namespaces, queues and nodes of one name are not one.
 _GROUP_KEYS: Dict[str, Tuple[str, ...]] = {
-    "namespace": ("namespace",),
-    "queue": ("cluster_queue", "namespace", "local_queue"),  # a LocalQueue is namespaced
-    "node": ("node",),
+    "namespace": ("cluster", "namespace"),
+    "queue": ("cluster", "cluster_queue", "namespace", "local_queue"),  # a LocalQueue is namespaced
+    "node": ("cluster", "node"),
+    "cluster": ("cluster",),
 }
-_SORT_FIELDS = {"sm": "sm_ratio", "gpus": "gpus", "memory": "memory_bytes", "power": "power_watts",
-                "idle": "idle_ratio"}
+_SORT_FIELDS = {"sm": "sm_ratio", "gpus": "gpus", "util": "utilization", "memory": "memory_bytes",
+                "power": "power_watts", "idle": "idle_ratio"}
 # key=value, key==value, key!=value, key, !key: the equality forms of a Kubernetes label selector.
 _REQUIREMENT = re.compile(r"\s*(!?)([A-Za-z0-9._/-]+)\s*(?:(==|=|!=)\s*([A-Za-z0-9._-]*))?\s*")
 Requirement = Tuple[str, str, Optional[str]]  # operator (=, !=, exists, absent), key, value
@@ -48,7 +51,10 @@ def _served_name(key: str) -> str:
     return re.sub(r"[^a-zA-Z0-9_]", "_", key)
 
 
-def shape(table: Table, namespace: Optional[str], selector: Sequence[Requirement], by: str, sort: str) -> Table:
+def shape(table: Table, namespace: Optional[str], selector: Sequence[Requirement], by: str, sort: str,
+          cluster: Optional[str] = None) -> Table:
+    if cluster is not None:
+        table = _of_cluster(table, cluster)
     rows = [row for row in table.rows if namespace is None or row.namespace == namespace]
     if selector:
         if rows and not any(row.pod_labels for row in rows):
@@ -61,8 +67,15 @@ def shape(table: Table, namespace: Optional[str], selector: Sequence[Requirement
     return Table(sort_rows(rows, sort), unallocated, table.unattributed, table.unreachable)
 
 
+def _of_cluster(table: Table, cluster: str) -> Table:
+    """--cluster: that cluster's rows and footers alone."""
+    def kept(entries):
+        return [entry for entry in entries if entry.cluster == cluster]
+    return Table(kept(table.rows), kept(table.unallocated), kept(table.unattributed), kept(table.unreachable))
+
+
 def grouped(rows: List[Row], keys: Tuple[str, ...]) -> List[Row]:
-    """One row per distinct value of `keys`: amounts added, idle weighted by GPUs held, health the worst."""
+    """One row per distinct value of `keys`: amounts added, idle and UTIL weighted by GPUs held, health the worst."""
     groups: Dict[tuple, List[Row]] = {}
     for row in rows:
         groups.setdefault(tuple(getattr(row, key) for key in keys), []).append(row)
@@ -82,6 +95,7 @@ def _merged(key: Dict[str, Optional[str]], members: List[Row]) -> Row:
     empty = Row(None, None, None, None)
     return replace(empty, **key, gpus=total("gpus"), sm_ratio=total("sm_ratio"), memory_bytes=total("memory_bytes"),
                    power_watts=total("power_watts"), idle_ratio=idle,
+                   utilization=weighted_by_gpus((row.utilization, row.gpus) for row in members),
                    health=min(healths, key=HEALTH_ORDER.index) if healths else None,
                    sm_source=(DEVICE if DEVICE in sources else PROCESS) if sources else None, containers=len(members))
 
@@ -89,8 +103,8 @@ def _merged(key: Dict[str, Optional[str]], members: List[Row]) -> Row:
 def sort_rows(rows: List[Row], sort: str) -> List[Row]:
     """Widest first (unknown values last); `name` sorts by the row's names; ties go by name."""
     def name(row: Row) -> tuple:
-        return tuple(value or "" for value in (row.namespace, row.cluster_queue, row.local_queue, row.pod,
-                                               row.container, row.node))
+        return tuple(value or "" for value in (row.cluster, row.namespace, row.cluster_queue, row.local_queue,
+                                               row.pod, row.container, row.node))
 
     by_name = sorted(rows, key=name)
     if sort == "name":

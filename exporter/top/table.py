@@ -4,17 +4,19 @@ from __future__ import annotations
 
 from collections import defaultdict
 from dataclasses import dataclass, field
-from typing import Dict, List, Optional, Tuple
+from typing import Dict, List, NamedTuple, Optional, Tuple
 
 from exporter.top import families as f
-from exporter.top.readings import Readings, Sample
+from exporter.top.readings import CLUSTER, Readings, Sample
+from exporter.top.utilization import device_busy, is_share, own_share, whole_devices_busy
 
 MIB = 1 << 20
 # Worst first: a container's health is that of its worst GPU.
 HEALTH_ORDER = ("lost", "unhealthy", "unknown", "healthy")
 PROCESS, DEVICE = "process", "device"  # where sm_ratio and memory_bytes come from
-Owner = Tuple[str, str, str, str]  # node, namespace, pod, container
-Device = Tuple[str, str, str, str]  # node, UUID (or "" where unknown), gpu, GPU_I_ID
+# The cluster first: two clusters' nodes, pods and GPUs may bear the same names and are never one.
+Owner = Tuple[str, str, str, str, str]  # cluster ("" where unknown), node, namespace, pod, container
+Device = Tuple[str, str, str, str, str]  # cluster, node, UUID (or "" where unknown), gpu, GPU_I_ID
 
 
 @dataclass
@@ -34,6 +36,8 @@ class Row:
     sm_source: Optional[str] = None  # process: its own share; device: its GPUs' utilisation, shared with co-holders
     containers: int = 1
     pod_labels: Dict[str, str] = field(default_factory=dict, repr=False)
+    cluster: Optional[str] = None  # where the series carry one (--cluster-label), or the pod proxy's context
+    utilization: Optional[float] = None  # busy fraction (0-1) of the GPUs it holds: see utilization.py
 
 
 @dataclass
@@ -44,6 +48,7 @@ class Unallocated:
     node: str
     memory_bytes: Optional[float] = None
     sm_ratio: Optional[float] = None
+    cluster: Optional[str] = None
 
 
 @dataclass
@@ -53,6 +58,14 @@ class Unattributed:
     memory_bytes: Optional[float] = None
     sm_ratio: Optional[float] = None
     power_watts: Optional[float] = None
+    cluster: Optional[str] = None
+
+
+class Unreachable(NamedTuple):
+    """A node whose exporter did not answer, or a whole cluster (node empty: a context that failed)."""
+    node: str
+    error: str
+    cluster: Optional[str] = None
 
 
 @dataclass
@@ -60,7 +73,7 @@ class Table:
     rows: List[Row]
     unallocated: List[Unallocated]
     unattributed: List[Unattributed]
-    unreachable: List[Tuple[str, str]]
+    unreachable: List[Unreachable]
 
 
 def build_table(readings: Readings) -> Table:
@@ -73,16 +86,20 @@ def build_table(readings: Readings) -> Table:
     for owner, row in rows.items():
         statuses = [health[d] for d in devices.get(owner, ()) if d in health]
         row.health = min(statuses, key=HEALTH_ORDER.index) if statuses else None
-    unreachable = sorted(readings.unreachable)
+    add_utilization(rows, devices, readings)
+    unreachable = sorted((Unreachable(*entry) for entry in readings.unreachable),
+                         key=lambda u: (u.cluster or "", u.node, u.error))
     return Table(list(rows.values()), _unallocated(readings), _unattributed(readings), unreachable)
 
 
 def owner_of(labels: Dict[str, str]) -> Owner:
-    return (labels.get("node", ""), labels.get("namespace", ""), labels.get("pod", ""), labels.get("container", ""))
+    return (labels.get(CLUSTER, ""), labels.get("node", ""), labels.get("namespace", ""), labels.get("pod", ""),
+            labels.get("container", ""))
 
 
 def device_of(labels: Dict[str, str]) -> Device:
-    return (labels.get("node", ""), labels.get("UUID", ""), labels.get("gpu", ""), labels.get("GPU_I_ID", ""))
+    return (labels.get(CLUSTER, ""), labels.get("node", ""), labels.get("UUID", ""), labels.get("gpu", ""),
+            labels.get("GPU_I_ID", ""))
 
 
 def _by_owner(samples: List[Sample]) -> Dict[Owner, Sample]:
@@ -92,9 +109,9 @@ def _by_owner(samples: List[Sample]) -> Dict[Owner, Sample]:
 def _holder_row(owner: Owner, sample: Sample) -> Row:
     labels = sample.labels
     pod_labels = {key[len("label_"):]: value for key, value in labels.items() if key.startswith("label_")}
-    return Row(owner[1], owner[2], owner[3], owner[0], gpus=sample.value,
+    return Row(owner[2], owner[3], owner[4], owner[1], gpus=sample.value,
                cluster_queue=labels.get("cluster_queue") or None, local_queue=labels.get("local_queue") or None,
-               pod_labels=pod_labels)
+               pod_labels=pod_labels, cluster=owner[0] or None)
 
 
 def _held_devices(readings: Readings) -> Dict[Owner, List[Device]]:
@@ -146,6 +163,48 @@ def _add_device_readings(rows: Dict[Owner, Row], devices: Dict[Owner, List[Devic
                 row.memory_bytes = sum(value for value in used if value is not None)
 
 
+def add_utilization(rows: Dict[Owner, Row], devices: Dict[Owner, List[Device]], readings: Readings) -> None:
+    """UTIL (utilization.py), the pod's, on each of its containers' rows: its own share where it has one,
+    else its devices' utilisation where it holds each of them whole."""
+    gpu_util = {device_of(s.labels): s.value for s in readings.samples(f.DEVICE_UTIL) if not s.labels.get("GPU_I_ID")}
+    engine_active = _per_device(readings.samples(f.DEVICE_ACTIVE), 1.0)
+    shared = _shared_devices(readings)
+    pods: Dict[Tuple[str, str, str], List[Owner]] = defaultdict(list)
+    for owner in rows:
+        pods[(owner[0], owner[2], owner[3])].append(owner)
+    for owners in pods.values():
+        members = [rows[owner] for owner in owners]
+        own = [row.sm_ratio for row in members if row.sm_source == PROCESS]
+        value = own_share(sum(own), sum(row.gpus or 0.0 for row in members)) if own else None
+        if value is None:
+            held = list(dict.fromkeys(device for owner in owners for device in devices.get(owner, ())))
+            value = None if any(device in shared for device in held) else whole_devices_busy(
+                [_busy(device, gpu_util, engine_active) for device in held])
+        for row in members:
+            row.utilization = value
+
+
+def _busy(device: Device, gpu_util: Dict[Device, float], engine_active: Dict[Device, float]) -> Optional[float]:
+    """One device's utilisation; each lookup only where it can answer (a MIG instance has no GPU_UTIL), since
+    a lookup that misses walks every device of the cluster."""
+    percent = None if device[4] else _matching(device, gpu_util)
+    busy = device_busy(percent, None)
+    return busy if busy is not None else _matching(device, engine_active)
+
+
+def _shared_devices(readings: Readings) -> set:
+    """Devices held by more than one pod, or through a replica (several containers of one pod holding a
+    GPU are one holder)."""
+    pods: Dict[Device, set] = defaultdict(set)
+    shared = set()
+    for sample in readings.samples(f.ALLOCATION):
+        device = device_of(sample.labels)
+        pods[device].add(owner_of(sample.labels)[:4])
+        if is_share(sample.labels.get("device_id", "")):
+            shared.add(device)
+    return shared | {device for device, holders in pods.items() if len(holders) > 1}
+
+
 def _per_device(samples: List[Sample], scale: float) -> Dict[Device, float]:
     """One value per device: in --labels.mode samples a shared GPU's sample comes once per holder."""
     return {device_of(sample.labels): sample.value * scale for sample in samples}
@@ -154,10 +213,10 @@ def _per_device(samples: List[Sample], scale: float) -> Dict[Device, float]:
 def _matching(device: Device, values: Dict[Device, float]) -> Optional[float]:
     if device in values:
         return values[device]
-    node, uuid, gpu, instance = device
-    for (other_node, other_uuid, other_gpu, other_instance), value in values.items():
+    cluster, node, uuid, gpu, instance = device
+    for (other_cluster, other_node, other_uuid, other_gpu, other_instance), value in values.items():
         same_gpu = (uuid and uuid == other_uuid) or (not uuid and gpu == other_gpu)
-        if other_node == node and same_gpu and other_instance == instance:
+        if (other_cluster, other_node) == (cluster, node) and same_gpu and other_instance == instance:
             return value
     return None
 
@@ -167,26 +226,26 @@ def _device_health(readings: Readings) -> Dict[Device, str]:
     health = {device_of(s.labels): s.labels.get("status", "unknown") for s in readings.samples(f.HEALTH) if s.value}
     lost = [device_of(s.labels) for s in readings.samples(f.LOST) if s.value]
     for device in list(health):
-        if any(device[0] == gone[0] and (device[1] == gone[1] if gone[1] else device[2] == gone[2]) for gone in lost):
+        if any(device[:2] == gone[:2] and (device[2] == gone[2] if gone[2] else device[3] == gone[3]) for gone in lost):
             health[device] = "lost"
     return {device: status if status in HEALTH_ORDER else "unknown" for device, status in health.items()}
 
 
 def _unallocated(readings: Readings) -> List[Unallocated]:
     memory, sm = _sums(readings.samples(f.UNALLOCATED_MEMORY)), _sums(readings.samples(f.UNALLOCATED_SM))
-    return [Unallocated(owner[1], owner[2], owner[3], owner[0], memory.get(owner), sm.get(owner))
+    return [Unallocated(owner[2], owner[3], owner[4], owner[1], memory.get(owner), sm.get(owner), owner[0] or None)
             for owner in sorted(set(memory) | set(sm))]
 
 
 def _unattributed(readings: Readings) -> List[Unattributed]:
     """What nobody holds, by node and reason; reasons with nothing in them are left out."""
-    entries: Dict[Tuple[str, str], Unattributed] = {}
+    entries: Dict[Tuple[str, str, str], Unattributed] = {}
     for family, attribute in ((f.UNATTRIBUTED_MEMORY, "memory_bytes"), (f.UNATTRIBUTED_SM, "sm_ratio"),
                               (f.UNATTRIBUTED_ENERGY, "power_watts")):
         for sample in readings.samples(family):
-            key = (sample.labels.get("node", ""), sample.labels.get("reason", ""))
-            entry = entries.setdefault(key, Unattributed(*key))
+            key = (sample.labels.get("node", ""), sample.labels.get("reason", ""), sample.labels.get(CLUSTER, ""))
+            entry = entries.setdefault(key, Unattributed(key[0], key[1], cluster=key[2] or None))
             setattr(entry, attribute, (getattr(entry, attribute) or 0.0) + sample.value)
     used = [entry for entry in entries.values()
             if any(value for value in (entry.memory_bytes, entry.sm_ratio, entry.power_watts))]
-    return sorted(used, key=lambda entry: (entry.node, entry.reason))
+    return sorted(used, key=lambda entry: (entry.cluster or "", entry.node, entry.reason))

@@ -10,7 +10,7 @@ import re
 
 import yaml
 
-from support.deploy_tools import DASHBOARD, RULES
+from support.deploy_tools import DASHBOARD, RULES, SHIPPED_RULE_FILES
 
 RECORDED_NAME = re.compile(r"\b((?:namespace(?:_pod)?|node):[A-Za-z_]+:[a-z0-9]+)\b")
 
@@ -26,7 +26,7 @@ def _panels():
 def test_namespace_and_pod_variables_come_from_the_allocation_series():
     variables = {v["name"]: v for v in _dashboard()["templating"]["list"]}
     assert variables["datasource"]["query"] == "prometheus"
-    assert variables["namespace"]["definition"] == "label_values(pod_gpu_allocation_info, namespace)"
+    assert variables["namespace"]["definition"] == 'label_values(pod_gpu_allocation_info{cluster=~"$cluster"}, namespace)'
     # The pod list follows the namespace choice.
     assert '$namespace' in variables["pod"]["definition"]
     assert variables["pod"]["definition"].startswith("label_values(pod_gpu_allocation_info")
@@ -46,8 +46,9 @@ def test_per_pod_panels_filter_by_namespace_and_pod():
             assert 'pod=~"$pod"' in target["expr"] and 'namespace=~"$namespace"' in target["expr"], panel["title"]
 
 
-def test_recorded_series_used_by_panels_exist_in_the_rule_file():
-    recorded = {r["record"] for g in yaml.safe_load(RULES.read_text())["groups"] for r in g["rules"] if "record" in r}
+def test_recorded_series_used_by_panels_exist_in_the_rule_files():
+    recorded = {r["record"] for path in SHIPPED_RULE_FILES.values() for g in yaml.safe_load(path.read_text())["groups"]
+                for r in g["rules"] if "record" in r}
     used = {name for p in _panels() for t in p["targets"] for name in RECORDED_NAME.findall(t["expr"])}
     assert used and used <= recorded, used - recorded
 
@@ -57,7 +58,7 @@ def test_panel_ids_are_unique():
     assert len(ids) == len(set(ids))
 
 
-OURS_ONLY = "and on (instance, job) pod_gpu_exporter_dcgm_up"
+OURS_ONLY = "and on (cluster, instance, job) pod_gpu_exporter_dcgm_up"
 
 
 def test_raw_dcgm_panels_count_only_this_exporters_series():

@@ -9,10 +9,10 @@ import pytest
 import yaml
 
 from exporter.sources.kubelet import AllocatedDevice
-from support.deploy_tools import DASHBOARD, RULES
+from support.deploy_tools import DASHBOARD, SHIPPED_RULE_FILES
 from support.fixtures import fixture_bytes
 from support.prometheus_server import DEADLINE_SECONDS, POLL_SECONDS, get_json
-from support.rules_stack import rules_stack
+from support.rules_stack import scrape_stack
 from support.waiting import wait_until
 
 PROCESS_MODE_SERIES = re.compile(r"pod_gpu_(container_(energy|idle)|unattributed|unallocated)_")
@@ -39,8 +39,9 @@ def stack():
     body = _upstream_body()
     uuid = re.search(rb'UUID="(GPU-[^"]+)"', body).group(1).decode()
     devices = [AllocatedDevice(NAMESPACE, POD, CONTAINER, "nvidia.com/gpu", uuid)]
-    with rules_stack(devices, body, "pgx-prom-") as prometheus:
-        yield prometheus, uuid
+    # Every shipped rule file, as the ConfigMap loads them: the dashboard reads records of several.
+    with scrape_stack(devices, body, "pgx-prom-", rule_files=tuple(SHIPPED_RULE_FILES.values())) as stack:
+        yield stack.prometheus, uuid
 
 
 def test_query_by_pod_returns_the_upstream_value(stack):
@@ -56,6 +57,8 @@ def test_query_by_pod_returns_the_upstream_value(stack):
     (f'namespace_pod:DCGM_FI_DEV_POWER_USAGE:sum{{namespace="{NAMESPACE}",pod="{POD}"}}', L4_POWER_WATTS),
     (f'namespace:DCGM_FI_DEV_POWER_USAGE:sum{{namespace="{NAMESPACE}"}}', L4_POWER_WATTS),
     (f'namespace:pod_gpu_allocation_info:count{{namespace="{NAMESPACE}"}}', 1.0),
+    # Device mode, one whole GPU: its utilisation as a fraction.
+    (f'namespace_pod:pod_gpu_utilization:ratio{{namespace="{NAMESPACE}",pod="{POD}"}}', float(GPU_UTIL) / 100),
 ])
 def test_recording_rules_evaluate_on_real_scrapes(stack, promql, expected):
     prometheus, _ = stack
@@ -73,7 +76,9 @@ def test_every_rule_evaluates_without_error(stack):
         return rules if done else None
 
     rules = wait_until(evaluated_rules, DEADLINE_SECONDS, POLL_SECONDS, "every rule evaluated once")
-    assert len(rules) == len([r for g in yaml.safe_load(RULES.read_text())["groups"] for r in g["rules"]])
+    shipped = [r for path in SHIPPED_RULE_FILES.values() for g in yaml.safe_load(path.read_text())["groups"]
+               for r in g["rules"]]
+    assert len(rules) == len(shipped)
     assert [(r["name"], r.get("lastError", "")) for r in rules if r["health"] != "ok"] == []
 
 
@@ -86,5 +91,5 @@ def test_dashboard_queries_return_data_for_the_pod(stack):
                if not any(skipped.search(t["expr"]) for skipped in (PROCESS_MODE_SERIES, HEALTH_SERIES, QUEUE_SERIES))]
     assert targets
     for target in targets:
-        promql = target["expr"].replace("$namespace", NAMESPACE).replace("$pod", POD)
+        promql = target["expr"].replace("$cluster", ".*").replace("$namespace", NAMESPACE).replace("$pod", POD)
         assert wait_until(lambda query=promql: prometheus.query(query), DEADLINE_SECONDS, POLL_SECONDS, promql)

@@ -152,8 +152,8 @@ def test_the_text_names_nodes_that_did_not_answer():
     readings = look(scrape(1, 1, 0, 0), scrape(2, 2, 1, 1), 1.0)
     readings.unreachable.append(("node-9", "HTTP 503: error trying to reach service"))
     text = as_text(build_table(readings), "pod")
-    assert text.splitlines()[0].split() == ["NAMESPACE", "POD", "CONTAINER", "NODE", "GPUS", "SM", "MEMORY", "POWER",
-                                            "IDLE", "HEALTH", "QUEUE"]
+    assert text.splitlines()[0].split() == ["NAMESPACE", "POD", "CONTAINER", "NODE", "GPUS", "SM", "UTIL", "MEMORY",
+                                            "POWER", "IDLE", "HEALTH", "QUEUE"]
     assert "Not answering (1): node-9 (HTTP 503: error trying to reach service)" in text
     assert "lab/nb-7/jupyter on node-1" in text
 

@@ -1,0 +1,96 @@
+"""prometheus/autoscaling/: its files, the adapter's expansion of a metricsQuery for a pods request, and a real
+Prometheus (with the shipped rules) scraping an exporter, asked as the adapter and KEDA ask it."""
+
+from __future__ import annotations
+
+import re
+import shutil
+import tempfile
+import urllib.parse
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Iterator, List, Optional, Sequence
+
+import yaml
+
+from support.deploy_tools import PROMETHEUS_DIR, require_executable
+from support.prometheus_server import PrometheusServer, get_json
+
+AUTOSCALING = PROMETHEUS_DIR / "autoscaling"
+ADAPTER_VALUES = AUTOSCALING / "prometheus-adapter-values.yaml"
+HPA = AUTOSCALING / "hpa.yaml"
+KEDA = AUTOSCALING / "keda-scaledobject.yaml"
+RECORD = "namespace_pod:pod_gpu_utilization:ratio"
+SHIPPED_RULES = sorted((PROMETHEUS_DIR / "rules").glob("*.rules.yml"))
+# The template actions the adapter fills in for a metricsQuery (its naming.MetricsQuery).
+_ACTION = re.compile(r"<<\s*\.(\w+)\s*>>")
+
+
+def adapter_rule() -> dict:
+    (rule,) = yaml.safe_load(ADAPTER_VALUES.read_text())["rules"]["custom"]
+    return rule
+
+
+def keda_trigger() -> dict:
+    (trigger,) = yaml.safe_load(KEDA.read_text())["spec"]["triggers"]
+    return trigger
+
+
+def keda_pod_name_query() -> str:
+    """The query the ScaledObject's comments offer for an exporter run without --labels.extra workload."""
+    (query,) = re.findall(r"(?m)^#\s+(avg\(.*pod=~.*\))\s*$", KEDA.read_text())
+    return query
+
+
+def expand_pods_query(template: str, series: str, namespace: str, pods: Sequence[str]) -> str:
+    """The metricsQuery as prometheus-adapter writes it for GET .../namespaces/<namespace>/pods/*/<metric>:
+    the series name, the resources' label matchers (one pod by equality, several as an alternation) and
+    `pod` to group by. Any other action is refused: the adapter would not fill it in for this request."""
+    pod_matcher = f'pod="{pods[0]}"' if len(pods) == 1 else f'pod=~"{"|".join(pods)}"'
+    values = {"Series": series, "LabelMatchers": f'namespace="{namespace}",{pod_matcher}', "GroupBy": "pod"}
+
+    def fill(match: re.Match) -> str:
+        if match.group(1) not in values:
+            raise ValueError(f"metricsQuery uses <<.{match.group(1)}>>, which a pods request does not fill in")
+        return values[match.group(1)]
+
+    return _ACTION.sub(fill, template)
+
+
+def series_names(prometheus: PrometheusServer, selector: str) -> List[str]:
+    """The metric names of the series `selector` finds, as the adapter's discovery asks (/api/v1/series)."""
+    answer = get_json(prometheus.url + "/api/v1/series?" + urllib.parse.urlencode({"match[]": selector}))
+    return sorted({series["__name__"] for series in answer["data"]})
+
+
+def query(prometheus: PrometheusServer, promql: str, at: Optional[float] = None) -> list:
+    """The instant vector `promql` answers (now, or at the Unix time `at`)."""
+    params = {"query": promql, **({"time": f"{at:.3f}"} if at is not None else {})}
+    answer = get_json(prometheus.url + "/api/v1/query?" + urllib.parse.urlencode(params))
+    assert answer["status"] == "success", answer
+    return answer["data"]["result"]
+
+
+def by_pod(result: list) -> dict:
+    return {sample["metric"]["pod"]: float(sample["value"][1]) for sample in result}
+
+
+@contextmanager
+def prometheus_scraping(address: str, prefix: str) -> Iterator[PrometheusServer]:
+    """A real Prometheus scraping the exporter at `address` (host:port) every second, as shipped (honor_labels),
+    evaluating every shipped rule file every second."""
+    binary = require_executable("prometheus", "apt-get install -y prometheus (.ci/system-packages.sh does)")
+    folder = Path(tempfile.mkdtemp(prefix=prefix, dir="/tmp"))
+    server = None
+    try:
+        server = PrometheusServer(binary, folder, {
+            "global": {"scrape_interval": "1s", "evaluation_interval": "1s"},
+            "rule_files": [str(path) for path in SHIPPED_RULES],
+            "scrape_configs": [{"job_name": "pod-gpu-metrics", "metrics_path": "/gpu/metrics", "honor_labels": True,
+                                "static_configs": [{"targets": [address]}]}],
+        })
+        yield server
+    finally:
+        if server is not None:
+            server.stop()
+        shutil.rmtree(folder, ignore_errors=True)

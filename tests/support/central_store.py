@@ -1,0 +1,135 @@
+"""A real central store for many clusters (Debian's victoria-metrics package): the store, one vmagent per
+cluster that scrapes it and remote-writes with its own `cluster` label, and vmalert evaluating rule files there.
+
+Each process listens on a free loopback port (VictoriaMetrics cannot report a port 0 it was given, so a
+free one is probed, and taken again if another process won the race) and keeps its data in the test's folder.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import threading
+import urllib.parse
+import urllib.request
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import List, Sequence
+
+import yaml
+
+from support.deploy_tools import require_executable
+from support.prometheus_server import free_port
+from support.waiting import wait_until
+
+INSTALL = "apt-get install -y victoria-metrics (.ci/system-packages.sh does)"
+START_SECONDS = 20.0
+
+
+class VmProcess:
+    """One VictoriaMetrics binary on a free loopback port, started with `flags` and answering /health."""
+
+    def __init__(self, binary: str, folder: Path, flags: Sequence[str]):
+        self.log = folder / f"{Path(binary).name}.log"
+        for _attempt in range(3):  # the free port can be taken between probing and binding
+            self.url = f"http://127.0.0.1:{free_port()}"
+            with self.log.open("ab") as log:
+                self.proc = subprocess.Popen([binary, f"-httpListenAddr={self.url[len('http://'):]}",
+                                              "-loggerLevel=WARN", *flags],
+                                             cwd=folder, stdout=log, stderr=subprocess.STDOUT)
+            if wait_until(self._state, START_SECONDS, 0.1, f"{binary} to answer /health or exit") == "ready":
+                return
+        raise RuntimeError(f"{binary} did not start: {self.log.read_text()[-2000:]}")
+
+    def _state(self) -> str:
+        if self.proc.poll() is not None:
+            return "exited"
+        try:
+            with urllib.request.urlopen(self.url + "/health", timeout=2) as answer:
+                return "ready" if answer.status == 200 else ""
+        except OSError:
+            return ""
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(10)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+
+
+def start_store(folder: Path) -> VmProcess:
+    """Single-node victoria-metrics: remote write at /api/v1/write, the Prometheus query API at /api/v1/.
+    It hides samples younger than -search.latencyOffset (30 s by default): 1 s lets a test see them."""
+    binary = require_executable("victoria-metrics", INSTALL)
+    folder.mkdir(parents=True, exist_ok=True)
+    return VmProcess(binary, folder, [f"-storageDataPath={folder / 'data'}", "-retentionPeriod=1d",
+                                      "-search.latencyOffset=1s", "-search.disableCache"])
+
+
+def start_agent(folder: Path, label: str, targets: List[str], store: VmProcess, relabel: str = "") -> VmProcess:
+    """vmagent scraping `targets` every second as the shipped scrape job does (honor_labels, /gpu/metrics)
+    and remote-writing to `store` with `label` ("cluster=east") on every series, as an agent-mode Prometheus
+    with external_labels would; `relabel`: rules (YAML) it applies to each series after adding that label."""
+    binary = require_executable("vmagent", INSTALL)
+    folder.mkdir(parents=True, exist_ok=True)
+    config = {"global": {"scrape_interval": "1s"},
+              "scrape_configs": [{"job_name": "pod-gpu-metrics", "metrics_path": "/gpu/metrics", "honor_labels": True,
+                                  "static_configs": [{"targets": targets}]}]}
+    (folder / "scrape.yml").write_text(yaml.safe_dump(config))
+    flags = [f"-promscrape.config={folder / 'scrape.yml'}", f"-remoteWrite.url={store.url}/api/v1/write",
+             f"-remoteWrite.label={label}", "-remoteWrite.flushInterval=1s", f"-remoteWrite.tmpDataPath={folder / 'queue'}"]
+    if relabel:
+        (folder / "relabel.yml").write_text(relabel)
+        flags.append(f"-remoteWrite.relabelConfig={folder / 'relabel.yml'}")
+    return VmProcess(binary, folder, flags)
+
+
+class AlertReceiver:
+    """What Alertmanager's v2 API takes (POST /api/v2/alerts, a JSON list of alerts), kept for the test to read."""
+
+    def __init__(self):
+        self.alerts: List[dict] = []
+        received = self.alerts
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_POST(self):  # noqa: N802 (the http.server name)
+                body = self.rfile.read(int(self.headers.get("Content-Length", 0)))
+                received.extend(json.loads(body or b"[]"))
+                self.send_response(200)
+                self.send_header("Content-Length", "0")
+                self.end_headers()
+
+            def log_message(self, *args):
+                pass
+
+        self._server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self._server.server_address[1]}"
+        threading.Thread(target=self._server.serve_forever, daemon=True).start()
+
+    def stop(self) -> None:
+        self._server.shutdown()
+        self._server.server_close()
+
+
+def start_rules(folder: Path, rule_files: List[Path], store: VmProcess, notifier: str) -> VmProcess:
+    """vmalert evaluating `rule_files` every second against `store`, writing what they record back to it and
+    sending alerts to the Alertmanager API at `notifier` (it refuses alerting rules without one)."""
+    binary = require_executable("vmalert", INSTALL)
+    folder.mkdir(parents=True, exist_ok=True)
+    return VmProcess(binary, folder, [*(f"-rule={path}" for path in rule_files), "-evaluationInterval=1s",
+                                      f"-datasource.url={store.url}", f"-remoteWrite.url={store.url}",
+                                      "-remoteWrite.flushInterval=1s",
+                                      f"-notifier.url={notifier}"])
+
+
+def query(store: VmProcess, promql: str) -> list:
+    """The instant query's result vector; a refused query raises with the store's words."""
+    url = store.url + "/api/v1/query?" + urllib.parse.urlencode({"query": promql})
+    with urllib.request.urlopen(url, timeout=5) as answer:
+        body = json.load(answer)
+    if body.get("status") != "success":
+        raise AssertionError(f"{promql}: {body}")
+    return body["data"]["result"]
