@@ -144,12 +144,15 @@ def _build_core(config: Config, sources: _Sources, nvml: Any = None) -> _Core:
 def _listen(config: Config, sources: _Sources, core: _Core):
     """The listening server, or None (logged) when the address cannot be had."""
     from exporter.web.server import ExporterHTTPServer
+    from exporter.web.node_view import NodeSources
     from exporter.web.service import App
 
     web_config = sources.web_config
     lifecycle = sources.kubernetes_lifecycle
     app = App(core.scraper, core.attribution, config.telemetry_path, web_config,
-              kubernetes_status=lifecycle.status if lifecycle else None)
+              kubernetes_status=lifecycle.status if lifecycle else None,
+              node=NodeSources(core.shares.reading if core.shares else None,
+                               core.xid_events.lost if core.xid_events else None))
     try:
         return ExporterHTTPServer.listen(config.listen_host, config.listen_port, app,
                                          web_config.current().ssl_context() if web_config else None)

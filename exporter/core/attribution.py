@@ -60,6 +60,7 @@ class Attribution:
         self._first_wait = 0.0  # how long a scrape waits for the first refresh (see start)
         self.list_calls = 0
         self.list_failures = 0
+        self.last_error: Optional[str] = None  # why the last List failed; None once one succeeds
         self._built_from: Optional[tuple] = None  # the devices the installed mapping was built from
 
     def refresh(self) -> bool:
@@ -80,6 +81,7 @@ class Attribution:
             self.list_failures += 1
             with self._lock:
                 self._up = False
+            self.last_error = str(exc)
             self._reporter.failed(exc.reason, str(exc), socket=self._describe)
             return False
         with self._lock:
@@ -89,6 +91,7 @@ class Attribution:
                 # refresh lists exactly what the last one did.
                 mapping = self._mapping
             self._mapping, self._listed_at, self._up = mapping, self._clock(), True
+        self.last_error = None
         self._expired_log.forget("expired")
         self._reporter.succeeded(f"{self._describe} answering again")
         if changed:

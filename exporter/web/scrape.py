@@ -71,6 +71,15 @@ class ScrapeBody:
         return self._shared_gzip.finish(self._own)
 
 
+class UpstreamAnswer(NamedTuple):
+    """What the last fetch left, for the node page (never fetched for it): dcgm-exporter's last body, the
+    monotonic time it came, and why the last fetch failed (None when it answered)."""
+
+    body: Optional[bytes]  # None before any answer
+    answered_at: Optional[float]
+    error: Optional[str] = None
+
+
 class _Cached(NamedTuple):
     body: bytes
     mapping: Mapping
@@ -162,6 +171,7 @@ class Scraper:
         self.rewrite_seconds = 0.0  # time spent in those rewrites, garbage collection included
         self.upstream_failures = 0
         self.malformed_lines = 0
+        self.last_upstream = UpstreamAnswer(None, None)  # replaced whole by each fetch
 
     def scrape(self) -> bytes:
         return bytes(self.scrape_body())
@@ -174,6 +184,8 @@ class Scraper:
         malformed, identities = 0, frozenset()
         if body is not None:
             cached = self._rewrite(body, snapshot)
+            # The kept body (an unchanged answer's first copy): no second body is held between scrapes.
+            self.last_upstream = self.last_upstream._replace(body=cached.body)
             shared, shared_gzip = (cached.result.text, cached.section_rows), cached.shared_gzip
             malformed, identities = cached.result.malformed, cached.result.identities
             self._report_content(cached.result)
@@ -196,7 +208,9 @@ class Scraper:
             with self._lock:
                 self.upstream_failures += 1
             self._reporter.failed(exc.reason, str(exc), source=self._source.describe())
+            self.last_upstream = self.last_upstream._replace(error=str(exc))
             return None
+        self.last_upstream = UpstreamAnswer(body, time.monotonic())
         self._reporter.succeeded("dcgm-exporter answering again", source=self._source.describe())
         return body
 

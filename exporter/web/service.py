@@ -1,18 +1,19 @@
-"""What the routes serve (App): the scraper, the self-metrics registry, the web config in force, the index page."""
+"""What the routes serve (App): the scraper, the self-metrics registry, the web config in force, the node page."""
 
 from __future__ import annotations
 
-import html
+from typing import Optional
 
 from exporter.web.connections import ConnectionTable
-from exporter.web.routes import HEALTH_PATH, SELF_METRICS_PATH
+from exporter.web.node_view import NodePage, NodeSources
 from exporter.web.self_metrics import SelfCollector, build_self_registry
 
 
 class App:
     """What the routes serve; kept apart from the HTTP plumbing so handlers stay small."""
 
-    def __init__(self, scraper, attribution, telemetry_path: str, web_config=None, kubernetes_status=None):
+    def __init__(self, scraper, attribution, telemetry_path: str, web_config=None, kubernetes_status=None,
+                 node: Optional[NodeSources] = None):
         self.scraper = scraper
         self.attribution = attribution
         self.telemetry_path = telemetry_path
@@ -21,6 +22,7 @@ class App:
         # kubernetes_status: the Kubernetes source's status() (its watches' counters), None with the API off.
         self._self_collector = SelfCollector(scraper, attribution, kubernetes_status)
         self.registry = build_self_registry(self._self_collector)
+        self._node_page = NodePage(scraper, attribution, telemetry_path, node)  # node: its optional readers
 
     @property
     def web_config(self):
@@ -33,13 +35,5 @@ class App:
         self._self_collector.connections = connections
 
     def index_page(self) -> bytes:
-        path = html.escape(self.telemetry_path)
-        return (
-            "<!doctype html><html><head><title>pod-gpu-metrics-exporter</title></head><body>"
-            "<h1>pod-gpu-metrics-exporter</h1>"
-            "<p>NVIDIA dcgm-exporter metrics labelled with the pod that holds each GPU.</p><ul>"
-            f'<li><a href="{path}">{path}</a> GPU metrics with namespace/pod/container labels</li>'
-            f'<li><a href="{SELF_METRICS_PATH}">{SELF_METRICS_PATH}</a> this process\'s own metrics</li>'
-            f'<li><a href="{HEALTH_PATH}">{HEALTH_PATH}</a> liveness</li>'
-            "</ul></body></html>\n"
-        ).encode()
+        """The node page: this node's GPUs, their holders and the sources' states."""
+        return self._node_page.render()
