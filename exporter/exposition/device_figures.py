@@ -47,7 +47,7 @@ def read_device_figures(body: bytes) -> Dict[GpuIdentity, DeviceFigures]:
     for match in _LINE.finditer(body):
         labels = _labels(match.group(2))
         value = _number(match.group(3))
-        if labels is None or value is None:
+        if labels is None:
             continue  # a line the exposition grammar refuses is dropped from the answer too
         identity = GpuIdentity(labels.get("UUID") or labels.get("uuid", ""), labels.get("gpu", ""),
                                labels.get("device", ""), labels.get("GPU_I_ID", ""))
@@ -56,7 +56,7 @@ def read_device_figures(body: bytes) -> Dict[GpuIdentity, DeviceFigures]:
         known = found.get(identity, DeviceFigures())
         figures = known._replace(model=labels.get("modelName") or known.model,
                                  hostname=labels.get("Hostname") or known.hostname)
-        found[identity] = figures._replace(**{_FIELDS[match.group(1)]: value})
+        found[identity] = figures if value is None else figures._replace(**{_FIELDS[match.group(1)]: value})
     return found
 
 
