@@ -175,7 +175,7 @@ def _lost(gpus: Iterable[GpuRow]) -> str:
 def _unheld(view: NodeView) -> str:
     free = [gpu for gpu in view.gpus if not gpu.holders]
     items = "".join(f"<li>GPU {_e(gpu_name(gpu))} {_e(gpu.uuid)}</li>" for gpu in free)
-    listed = f"<ul>{items}</ul>" if free else "<p>Every GPU is held.</p>"
+    listed = f"<ul>{items}</ul>" if free else "<p>Every GPU is held.</p>" if view.gpus else ""
     use = ""
     if view.unallocated:
         rows = "".join(f"<tr><td>{_e(use.gpu)}</td><td>{_e(use.namespace)}/<b>{_e(use.pod)}</b>/{_e(use.container)}"
