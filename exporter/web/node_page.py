@@ -111,6 +111,11 @@ def _e(value: object) -> str:
     return html.escape(str(value), quote=True)
 
 
+def _breakable(text: str) -> str:
+    """Escaped, and allowed to wrap after a slash: a taint key is one long word otherwise."""
+    return _e(text).replace("/", "/<wbr>")
+
+
 def _links(view: NodeView) -> str:
     links = ((view.telemetry_path, "GPU metrics with their holders"),) + view.links
     return "<nav>" + " · ".join(f'<a href="{_e(path)}">{_e(path)}</a> {_e(what)}' for path, what in links) + "</nav>"
@@ -132,9 +137,10 @@ def _gpus(view: NodeView) -> str:
     note = f"<p class=\"note\">Device figures: {_e(view.figures_note)}.</p>" if view.figures_note else ""
     if not view.gpus:
         return f"<section><h2>GPUs</h2>{note}<p>No GPU known yet.</p></section>"
-    head = ("<thead><tr><th>GPU</th><th>UUID</th><th>model</th><th>health</th><th>taints</th><th>util</th>"
-            "<th>memory</th><th>power</th><th>held by</th><th>share</th><th>memory</th><th>SM</th><th>power</th>"
-            "</tr></thead>")
+    head = ('<thead><tr><th colspan="8">the device</th><th colspan="5" class="holders">its holders</th></tr>'
+            "<tr><th>GPU</th><th>UUID</th><th>model</th><th>health</th><th>taints</th><th>util</th>"
+            '<th>memory</th><th>power</th><th class="holders">container</th><th>share</th><th>memory</th><th>SM</th>'
+            "<th>power</th></tr></thead>")
     body = "".join(_gpu_rows(gpu) for gpu in view.gpus)
     return f"<section><h2>GPUs</h2>{note}<table class=\"gpus\">{head}{body}</table></section>"
 
@@ -146,7 +152,7 @@ def _gpu_rows(gpu: GpuRow) -> str:
     memory = _memory(gpu.memory_used_bytes, gpu.memory_total_bytes)
     own = "".join(f"<td{span}{cls}>{text}</td>" for cls, text in (
         ("", f"<b>{_e(gpu_name(gpu))}</b>"), (' class="uuid"', _e(gpu.uuid)), ("", _e(gpu.model)),
-        (_health_class(gpu), _e(_health(gpu))), ("", "<br>".join(_e(taint) for taint in gpu.taints)),
+        (_health_class(gpu), _e(_health(gpu))), (' class="taints"', "<br>".join(_breakable(taint) for taint in gpu.taints)),
         ("", _e(_percent(gpu.utilization_ratio))), ("", _e(memory)), ("", _e(_watts(gpu.power_watts)))))
     rows = []
     for position, holder in enumerate(holders):
@@ -232,15 +238,17 @@ def _bytes(count: Optional[int]) -> str:
 def _memory(used: Optional[int], total: Optional[int]) -> str:
     if used is None:
         return ""
-    return _bytes(used) if total is None else f"{_bytes(used)} / {_bytes(total)}"
+    return _bytes(used) if total is None else f"{used / 2**30:.1f} / {_bytes(total)}"
 
 
 _STYLE = (
-    "body{font:14px/1.4 system-ui,sans-serif;margin:1.5em;color:#1d2129;background:#fff}"
+    "body{font:14px/1.4 system-ui,sans-serif;margin:1em;color:#1d2129;background:#fff}"
     "h1{font-size:1.5em;margin:0}h2{font-size:1.15em;margin:1.4em 0 .4em}h3{font-size:1em}"
     "header p{color:#555;margin:.3em 0}nav{display:inline}a{color:#0b57d0}"
-    "table{border-collapse:collapse}th,td{border:1px solid #d0d4da;padding:.25em .55em;text-align:left;"
-    "vertical-align:top}thead th{background:#f0f2f5}td.uuid{font:12px monospace}"
+    "table{border-collapse:collapse}th,td{border:1px solid #d0d4da;padding:.25em .45em;text-align:left;"
+    "vertical-align:top;white-space:nowrap}thead th{background:#f0f2f5}td.uuid{font:11px monospace}"
+    "td.taints{white-space:normal}"
+    "th.holders,table.gpus td:nth-last-child(5){border-left:2px solid #8a919c}"
     ".up{color:#137333;font-weight:600}.down{color:#b3261e;font-weight:700}.nobody{color:#777;font-style:italic}"
     "tbody.lost td{background:#fdecea}ul.lost{color:#b3261e}.note{color:#555}"
 )
