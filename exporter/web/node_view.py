@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import threading
-from typing import Callable, Dict, FrozenSet, Iterable, List, NamedTuple, Optional, Tuple
+from typing import Callable, Dict, FrozenSet, Iterable, NamedTuple, Optional, Tuple
 
 from exporter.core.allocated import OFFERED, allocated_gpus
 from exporter.core.attribution import Snapshot

@@ -5,7 +5,6 @@ from __future__ import annotations
 import dataclasses
 
 from exporter.base.errors import KubeletError
-from exporter.core.allocated import OFFERED
 from exporter.core.attribution import Attribution, Snapshot
 from exporter.core.health import DEVICE_HEALTH, DeviceHealth, DeviceTaint
 from exporter.core.identity import GpuIdentity, GpuKey, Owner
