@@ -2,7 +2,8 @@
 # Debian packages CI needs on a bare bookworm (python3 only): python3-venv (every Python
 # tool lives in a venv), ca-certificates (pip and apt over HTTPS), prometheus + promtool
 # (rule tests, the end-to-end Prometheus), openssl (TLS tests), curl, gcc and libc6-dev (the
-# tests build a fake libnvidia-ml.so.1 in C), tmux (`top --watch` is tested in a real terminal).
+# tests build a fake libnvidia-ml.so.1 in C), tmux (`top --watch` is tested in a real terminal),
+# chromium (the node page at / is read by a real headless browser).
 # Only what is missing is installed; a failure exits non-zero.
 set -euo pipefail
 export DEBIAN_FRONTEND=noninteractive
@@ -16,6 +17,7 @@ command -v curl >/dev/null || missing+=(curl)
 command -v cc >/dev/null || missing+=(gcc)
 [[ -e /usr/include/stdio.h ]] || missing+=(libc6-dev)
 command -v tmux >/dev/null || missing+=(tmux)
+command -v chromium >/dev/null || missing+=(chromium)
 if ((${#missing[@]})); then
     echo "system-packages: installing ${missing[*]}" >&2
     apt-get update -q
