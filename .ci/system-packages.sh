@@ -3,7 +3,8 @@
 # tool lives in a venv), ca-certificates (pip and apt over HTTPS), prometheus + promtool
 # (rule tests, the end-to-end Prometheus), openssl (TLS tests), curl, gcc and libc6-dev (the
 # tests build a fake libnvidia-ml.so.1 in C), tmux (`top --watch` is tested in a real terminal),
-# victoria-metrics (victoria-metrics, vmagent and vmalert: the central store of the many-clusters test).
+# victoria-metrics (victoria-metrics, vmagent and vmalert: the central store of the many-clusters test),
+# chromium (the node page at / is read by a real headless browser).
 # Only what is missing is installed; a failure exits non-zero.
 set -euo pipefail
 export DEBIAN_FRONTEND=noninteractive
@@ -19,6 +20,7 @@ command -v cc >/dev/null || missing+=(gcc)
 command -v tmux >/dev/null || missing+=(tmux)
 command -v victoria-metrics >/dev/null && command -v vmagent >/dev/null && command -v vmalert >/dev/null \
     || missing+=(victoria-metrics)
+command -v chromium >/dev/null || missing+=(chromium)
 if ((${#missing[@]})); then
     echo "system-packages: installing ${missing[*]}" >&2
     apt-get update -q

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Callable, Iterable, Mapping, NamedTuple, Optional, Sequence, Tuple
+from typing import TYPE_CHECKING, Any, Callable, FrozenSet, Iterable, Mapping, NamedTuple, Optional, Sequence, Tuple
 
 if TYPE_CHECKING:  # `--help` and the flag tables load no section code
     from exporter.exposition.sections import Section
@@ -39,6 +39,14 @@ class SourceState(NamedTuple):
     age_seconds: Optional[float] = None  # how old its data is; None where it has none (yet)
 
 
+class PagePart(NamedTuple):
+    """What one collector adds to the node page besides its state, as of its last reading: a page view
+    asks its source nothing."""
+
+    shares: Any = None  # each holder's measured share of its GPUs (a shares/compute.Shares), or None
+    lost: FrozenSet[Any] = frozenset()  # the GPUs its source reports lost (core/identity.GpuIdentity)
+
+
 @dataclass
 class Hub:
     """What the registry hands every collector: the Config, the core's parts, and what one collector
@@ -62,13 +70,14 @@ class Collector:
     """One source that can be switched on. A subclass declares its flags and what each command refuses
     of them, and overrides the steps it takes part in; the framework calls them in this order:
     check (at parse time), derive (each Config), enabled, prepare, build, before_first_mapping, start,
-    then, while serving, sections/self_metrics/state, and stop."""
+    then, while serving, sections/self_metrics/state/page_part, and stop."""
 
     name = ""
     flags: Tuple[Flag, ...] = ()
     # command → {Config field: why that command refuses it}
     refused: Mapping[str, Mapping[str, str]] = {}
     in_mapping = False  # whether `mapping` prepares and starts it (it offers the core's mapping context)
+    switch = ""  # the flag (and value) that switches it on, which the node page names while it is off
 
     def check(self, command: str, values: Mapping[str, object], sources: Mapping[str, str]) -> None:
         """Refuse a combination of its parsed values with ConfigError (one line, exit 2)."""
@@ -112,6 +121,10 @@ class Collector:
 
     def state(self) -> SourceState:
         return SourceState(self.name, True)
+
+    def page_part(self) -> Optional[PagePart]:
+        """What it adds to the node page, from what it already holds; None for nothing."""
+        return None
 
     def announce(self) -> Mapping[str, object]:
         """Fields the 'listening' log line carries about it."""

@@ -14,6 +14,7 @@ class HpcJobsCollector(Collector):
     """The jobs each GPU runs, as a job-mapping directory lists them; served whatever the kubelet does."""
 
     name = "hpc_jobs"
+    switch = "--hpc.job-mapping-dir"
     flags = (
         Flag("--hpc.job-mapping-dir", "hpc_job_mapping_dir", "text", "Directory of HPC job-mapping files as dcgm-exporter reads them (a file per GPU named <gpu> or <gpu>.<GPU_I_ID>, one job ID per line, e.g. written by a Slurm prolog): serves pod_gpu_hpc_job_info per job per device."),
     )

@@ -31,6 +31,7 @@ class KubernetesApi(Collector):
     (auto: in a pod, or with a kubeconfig)."""
 
     name = "kubernetes"
+    switch = "--kubernetes.api"
     in_mapping = True  # `mapping` shows each pod's extra labels and keys DRA devices as `serve` does
     flags = (
         Flag("--kubernetes.api", "kubernetes_api", KUBERNETES_API_CHOICES, "Kubernetes API server for pod UIDs, workloads, pod labels and DRA ResourceSlices: auto = when running in a pod or --kubernetes.kubeconfig is set; on = required (start-up fails without a config); off = never.",

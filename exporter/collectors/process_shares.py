@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import functools
 import os
-from typing import Mapping
+from typing import Mapping, Optional
 
 from exporter.base.errors import ConfigError
-from exporter.collectors.collector import Collector, Flag, Hub, SourceState
+from exporter.collectors.collector import Collector, Flag, Hub, PagePart, SourceState
 from exporter.shares.energy import IDLE_POLICIES
 
 SHARING_MODES = ("device", "process")
@@ -18,6 +18,7 @@ class ProcessSharesCollector(Collector):
     """--sharing.mode process: each holder's own share of a shared GPU, from NVML's processes and their cgroups."""
 
     name = "process_shares"
+    switch = "--sharing.mode process"
     flags = (
         Flag("--sharing.mode", "sharing_mode", SHARING_MODES, "device = values are device-level; process = also serve each holding container's own memory and SM share of its GPU, from NVML's per-process data (needs NVML, hostPID and the Kubernetes API).",
              "device"),
@@ -72,3 +73,8 @@ class ProcessSharesCollector(Collector):
         up = self._shares.state().up
         return SourceState(self.name, up, None if up else "NVML did not answer the last refresh, or it is stale",
                            self._shares.age_seconds())
+
+    def page_part(self) -> Optional[PagePart]:
+        """The last refresh's shares while fresh: each holder's memory and SM share on the page."""
+        shares = self._shares.reading()
+        return None if shares is None else PagePart(shares=shares)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Callable, Dict, List, Mapping, Optional, Sequence, Tuple
 
-from exporter.collectors.collector import Collector, Flag, Hub, SourceState
+from exporter.collectors.collector import Collector, Flag, Hub, PagePart, SourceState
 from exporter.collectors.dcgm import DcgmReader
 from exporter.collectors.hpc_jobs import HpcJobsCollector
 from exporter.collectors.kubernetes import KubernetesApi
@@ -134,6 +134,16 @@ class Registry:
         for collector in self._all:
             states.append(collector.state() if collector in self._active else SourceState(collector.name, False, "off"))
         return states
+
+    def switches(self) -> Dict[str, str]:
+        """Each registered collector's name → the flag that switches it on, where it declares one."""
+        return {collector.name: collector.switch for collector in self._all if collector.switch}
+
+    def page_part(self) -> PagePart:
+        """What the active collectors add to the node page, together: the first shares told, every lost GPU."""
+        parts = [part for part in (collector.page_part() for collector in self._active) if part is not None]
+        shares = next((part.shares for part in parts if part.shares is not None), None)
+        return PagePart(shares, frozenset().union(*(part.lost for part in parts)))
 
     def _kubelet_state(self) -> SourceState:
         attribution = self.hub.attribution

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import functools
 
-from exporter.collectors.collector import Collector, Flag, Hub, SourceState
+from exporter.collectors.collector import Collector, Flag, Hub, PagePart, SourceState
 
 XID_EVENTS_CHOICES = ("auto", "on", "off")
 
@@ -13,6 +13,7 @@ class XidEventsCollector(Collector):
     """NVML's XID error events counted per GPU and per holder (auto: in --sharing.mode process)."""
 
     name = "xid_events"
+    switch = "--health.xid-events on"
     flags = (
         Flag("--health.xid-events", "health_xid_events", XID_EVENTS_CHOICES, "Count NVML's XID error events per GPU and per holding container (needs NVML): auto = in --sharing.mode process; on; off.",
              "auto"),
@@ -53,3 +54,7 @@ class XidEventsCollector(Collector):
     def state(self) -> SourceState:
         up = self._events.state().up
         return SourceState(self.name, up, None if up else "no GPU registered for events, or the last wait failed")
+
+    def page_part(self) -> PagePart:
+        """The GPUs NVML answered lost when they were last registered for events."""
+        return PagePart(lost=self._events.lost())

@@ -26,7 +26,7 @@ def explain(url: str, socket_path: str, dcgm_url: str, mapping: str, nvml: bool 
 pod-gpu-metrics-exporter demo: a simulated GPU node, no cluster needed.
 
   Open {url}
-  (also {root}/ for the index, {root}/metrics for the exporter's own metrics)
+  (also {root}/ for the node page, {root}/metrics for the exporter's own metrics)
 
 Simulated: a kubelet PodResources gRPC server on {socket_path},
            dcgm-exporter at {dcgm_url}, serving 4 NVIDIA L4 GPUs from a real scrape, values moving,

@@ -13,7 +13,7 @@ from exporter.core.refresher import Refresher
 from exporter.exposition.families import NVML_UP, PROCESS_SHARES_REFRESH_DURATION, render_status
 from exporter.exposition.label_limit import LabelLimit
 from exporter.exposition.sections import SectionState
-from exporter.shares.compute import PodIndex, compute_shares, pod_index
+from exporter.shares.compute import PodIndex, Shares, compute_shares, pod_index
 from exporter.shares.energy import SPLIT
 from exporter.shares.ledger import ShareLedger
 from exporter.shares.render import render_shares, render_unallocated
@@ -44,6 +44,7 @@ class _Rendered(NamedTuple):
     nvml_up: bool
     at: float  # monotonic time of the refresh
     duration_seconds: float
+    shares: Optional[Shares] = None  # what the text was rendered from, for the node page
 
 
 class ProcessShares:
@@ -87,8 +88,9 @@ class ProcessShares:
         """Read NVML and /proc once and install the rendered series (or none, when they cannot be had)."""
         started = time.perf_counter()
         devices = self._read_devices()
-        text = b"" if devices is None else self._render(devices).encode()
-        self._rendered = _Rendered(text, devices is not None, self._clock(), time.perf_counter() - started)
+        text, shares = ("", None) if devices is None else self._render(devices)
+        self._rendered = _Rendered(text.encode(), devices is not None, self._clock(), time.perf_counter() - started,
+                                   shares)
 
     def text(self) -> bytes:
         """What a scrape appends: the share series while fresh, nvml_up, and the last refresh's duration."""
@@ -111,6 +113,11 @@ class ProcessShares:
         """How old the shares served are: since the last refresh; None before the first."""
         rendered = self._rendered
         return None if rendered is None else max(0.0, self._clock() - rendered.at)
+
+    def reading(self) -> Optional[Shares]:
+        """The last refresh's shares while fresh (as its series are served); None before one or once stale."""
+        rendered = self._rendered
+        return rendered.shares if self._fresh(rendered) else None
 
     def _fresh(self, rendered: Optional[_Rendered]) -> bool:
         """Whether the last refresh is recent enough to serve: two intervals at most (one missed)."""
@@ -151,23 +158,24 @@ class ProcessShares:
         self._nvml_reporter.succeeded("NVML answering: per-process GPU shares are served")
         return devices
 
-    def _render(self, devices: List[DeviceProcesses]) -> str:
+    def _render(self, devices: List[DeviceProcesses]) -> Tuple[str, Optional[Shares]]:
         pods = self._pod_index()
         if pods is None:
             self._api_reporter.failed("unavailable", "per-process GPU shares need the Kubernetes API (pod UIDs and "
                                       "container IDs): none is served until it answers (see --kubernetes.api)")
-            return ""
+            return "", None
         self._api_reporter.succeeded("Kubernetes API pod index available: per-process GPU shares are served")
         owners = self._process_owners(devices)
         mapping = self._current_mapping()
         if owners is None or mapping is None:
-            return ""  # None: no kubelet answer yet, or the last one aged out; no share can be told
+            return "", None  # None: no kubelet answer yet, or the last one aged out; no share can be told
         shares = compute_shares(devices, mapping, owners, pods)
         counters = self._ledger.update(shares, pods, self._clock())
         if mapping is not self._labelled_mapping:  # holders or their extra labels may have changed
             self._label_cache, self._labelled_mapping = {}, mapping
-        return render_shares(shares, self._style, mapping.extra_labels, counters, self._label_cache,
-                             self._label_limit) + render_unallocated(shares, self._style, self._unallocated_labels)
+        return (render_shares(shares, self._style, mapping.extra_labels, counters, self._label_cache,
+                              self._label_limit) + render_unallocated(shares, self._style, self._unallocated_labels),
+                shares)
 
     def _process_owners(self, devices: List[DeviceProcesses]) -> Optional[Dict[int, Optional[ProcessOwner]]]:
         """PID → cgroup owner for every process NVML listed that can be seen; None when this is not the

@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
-from typing import Callable, Optional
+from typing import Callable, FrozenSet, Optional
 
+from exporter.core.identity import GpuIdentity
 from exporter.core.mapping import Mapping
 from exporter.exposition.label_limit import LabelLimit
 from exporter.exposition.sections import SectionState
@@ -24,6 +25,10 @@ class XidEvents:
 
     def text(self) -> bytes:
         return self._counters.text()
+
+    def lost(self) -> FrozenSet[GpuIdentity]:
+        """The GPUs NVML answered GPU_IS_LOST for when last registered."""
+        return self._watcher.status().lost
 
     def state(self) -> SectionState:
         """Up while a GPU is registered for events and the last wait answered; events are waited for,

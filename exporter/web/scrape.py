@@ -164,6 +164,9 @@ class Scraper:
         self.rewrite_seconds = 0.0  # time spent in those rewrites, garbage collection included
         self.upstream_failures = 0
         self.malformed_lines = 0
+        # dcgm-exporter's last answer, for the node page (which never fetches): the kept body, the first
+        # copy of an unchanged answer, so no second body is held between scrapes; None before any.
+        self.last_body: Optional[bytes] = None
 
     def scrape(self) -> bytes:
         return bytes(self.scrape_body())
@@ -176,6 +179,7 @@ class Scraper:
         malformed, identities = 0, frozenset()
         if body is not None:
             cached = self._rewrite(body, snapshot)
+            self.last_body = cached.body
             shared, shared_gzip = (cached.result.text, cached.section_rows), cached.shared_gzip
             malformed, identities = cached.result.malformed, cached.result.identities
             self._report_content(cached.result)

@@ -1,11 +1,9 @@
-"""What the routes serve (App): the scraper, the self-metrics registry, the web config in force, the index page."""
+"""What the routes serve (App): the scraper, the self-metrics registry, the web config in force, the node page."""
 
 from __future__ import annotations
 
-import html
-
 from exporter.web.connections import ConnectionTable
-from exporter.web.routes import HEALTH_PATH, SELF_METRICS_PATH
+from exporter.web.node_view import NodePage
 from exporter.web.self_metrics import SelfCollector, build_self_registry
 
 
@@ -23,6 +21,7 @@ class App:
         self._sources = sources
         self._self_collector = SelfCollector(scraper, attribution, sources)
         self.registry = build_self_registry(self._self_collector)
+        self._node_page = NodePage(scraper, attribution, telemetry_path, sources)
 
     @property
     def web_config(self):
@@ -42,13 +41,5 @@ class App:
         self._self_collector.connections = connections
 
     def index_page(self) -> bytes:
-        path = html.escape(self.telemetry_path)
-        return (
-            "<!doctype html><html><head><title>pod-gpu-metrics-exporter</title></head><body>"
-            "<h1>pod-gpu-metrics-exporter</h1>"
-            "<p>NVIDIA dcgm-exporter metrics labelled with the pod that holds each GPU.</p><ul>"
-            f'<li><a href="{path}">{path}</a> GPU metrics with namespace/pod/container labels</li>'
-            f'<li><a href="{SELF_METRICS_PATH}">{SELF_METRICS_PATH}</a> this process\'s own metrics</li>'
-            f'<li><a href="{HEALTH_PATH}">{HEALTH_PATH}</a> liveness</li>'
-            "</ul></body></html>\n"
-        ).encode()
+        """The node page: this node's GPUs, their holders and the sources' states (source_states())."""
+        return self._node_page.render(self.source_states())

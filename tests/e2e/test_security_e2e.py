@@ -83,6 +83,12 @@ def test_right_credentials_get_the_metrics_over_https(secured):
         assert "pod_gpu_exporter_dcgm_up 1" in response.text
 
 
+def test_right_credentials_get_the_node_page(secured):
+    response = _get(secured, "/", auth=(USER, PASSWORD))
+    assert response.status_code == 200 and response.headers["Content-Type"] == "text/html; charset=utf-8"
+    assert "ml/<b>trainer-0</b>/main" in response.text and GPU_UUID in response.text
+
+
 def test_a_refused_head_request_sends_no_body_and_the_connection_stays_usable(secured):
     # A 401 to HEAD with a body would desynchronise keep-alive: the next answer would be misread.
     https_base, _, ca_file = secured

@@ -42,3 +42,9 @@ def samples(text: str) -> Dict[Tuple[str, str], float]:
         if match:
             found[(match.group(1), match.group(2) or "")] = float(match.group(3))
     return found
+
+
+def node_page_told(html: str) -> bool:
+    """Whether the demo's node page tells its story: GPU 3 lost, notebook-7's use seen, and the XID event
+    thread registered again after the loss (which fails its wait once, its row down for a moment)."""
+    return "Lost GPUs" in html and "notebook-7" in html and 'xid_events</th><td class="up">' in html

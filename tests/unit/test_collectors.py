@@ -6,8 +6,10 @@ from __future__ import annotations
 import pytest
 
 from exporter.base.errors import ConfigError
+from exporter.collectors.collector import Collector, PagePart
 from exporter.collectors.registry import COLLECTORS, Registry, collector_flags
 from exporter.config import build_parser, parse_config, refusing_commands
+from exporter.core.identity import GpuIdentity
 
 
 def test_every_collectors_flag_is_in_the_one_parser_with_its_variable():
@@ -62,3 +64,25 @@ def test_process_shares_take_the_pod_index_from_the_hub_not_from_the_api_collect
 
 class _Status:
     name, per_scrape = "status", True
+
+
+class _Adding(Collector):
+    """A collector outside the product that adds `part` to the node page."""
+
+    def __init__(self, name: str, part):
+        self.name, self._part = name, part
+
+    def page_part(self):
+        return self._part
+
+
+def test_the_node_page_gets_what_the_active_collectors_add_together_and_their_switches():
+    one, two = GpuIdentity("GPU-1", "1", "", ""), GpuIdentity("GPU-2", "2", "", "")
+    config = parse_config(["--kubernetes.api", "off"], {})
+    shares = object()  # what the shares collector measured; the registry hands it on untouched
+    registry = Registry(config, [_Adding("lost_one", PagePart(lost=frozenset({one}))), _Adding("silent", None),
+                                 _Adding("measures", PagePart(shares, frozenset({two})))])
+    assert registry.page_part() == PagePart(shares, frozenset({one, two}))
+    assert Registry(config, []).page_part() == PagePart()
+    assert Registry(config).switches() == {"kubernetes": "--kubernetes.api", "process_shares": "--sharing.mode process",
+                                           "xid_events": "--health.xid-events on", "hpc_jobs": "--hpc.job-mapping-dir"}
