@@ -6,14 +6,11 @@ same moment; in device mode (and join mode) a pod on a shared GPU reads nothing 
 from __future__ import annotations
 
 import re
-import urllib.parse
 
 import pytest
 
-from support.autoscaling import (RECORD, adapter_rule, by_pod, expand_pods_query, keda_pod_name_query,
-                                 prometheus_scraping, query, series_names)
-from support.demo_process import console_script
-from support.exporter_process import start_exporter
+from support.autoscaling import (DEMO_MODE_IDS, DEMO_MODES, RECORD, adapter_rule, by_pod, demo_with_recorded_rule,
+                                 expand_pods_query, keda_pod_name_query, query, series_names)
 from support.prometheus_server import DEADLINE_SECONDS
 from support.waiting import wait_until
 
@@ -22,19 +19,11 @@ DEMO_PODS = {"ml-team": ["trainer-0"], "inference": ["llm-server-a", "llm-server
 SLACK = 0.02
 
 
-@pytest.fixture(scope="module", params=[[], ["--demo.nvml", "off", "--labels.mode", "join"]],
-                ids=["process-samples", "device-join"])
+@pytest.fixture(scope="module", params=DEMO_MODES, ids=DEMO_MODE_IDS)
 def demo(request):
     """(Prometheus scraping the demo, whether the demo serves per-process shares)."""
-    exporter = start_exporter(["demo", *request.param], command=[console_script()])
-    try:
-        with prometheus_scraping(urllib.parse.urlsplit(exporter.url()).netloc, "pgx-autoscale-") as prometheus:
-            wait_until(lambda: len(query(prometheus, RECORD)) >= 1 and
-                       len(query(prometheus, "pod_gpu_container_allocated_gpus")) == 3,
-                       DEADLINE_SECONDS, 0.5, "the rule to record the demo's pods")
-            yield prometheus, not request.param
-    finally:
-        exporter.stop()
+    with demo_with_recorded_rule(request.param, "pgx-autoscale-") as prometheus:
+        yield prometheus, not request.param
 
 
 def _adapter_reading(prometheus, namespace: str, at: float) -> dict:

@@ -11,10 +11,8 @@ import time
 import pytest
 import yaml
 
-from support.demo_process import start_demo
 from support.fake_pod_proxy import PodProxyApi
-from support.top_runs import add_exporter_pod, own_sum, run_top, served, top_json
-from support.waiting import wait_until
+from support.top_runs import add_exporter_pod, run_top, start_demo_with_energy, top_json
 
 FAST = ["--window", "1s", "--scrape.timeout", "2s", "--scrape.round-timeout", "3s"]
 BOUND_SECONDS = 1 + 2 * (3 + 2)  # a cluster's read: the window and two rounds, each with its list
@@ -24,9 +22,7 @@ SILENT = ("timed out", f"no answer within {BOUND_SECONDS:g} s")
 
 @pytest.fixture(scope="module")
 def demo():
-    exporter = start_demo()
-    wait_until(lambda: own_sum(served(exporter.url()), "pod_gpu_container_energy_joules_total", "trainer-0"),
-               20, 0.2, "the demo's energy counters")
+    exporter = start_demo_with_energy()
     yield exporter
     exporter.stop()
 

@@ -6,13 +6,12 @@ import json
 
 import pytest
 
-from support.demo_process import console_script, samples, start_demo
+from support.demo_process import console_script, samples
 from support.exporter_process import start_exporter
 from support.fake_pod_proxy import PodProxyApi
 from support.tlspki import OPENSSL, SKIP_REASON, make_pki
 from support.top_runs import (EXPORTER_NAMESPACE, add_exporter_pod, kubeconfig_for, own_sum, rows_by_pod, run_top,
-                              served, top_json, within_readings)
-from support.waiting import wait_until
+                              served, start_demo_with_energy, top_json, within_readings)
 
 WINDOW_SECONDS = 4.0
 DEMO_POD = "pod-gpu-metrics-exporter-7xk2p"
@@ -27,10 +26,7 @@ def served_text(body: bytes):
 
 @pytest.fixture(scope="module")
 def demo():
-    exporter = start_demo()
-    # Its energy counters start with its first per-process refresh: a window read before then has no rate.
-    wait_until(lambda: own_sum(served(exporter.url()), "pod_gpu_container_energy_joules_total", "trainer-0"),
-               20, 0.2, "the demo's energy counters")
+    exporter = start_demo_with_energy()
     yield exporter
     exporter.stop()
 

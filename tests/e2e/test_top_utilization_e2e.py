@@ -4,34 +4,20 @@
 
 from __future__ import annotations
 
-import urllib.parse
-
 import pytest
 
-from support.autoscaling import RECORD, by_pod, prometheus_scraping, query
-from support.demo_process import console_script
-from support.exporter_process import start_exporter
-from support.prometheus_server import DEADLINE_SECONDS
+from support.autoscaling import DEMO_MODE_IDS, DEMO_MODES, RECORD, by_pod, demo_with_recorded_rule, query
 from support.top_runs import top_json
-from support.waiting import wait_until
 
 # The demo's load moves by under 0.02 a second, and the rule is evaluated once a second: top's reading of
 # the latest samples lies between the rule's values just before and just after it, give or take this.
 SLACK = 0.03
 
 
-@pytest.fixture(scope="module", params=[[], ["--demo.nvml", "off", "--labels.mode", "join"]],
-                ids=["process-samples", "device-join"])
+@pytest.fixture(scope="module", params=DEMO_MODES, ids=DEMO_MODE_IDS)
 def stack(request):
-    exporter = start_exporter(["demo", *request.param], command=[console_script()])
-    try:
-        with prometheus_scraping(urllib.parse.urlsplit(exporter.url()).netloc, "pgx-top-util-") as prometheus:
-            wait_until(lambda: len(query(prometheus, RECORD)) >= 1 and
-                       len(query(prometheus, "pod_gpu_container_allocated_gpus")) == 3,
-                       DEADLINE_SECONDS, 0.5, "the rule to record the demo's pods")
-            yield prometheus, not request.param
-    finally:
-        exporter.stop()
+    with demo_with_recorded_rule(request.param, "pgx-top-util-") as prometheus:
+        yield prometheus, not request.param
 
 
 def test_util_is_the_rules_value_and_absent_where_the_rule_has_none(stack):

@@ -1,5 +1,6 @@
 """prometheus/autoscaling/: its files, the adapter's expansion of a metricsQuery for a pods request, and a real
-Prometheus (with the shipped rules) scraping an exporter, asked as the adapter and KEDA ask it."""
+Prometheus (with the shipped rules) scraping an exporter (the demo, in either mode that feeds the rule), asked as
+the adapter and KEDA ask it."""
 
 from __future__ import annotations
 
@@ -14,7 +15,10 @@ from typing import Iterator, List, Optional, Sequence
 import yaml
 
 from support.deploy_tools import PROMETHEUS_DIR, require_executable
-from support.prometheus_server import PrometheusServer, get_json
+from support.demo_process import console_script
+from support.exporter_process import start_exporter
+from support.prometheus_server import DEADLINE_SECONDS, PrometheusServer, get_json
+from support.waiting import wait_until
 
 AUTOSCALING = PROMETHEUS_DIR / "autoscaling"
 ADAPTER_VALUES = AUTOSCALING / "prometheus-adapter-values.yaml"
@@ -94,3 +98,24 @@ def prometheus_scraping(address: str, prefix: str) -> Iterator[PrometheusServer]
         if server is not None:
             server.stop()
         shutil.rmtree(folder, ignore_errors=True)
+
+
+# The demo's two ways to feed the rule: each pod's own SM share from process samples, and device mode with
+# --labels.mode join (whole GPUs only; a shared one has no owner to read for). For pytest.fixture(params=, ids=).
+DEMO_MODES = [[], ["--demo.nvml", "off", "--labels.mode", "join"]]
+DEMO_MODE_IDS = ["process-samples", "device-join"]
+
+
+@contextmanager
+def demo_with_recorded_rule(demo_args: Sequence[str], prefix: str) -> Iterator[PrometheusServer]:
+    """The demo (`demo_args`: one of DEMO_MODES) scraped by prometheus_scraping, once the autoscaling rule has
+    recorded a value and Prometheus holds all three of its pods."""
+    exporter = start_exporter(["demo", *demo_args], command=[console_script()])
+    try:
+        with prometheus_scraping(urllib.parse.urlsplit(exporter.url()).netloc, prefix) as prometheus:
+            wait_until(lambda: len(query(prometheus, RECORD)) >= 1 and
+                       len(query(prometheus, "pod_gpu_container_allocated_gpus")) == 3,
+                       DEADLINE_SECONDS, 0.5, "the rule to record the demo's pods")
+            yield prometheus
+    finally:
+        exporter.stop()

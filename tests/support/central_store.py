@@ -1,63 +1,22 @@
 """A real central store for many clusters (Debian's victoria-metrics package): the store, one vmagent per
 cluster that scrapes it and remote-writes with its own `cluster` label, and vmalert evaluating rule files there.
 
-Each process listens on a free loopback port (VictoriaMetrics cannot report a port 0 it was given, so a
-free one is probed, and taken again if another process won the race) and keeps its data in the test's folder.
+Each process (support.victoria_metrics) listens on a free loopback port and keeps its data in the test's folder.
 """
 
 from __future__ import annotations
 
 import json
-import subprocess
-import threading
 import urllib.parse
 import urllib.request
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
-from typing import List, Sequence
+from typing import List
 
 import yaml
 
 from support.deploy_tools import require_executable
-from support.prometheus_server import free_port
-from support.waiting import wait_until
-
-INSTALL = "apt-get install -y victoria-metrics (.ci/system-packages.sh does)"
-START_SECONDS = 20.0
-
-
-class VmProcess:
-    """One VictoriaMetrics binary on a free loopback port, started with `flags` and answering /health."""
-
-    def __init__(self, binary: str, folder: Path, flags: Sequence[str]):
-        self.log = folder / f"{Path(binary).name}.log"
-        for _attempt in range(3):  # the free port can be taken between probing and binding
-            self.url = f"http://127.0.0.1:{free_port()}"
-            with self.log.open("ab") as log:
-                self.proc = subprocess.Popen([binary, f"-httpListenAddr={self.url[len('http://'):]}",
-                                              "-loggerLevel=WARN", *flags],
-                                             cwd=folder, stdout=log, stderr=subprocess.STDOUT)
-            if wait_until(self._state, START_SECONDS, 0.1, f"{binary} to answer /health or exit") == "ready":
-                return
-        raise RuntimeError(f"{binary} did not start: {self.log.read_text()[-2000:]}")
-
-    def _state(self) -> str:
-        if self.proc.poll() is not None:
-            return "exited"
-        try:
-            with urllib.request.urlopen(self.url + "/health", timeout=2) as answer:
-                return "ready" if answer.status == 200 else ""
-        except OSError:
-            return ""
-
-    def stop(self) -> None:
-        if self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(10)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
+from support.loopback_http import LoopbackHttpServer, QuietHandler
+from support.victoria_metrics import INSTALL, VmProcess
 
 
 def start_store(folder: Path) -> VmProcess:
@@ -87,14 +46,14 @@ def start_agent(folder: Path, label: str, targets: List[str], store: VmProcess, 
     return VmProcess(binary, folder, flags)
 
 
-class AlertReceiver:
+class AlertReceiver(LoopbackHttpServer):
     """What Alertmanager's v2 API takes (POST /api/v2/alerts, a JSON list of alerts), kept for the test to read."""
 
     def __init__(self):
         self.alerts: List[dict] = []
         received = self.alerts
 
-        class Handler(BaseHTTPRequestHandler):
+        class Handler(QuietHandler):
             def do_POST(self):  # noqa: N802 (the http.server name)
                 body = self.rfile.read(int(self.headers.get("Content-Length", 0)))
                 received.extend(json.loads(body or b"[]"))
@@ -102,16 +61,7 @@ class AlertReceiver:
                 self.send_header("Content-Length", "0")
                 self.end_headers()
 
-            def log_message(self, *args):
-                pass
-
-        self._server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.url = f"http://127.0.0.1:{self._server.server_address[1]}"
-        threading.Thread(target=self._server.serve_forever, daemon=True).start()
-
-    def stop(self) -> None:
-        self._server.shutdown()
-        self._server.server_close()
+        super().__init__(Handler)
 
 
 def start_rules(folder: Path, rule_files: List[Path], store: VmProcess, notifier: str) -> VmProcess:

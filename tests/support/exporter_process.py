@@ -11,6 +11,7 @@ import threading
 from pathlib import Path
 from typing import Callable, List, Optional, Sequence
 
+from support.child_processes import stop_process
 from support.waiting import wait_until
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
@@ -81,13 +82,7 @@ class ExporterProcess:
         return f"{self.scheme}://{self.address}{path}"
 
     def stop(self, sig: int = signal.SIGTERM, timeout_seconds: float = 10.0) -> int:
-        if self.proc.poll() is None:
-            self.proc.send_signal(sig)
-            try:
-                self.proc.wait(timeout_seconds)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
+        stop_process(self.proc, sig, timeout_seconds)
         self._reader.join(2)
         return self.proc.returncode
 

@@ -13,6 +13,7 @@ from typing import Optional, Tuple
 
 import yaml
 
+from support.child_processes import stop_process
 from support.waiting import wait_until
 
 # How long a query may take to show what a test waits for (scrapes and rule evaluations to
@@ -84,10 +85,4 @@ class PrometheusServer:
         return answer["data"]["result"]
 
     def stop(self) -> None:
-        if self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(10)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
+        stop_process(self.proc)

@@ -5,59 +5,37 @@ carrying `X-Scope-OrgID`, as Mimir's and Cortex's do ("no org id", HTTP 401), fo
 from __future__ import annotations
 
 import shutil
-import subprocess
 import tempfile
-import threading
 import urllib.error
 import urllib.request
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
-import pytest
 import yaml
 
-from support.prometheus_server import DEADLINE_SECONDS, free_port
-from support.waiting import wait_until
+from support.deploy_tools import require_executable
+from support.loopback_http import LoopbackHttpServer, QuietHandler
+from support.victoria_metrics import INSTALL, VmProcess
 
 
-class VictoriaMetrics:
+class VictoriaMetrics(VmProcess):
     """`victoria-metrics` scraping `scrape_configs` every second, its API under `prefix` (e.g. /prometheus)."""
 
     def __init__(self, scrape_configs: list, prefix: str = "/prometheus"):
-        binary = shutil.which("victoria-metrics")
-        if binary is None:
-            pytest.skip("victoria-metrics is not installed (apt-get install victoria-metrics)")
+        binary = require_executable("victoria-metrics", INSTALL)
         self.folder = Path(tempfile.mkdtemp(prefix="top-vm-", dir="/tmp"))
         (self.folder / "scrape.yml").write_text(yaml.safe_dump({"global": {"scrape_interval": "1s"},
                                                                 "scrape_configs": scrape_configs}))
-        port = free_port()
-        self.url = f"http://127.0.0.1:{port}{prefix}"
         # Without -search.latencyOffset, samples younger than 30 s stay out of every answer.
-        self.proc = subprocess.Popen([binary, f"-httpListenAddr=127.0.0.1:{port}", f"-http.pathPrefix={prefix}",
-                                      f"-storageDataPath={self.folder / 'data'}",
-                                      f"-promscrape.config={self.folder / 'scrape.yml'}",
-                                      "-search.latencyOffset=1s", "-loggerLevel=ERROR"],
-                                     stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        wait_until(self._healthy, DEADLINE_SECONDS, 0.2, "victoria-metrics to answer /health")
-
-    def _healthy(self) -> bool:
-        try:
-            with urllib.request.urlopen(self.url + "/health", timeout=2) as response:
-                return response.status == 200
-        except OSError:
-            return False
+        super().__init__(binary, self.folder, [f"-storageDataPath={self.folder / 'data'}",
+                                               f"-promscrape.config={self.folder / 'scrape.yml'}",
+                                               "-search.latencyOffset=1s"], prefix=prefix)
 
     def stop(self) -> None:
-        self.proc.terminate()
-        try:
-            self.proc.wait(10)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-            self.proc.wait()
+        super().stop()
         shutil.rmtree(self.folder, ignore_errors=True)
 
 
-class TenantGateway:
+class TenantGateway(LoopbackHttpServer):
     """Forwards GETs to `upstream` (same path and query) when `X-Scope-OrgID` is `tenant`; otherwise 401
     "no org id" as Mimir answers; `asked` keeps the tenant header of every request."""
 
@@ -65,7 +43,7 @@ class TenantGateway:
         self.asked = []
         gateway = self
 
-        class Handler(BaseHTTPRequestHandler):
+        class Handler(QuietHandler):
             def do_GET(self):  # noqa: N802 - http.server's name
                 org = self.headers.get("X-Scope-OrgID")
                 gateway.asked.append(org)
@@ -84,13 +62,4 @@ class TenantGateway:
                 self.end_headers()
                 self.wfile.write(body)
 
-            def log_message(self, *args):
-                pass
-
-        self._server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.url = f"http://127.0.0.1:{self._server.server_address[1]}"
-        threading.Thread(target=self._server.serve_forever, daemon=True).start()
-
-    def stop(self) -> None:
-        self._server.shutdown()
-        self._server.server_close()
+        super().__init__(Handler)

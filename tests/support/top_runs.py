@@ -8,10 +8,11 @@ from typing import Dict, List, Optional, Sequence
 
 import requests
 
-from support.demo_process import samples
-from support.exporter_process import REPO_ROOT, exporter_command, exporter_env
+from support.demo_process import samples, start_demo
+from support.exporter_process import REPO_ROOT, ExporterProcess, exporter_command, exporter_env
 from support.fake_kube_api import make_pod, write_kubeconfig
 from support.fake_pod_proxy import PodProxyApi
+from support.waiting import wait_until
 
 EXPORTER_NAMESPACE = "gpu-monitoring"
 EXPORTER_LABELS = {"app.kubernetes.io/name": "pod-gpu-metrics-exporter"}
@@ -52,6 +53,15 @@ def add_exporter_pod(api: PodProxyApi, name: str, node: str, address: Optional[s
 
 def kubeconfig_for(api: PodProxyApi, folder) -> str:
     return write_kubeconfig(str(folder / "kubeconfig"), api.url)
+
+
+def start_demo_with_energy() -> ExporterProcess:
+    """The demo, once its energy counters have started: they start with its first per-process refresh, and
+    a window `top` reads before then has no rate."""
+    exporter = start_demo()
+    wait_until(lambda: own_sum(served(exporter.url()), "pod_gpu_container_energy_joules_total", "trainer-0"),
+               20, 0.2, "the demo's energy counters")
+    return exporter
 
 
 def start_demo_keeping_its_text():
