@@ -13,7 +13,7 @@ import threading
 import time
 from typing import Callable, Dict, Iterable, NamedTuple, Optional, Protocol, Sequence, Tuple
 
-from exporter.base.logs import LogOnce, log
+from exporter.base.logs import log
 from exporter.core.attribution import Snapshot
 from exporter.exposition import families
 from exporter.exposition.families import Family
@@ -132,7 +132,8 @@ class TextSection(BaseSection):
 class SectionFailures:
     """Runs sections so that one that raises costs only its own block, as a node_exporter collector's
     failure is that collector's `success 0`: its rows are left out of this answer, its state reads down
-    until what failed works again, and each distinct failure is logged once (the traceback at debug).
+    until what failed works again, and a step is logged once when it starts failing or fails another way
+    (the traceback at debug), never once per scrape.
 
     Each step of a section (its rows, gauges, key, state) fails and recovers on its own: a key that
     keeps failing is not cleared by rows that work. Safe to call from many request threads at once.
@@ -140,10 +141,11 @@ class SectionFailures:
 
     def __init__(self, what: str = "section") -> None:
         self._what = what  # how the log names what failed: a section, or a part of /metrics
-        self._failed: Dict[Tuple[str, str], str] = {}  # (name, step) -> the message of its last failure
+        # (name, step) -> the exception type of its failure. A failure is known by its kind, not its
+        # message: a message may carry a changing value (a count, a path), and keying on it would log
+        # on every scrape. At most sections x steps entries, whatever the messages.
+        self._failed: Dict[Tuple[str, str], str] = {}
         self._lock = threading.Lock()
-        # A message may carry outside data (a path, a value): past 64 distinct ones nothing new is logged.
-        self._once = LogOnce(most=64)
 
     def render(self, section: Section, view: ScrapeView) -> Optional[bytes]:
         """The section's rows for this scrape, or None when it raised (left out, logged once)."""
@@ -173,13 +175,14 @@ class SectionFailures:
         return result
 
     def is_failing(self, name: str) -> bool:
-        return any(failed == name for failed, _ in tuple(self._failed))
+        with self._lock:
+            return any(failed == name for failed, _ in self._failed)
 
     def failed(self, name: str, exc: Exception, step: str = "rows") -> None:
-        message = f"{type(exc).__name__}: {exc}"
+        kind, message = type(exc).__name__, f"{type(exc).__name__}: {exc}"
         with self._lock:
-            self._failed[(name, step)] = message
-        if self._once.first((name, step, message)):
+            before, self._failed[(name, step)] = self._failed.get((name, step)), kind
+        if before != kind:  # it starts failing, or fails another way: once, not once per scrape
             log("error", f"{self._what} {name} failed and is left out of the answer until it works again",
                 **{self._what: name}, step=step, error=message)
             log("debug", f"{self._what} {name} failure", exc_info=(type(exc), exc, exc.__traceback__),
@@ -189,9 +192,8 @@ class SectionFailures:
         if not self._failed:  # the common case: nothing fails, no lock taken
             return
         with self._lock:
-            message = self._failed.pop((name, step), None)
-        if message is not None:
-            self._once.forget((name, step, message))
+            kind = self._failed.pop((name, step), None)
+        if kind is not None:
             log("info", f"{self._what} {name} works again", **{self._what: name}, step=step)
 
 

@@ -178,3 +178,35 @@ def test_a_key_that_keeps_failing_is_logged_once_though_its_rows_work():
     errors = [line for line in logs.getvalue().splitlines() if "level=error" in line]
     assert len(errors) == 1 and "step=key" in errors[0] and "no key today" in errors[0]
     assert not failures.state(section).up
+
+
+def test_a_failure_whose_message_varies_is_logged_once_and_later_failures_still_are():
+    """A message may carry a changing value (a count, a path): one line while the section keeps failing,
+    however many scrapes and messages; after it recovers, another section's failure is logged too."""
+    from exporter.core.attribution import Snapshot
+    from exporter.core.mapping import EMPTY_MAPPING
+    from exporter.exposition.sections import SectionFailures
+
+    class Counting(Flaky):
+        def _rows(self, view):
+            self.attempts += 1
+            if self.broken:
+                raise ValueError(f"value {self.attempts}")
+            return super()._rows(view)
+
+    view = ScrapeView(Snapshot(EMPTY_MAPPING, True, 0.0), frozenset())
+    counting, other = Counting("counting", per_scrape=True), Flaky("other", per_scrape=True)
+    failures, logs = SectionFailures(), io.StringIO()
+    setup_logging("debug", "logfmt", logs)
+    try:
+        for _ in range(100):
+            assert failures.render(counting, view) is None
+        counting.broken = False
+        assert failures.render(counting, view)
+        assert failures.render(other, view) is None
+    finally:
+        setup_logging("info", "logfmt")
+    errors = [line for line in logs.getvalue().splitlines() if "level=error" in line]
+    assert len(errors) == 2, errors
+    assert "section=counting" in errors[0] and "value 1" in errors[0]
+    assert "section=other" in errors[1] and "other rows exploded" in errors[1]
