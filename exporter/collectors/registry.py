@@ -73,6 +73,11 @@ class Registry:
         candidates = [kind() for kind in COLLECTORS] if collectors is None else list(collectors)
         self._all = candidates
         self._active = [collector for collector in candidates if collector.enabled(config)]
+        from exporter.exposition.sections import SectionFailures  # here, not at the top: --help loads no section code
+
+        # What a collector answers for the node page (its state, its page part), each run so that one
+        # that raises costs its own row, never the page.
+        self._answers = SectionFailures("collector")
 
     def prepare(self, only: Callable[[Collector], bool] = lambda collector: True) -> Hub:
         """Each active collector's source made, not started (ConfigError: a usage mistake)."""
@@ -132,7 +137,8 @@ class Registry:
         that is off reads down, "off")."""
         states = [self._kubelet_state()]
         for collector in self._all:
-            states.append(collector.state() if collector in self._active else SourceState(collector.name, False, "off"))
+            states.append(self._state_of(collector) if collector in self._active
+                          else SourceState(collector.name, False, "off"))
         return states
 
     def switches(self) -> Dict[str, str]:
@@ -141,9 +147,15 @@ class Registry:
 
     def page_part(self) -> PagePart:
         """What the active collectors add to the node page, together: the first shares told, every lost GPU."""
-        parts = [part for part in (collector.page_part() for collector in self._active) if part is not None]
+        parts = [self._answers.run(collector.name, "page_part", collector.page_part, lambda: None)
+                 for collector in self._active]
+        parts = [part for part in parts if part is not None]
         shares = next((part.shares for part in parts if part.shares is not None), None)
         return PagePart(shares, frozenset().union(*(part.lost for part in parts)))
+
+    def _state_of(self, collector: Collector) -> SourceState:
+        return self._answers.run(collector.name, "state", collector.state,
+                                 lambda: SourceState(collector.name, False, "its state could not be read (see the log)"))
 
     def _kubelet_state(self) -> SourceState:
         attribution = self.hub.attribution

@@ -149,23 +149,24 @@ class SectionFailures:
 
     def render(self, section: Section, view: ScrapeView) -> Optional[bytes]:
         """The section's rows for this scrape, or None when it raised (left out, logged once)."""
-        return self._run(section.name, "rows", lambda: section.render(view), lambda: None)
+        return self.run(section.name, "rows", lambda: section.render(view), lambda: None)
 
     def gauges(self, section: Section) -> Tuple[Gauge, ...]:
         """The section's own status gauges, or none when asking for them raised."""
-        return self._run(section.name, "gauges", lambda: tuple(section.gauges()), tuple)
+        return self.run(section.name, "gauges", lambda: tuple(section.gauges()), tuple)
 
     def key(self, section: Section) -> object:
         """The section's key(); a failing one gets a new object, so that its rows are made again next time."""
-        return self._run(section.name, "key", section.key, object)
+        return self.run(section.name, "key", section.key, object)
 
     def state(self, section: Section) -> SectionState:
         """Its own state, down while a step of it fails or when asking for its state raises."""
-        state = self._run(section.name, "state", section.state, lambda: SectionState(False))
+        state = self.run(section.name, "state", section.state, lambda: SectionState(False))
         return state._replace(up=False) if self.is_failing(section.name) else state
 
-    def _run(self, name: str, step: str, call: Callable[[], object], fallback: Callable[[], object]):
-        """`call()`, or `fallback()` when it raised: any defect in one section, and the rest is still served."""
+    def run(self, name: str, step: str, call: Callable[[], object], fallback: Callable[[], object]):
+        """`call()`, or `fallback()` when it raised: any defect in one section (or one collector's answer
+        to the node page), and the rest is still served."""
         try:
             result = call()
         except Exception as exc:

@@ -25,8 +25,8 @@ class NodeInputs(NamedTuple):
     """One page view's reading of the process's state."""
 
     snapshot: Snapshot
-    body: Optional[bytes]  # dcgm-exporter's last answer, None before the first scrape
-    figures: Dict[GpuIdentity, DeviceFigures]  # read from body
+    scraped: bool  # dcgm-exporter has answered a scrape since the process started
+    figures: Dict[GpuIdentity, DeviceFigures]  # read from its last answer
     shares: Any  # each holder's measured share (shares/compute.Shares) from a collector's page part, or None
     lost: FrozenSet[GpuIdentity]
 
@@ -43,14 +43,16 @@ class NodePage:
         # their page part and the flags that switch them on; None: no collector.
         self._sources = sources
         self._lock = threading.Lock()
-        self._figures: Tuple[Optional[bytes], Dict[GpuIdentity, DeviceFigures]] = (None, {})
+        # The figures of the last body read, under that body's hash: never the body itself, which
+        # would keep a second upstream answer alive beside the scraper's.
+        self._figures: Tuple[Optional[int], Dict[GpuIdentity, DeviceFigures]] = (None, {})
 
     def render(self, states: Sequence) -> bytes:
         """The page, with `states` (App.source_states()) as its sources table: those switched off are
         named apart, with the flag that switches each on where its collector declares one."""
         part = self._sources.page_part() if self._sources is not None else None
-        body = self._scraper.last_body
-        inputs = NodeInputs(self._attribution.current(), body, self._figures_of(body),
+        figures, scraped = self._figures_of(self._scraper.last_body)
+        inputs = NodeInputs(self._attribution.current(), scraped, figures,
                             part.shares if part else None, part.lost if part else frozenset())
         switches = self._sources.switches() if self._sources is not None else {}
         off = tuple((state.name, switches.get(state.name, "")) for state in states if _is_off(state))
@@ -59,14 +61,15 @@ class NodePage:
             sources_off=off, telemetry_path=self._telemetry_path,
             links=((SELF_METRICS_PATH, "this process's own metrics"), (HEALTH_PATH, "liveness"))))
 
-    def _figures_of(self, body: Optional[bytes]) -> Dict[GpuIdentity, DeviceFigures]:
-        """The body's figures, read once per body: the scraper keeps one body object while it is unchanged."""
+    def _figures_of(self, body: Optional[bytes]) -> Tuple[Dict[GpuIdentity, DeviceFigures], bool]:
+        """The body's figures, read once per body (a bytes object keeps its hash), and whether any scrape
+        has answered. While the scraper rewrites a new body it holds none: the last figures stand."""
         with self._lock:
-            read_body, figures = self._figures
-            if body is not None and body is not read_body:
+            read_hash, figures = self._figures
+            if body is not None and hash(body) != read_hash:
                 figures = read_device_figures(body)
-                self._figures = (body, figures)
-            return figures
+                self._figures = (hash(body), figures)
+            return figures, self._figures[0] is not None
 
 
 def _is_off(state) -> bool:
@@ -81,7 +84,7 @@ def build_node_view(inputs: NodeInputs) -> NodeView:
     gpus = tuple(sorted((_row(identity, inputs, mapping, health) for identity in devices.values()), key=_order))
     node = next((figures.hostname for figures in inputs.figures.values() if figures.hostname), "")
     unallocated = tuple(_unallocated(inputs.shares, devices)) if inputs.shares else ()
-    note = "" if inputs.body is not None else "no scrape yet (they come with the first scrape of /gpu/metrics)"
+    note = "" if inputs.scraped else "no scrape yet (they come with the first scrape of /gpu/metrics)"
     return NodeView(node, gpus, (), unallocated=unallocated, unresolved=tuple(sorted(set(mapping.unresolved))),
                     figures_note=note)
 

@@ -165,7 +165,8 @@ class Scraper:
         self.upstream_failures = 0
         self.malformed_lines = 0
         # dcgm-exporter's last answer, for the node page (which never fetches): the kept body, the first
-        # copy of an unchanged answer, so no second body is held between scrapes; None before any.
+        # copy of an unchanged answer, so no second body is held between scrapes; None before any, and
+        # while a new body is rewritten (the last one is let go then, as the cached rewrite is).
         self.last_body: Optional[bytes] = None
 
     def scrape(self) -> bytes:
@@ -236,7 +237,7 @@ class Scraper:
             if cached is None or cached.mapping is not mapping or cached.body != body:
                 # Let the last body and its rewrite go before the new rewrite is built: at most one
                 # of each in memory, whatever their size.
-                previous, cached, self._cached = _Previous.of(cached), None, None
+                previous, cached, self._cached, self.last_body = _Previous.of(cached), None, None, None
                 started = time.perf_counter()
                 cached = self._cached = self._rewritten(body, snapshot, keys, previous)
                 self.rewrite_seconds += time.perf_counter() - started

@@ -48,7 +48,7 @@ def _mapping():
 
 
 def _inputs(body=None, shares=None, lost=frozenset()) -> NodeInputs:
-    return NodeInputs(Snapshot(_mapping(), True, 1.0), body, read_device_figures(body) if body else {},
+    return NodeInputs(Snapshot(_mapping(), True, 1.0), body is not None, read_device_figures(body) if body else {},
                       shares, lost)
 
 

@@ -4,6 +4,7 @@ traceback at debug), it is retried on the next scrape and never cached; /metrics
 
 from __future__ import annotations
 
+import contextlib
 import io
 import threading
 import urllib.request
@@ -73,26 +74,35 @@ class FlakyCollector(Collector):
 
 @pytest.fixture
 def served(tmp_path):
+    flaky = FlakyCollector()
+    with _serving(tmp_path, flaky) as (base, logs, app):
+        yield base, flaky.kept, flaky.per_scrape, logs, app
+
+
+@contextlib.contextmanager
+def _serving(tmp_path, collector: Collector):
+    """The real node in-process on port 0, dcgm-exporter's reader and `collector` registered; logs at debug."""
     path = tmp_path / "dcgm.prom"
     path.write_bytes(L4)
     kubelet = FakeKubelet(str(tmp_path / "kubelet.sock")).start()
     kubelet.set_devices([AllocatedDevice("ml", "trainer-0", "pytorch", "nvidia.com/gpu", L4_UUID)])
     config = parse_config(["--dcgm.file", str(path), "--kubelet.socket", str(tmp_path / "kubelet.sock"),
                            "--web.listen-address", "127.0.0.1:0", "--kubernetes.api", "off"], {})
-    flaky = FlakyCollector()
     logs = io.StringIO()
     setup_logging("debug", "logfmt", logs)
-    node = build_node(config, Registry(config, [DcgmReader(), flaky]))
+    node = build_node(config, Registry(config, [DcgmReader(), collector]))
     server = node.listen()
     node.start()
     thread = threading.Thread(target=server.serve_until_stopped, daemon=True)
     thread.start()
-    yield f"http://127.0.0.1:{server.server_address[1]}", flaky.kept, flaky.per_scrape, logs, server.app
-    server.stop()
-    thread.join(5)
-    node.stop(server)
-    kubelet.stop()
-    setup_logging("info", "logfmt")
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}", logs, server.app
+    finally:
+        server.stop()
+        thread.join(5)
+        node.stop(server)
+        kubelet.stop()
+        setup_logging("info", "logfmt")
 
 
 def _get(url: str):
@@ -210,3 +220,29 @@ def test_a_failure_whose_message_varies_is_logged_once_and_later_failures_still_
     assert len(errors) == 2, errors
     assert "section=counting" in errors[0] and "value 1" in errors[0]
     assert "section=other" in errors[1] and "other rows exploded" in errors[1]
+
+
+class Unreadable(Collector):
+    """A collector whose answers to the node page raise: its state and its page part."""
+
+    name = "unreadable"
+
+    def state(self):
+        raise RuntimeError("state exploded")
+
+    def page_part(self):
+        raise RuntimeError("page part exploded")
+
+
+def test_a_collector_whose_state_or_page_part_raises_costs_its_own_row_not_the_node_page(tmp_path):
+    with _serving(tmp_path, Unreadable()) as (base, logs, app):
+        _get(base + "/gpu/metrics")
+        status, page = _get(base + "/")
+        assert status == 200
+        assert "trainer-0" in page and "unreadable" in page and "its state could not be read" in page
+        states = {state.name: state for state in app.source_states()}
+        assert states["kubelet"].up and states["dcgm"].up and not states["unreadable"].up
+        _get(base + "/")
+    errors = [line for line in logs.getvalue().splitlines() if "level=error" in line]
+    assert len(errors) == 2, errors  # the state and the page part, each once though the page was read twice
+    assert any("state exploded" in line for line in errors) and any("page part exploded" in line for line in errors)
