@@ -97,3 +97,14 @@ def test_groups_weigh_it_by_gpus_held_never_add_it_up():
     row, = shape(table_of(text), None, [], "namespace", "sm").rows
     assert row.utilization == pytest.approx((0.75 + 0.125) / 2.25)
     assert as_text(shape(table_of(text), None, [], "namespace", "sm"), "namespace").splitlines()[1].split()[4] == "39%"
+
+
+def test_top_and_the_rule_call_the_same_devices_shared():
+    """top's UTIL has no Prometheus on the proxy path, so it keeps its own copy of the rule's pattern for
+    a device held as a share of a GPU: the two must not drift apart."""
+    from pathlib import Path
+
+    from exporter.top import utilization
+
+    rules = Path(__file__).resolve().parents[2] / "prometheus" / "rules" / "pod-gpu-autoscaling.rules.yml"
+    assert f'device_id=~"{utilization._SHARE_OF_A_GPU.pattern}"' in rules.read_text()
