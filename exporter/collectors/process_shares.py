@@ -7,11 +7,10 @@ import os
 from typing import Mapping, Optional
 
 from exporter.base.errors import ConfigError
-from exporter.collectors.collector import Collector, Flag, Hub, PagePart, SourceState
+from exporter.collectors.collector import DEMO_SETS_NVML, Collector, Flag, Hub, PagePart, SourceState
 from exporter.shares.energy import IDLE_POLICIES
 
 SHARING_MODES = ("device", "process")
-_SIMULATED_NVML = "the demo sets it with --demo.nvml: on simulates NVML and /proc for process mode, off serves devices only"
 
 
 class ProcessSharesCollector(Collector):
@@ -28,7 +27,7 @@ class ProcessSharesCollector(Collector):
              IDLE_POLICIES[0]),
     )
     refused = {
-        "demo": dict.fromkeys(("sharing_mode", "sharing_proc_root"), _SIMULATED_NVML),
+        "demo": dict.fromkeys(("sharing_mode", "sharing_proc_root"), DEMO_SETS_NVML),
         "mapping": dict.fromkeys(("sharing_mode", "sharing_proc_root", "energy_idle_policy"),
                                  "per-process shares are served, never printed by it"),
     }

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import functools
 
-from exporter.collectors.collector import Collector, Flag, Hub, PagePart, SourceState
+from exporter.collectors.collector import DEMO_SETS_NVML, Collector, Flag, Hub, PagePart, SourceState
 
 XID_EVENTS_CHOICES = ("auto", "on", "off")
 
@@ -19,8 +19,7 @@ class XidEventsCollector(Collector):
              "auto"),
     )
     refused = {
-        "demo": {"health_xid_events": "the demo sets it with --demo.nvml: on simulates NVML and /proc for process "
-                                      "mode, off serves devices only"},
+        "demo": {"health_xid_events": DEMO_SETS_NVML},
         "mapping": {"health_xid_events": "XID events are counted while serving, never printed by it"},
     }
 
