@@ -6,7 +6,9 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Callable, FrozenSet, Iterable, Mapping, NamedTuple, Optional, Sequence, Tuple
 
 if TYPE_CHECKING:  # `--help` and the flag tables load no section code
+    from exporter.core.identity import GpuIdentity
     from exporter.exposition.sections import Section
+    from exporter.web.page_parts import Block, GpuColumn, HolderFigure
 
 
 class Kind(NamedTuple):
@@ -44,11 +46,14 @@ class SourceState(NamedTuple):
 
 
 class PagePart(NamedTuple):
-    """What one collector adds to the node page besides its state, as of its last reading: a page view
-    asks its source nothing."""
+    """What one collector adds to the node page besides its state, as of its last reading (a page view
+    asks its source nothing), in the page's generic terms (web/page_parts): each part is built and
+    written on its own, so that one that raises costs only itself."""
 
-    shares: Any = None  # each holder's measured share of its GPUs (a shares/compute.Shares), or None
-    lost: FrozenSet[Any] = frozenset()  # the GPUs its source reports lost (core/identity.GpuIdentity)
+    devices: FrozenSet[GpuIdentity] = frozenset()  # the GPUs its source sees: each has a row
+    columns: Tuple[GpuColumn, ...] = ()  # a cell per GPU under a header
+    figures: Tuple[HolderFigure, ...] = ()  # a named value per holder of a GPU
+    blocks: Tuple[Block, ...] = ()  # titled tables or lists
 
 
 @dataclass

@@ -76,4 +76,18 @@ class ProcessSharesCollector(Collector):
     def page_part(self) -> Optional[PagePart]:
         """The last refresh's shares while fresh: each holder's memory and SM share on the page."""
         shares = self._shares.reading()
-        return None if shares is None else PagePart(shares=shares)
+        return None if shares is None else shares_page_part(shares)
+
+
+def shares_page_part(shares) -> PagePart:
+    """One reading's shares as the node page shows them: every GPU NVML read, each holder's memory and SM
+    share of it, and what containers use of GPUs they do not hold."""
+    from exporter.web.page_parts import BYTES, RATIO, WITH_UNHELD, Amount, Block, HolderFigure
+
+    held = {(share.device, share.owner): share for share in shares.holders}
+    used = tuple((use.device, use.owner, Amount(use.memory_bytes, BYTES), Amount(use.sm_ratio, RATIO))
+                 for use in shares.unallocated)
+    return PagePart(devices=frozenset(entry.device for entry in shares.devices), figures=(
+        HolderFigure("memory", {holder: Amount(share.memory_bytes, BYTES) for holder, share in held.items()}),
+        HolderFigure("SM", {holder: Amount(share.sm_ratio, RATIO) for holder, share in held.items()})),
+        blocks=(Block("Used without being held", used, ("GPU", "container", "memory", "SM"), place=WITH_UNHELD),))

@@ -145,13 +145,12 @@ class Registry:
         """Each registered collector's name → the flag that switches it on, where it declares one."""
         return {collector.name: collector.switch for collector in self._all if collector.switch}
 
-    def page_part(self) -> PagePart:
-        """What the active collectors add to the node page, together: the first shares told, every lost GPU."""
-        parts = [self._answers.run(collector.name, "page_part", collector.page_part, lambda: None)
+    def page_parts(self) -> List[Tuple[str, PagePart]]:
+        """What each active collector adds to the node page, by its name, in registration order (one that
+        raises adds nothing)."""
+        parts = [(collector.name, self._answers.run(collector.name, "page_part", collector.page_part, lambda: None))
                  for collector in self._active]
-        parts = [part for part in parts if part is not None]
-        shares = next((part.shares for part in parts if part.shares is not None), None)
-        return PagePart(shares, frozenset().union(*(part.lost for part in parts)))
+        return [(name, part) for name, part in parts if part is not None]
 
     def _state_of(self, collector: Collector) -> SourceState:
         return self._answers.run(collector.name, "state", collector.state,

@@ -56,4 +56,14 @@ class XidEventsCollector(Collector):
 
     def page_part(self) -> PagePart:
         """The GPUs NVML answered lost when they were last registered for events."""
-        return PagePart(lost=self._events.lost())
+        return lost_page_part(self._events.lost())
+
+
+def lost_page_part(lost) -> PagePart:
+    """Lost GPUs as the node page shows them: "lost" in their health cell, their rows shaded, and listed."""
+    from exporter.web.page_parts import LOST, Block, Cell, GpuColumn, page_order
+
+    gone = sorted(lost, key=page_order)
+    return PagePart(columns=(GpuColumn("health", {gpu: Cell("lost", LOST) for gpu in gone}),), blocks=(
+        Block("Lost GPUs", tuple((gpu, ": NVML reports it lost (fallen off the bus or unreachable)") for gpu in gone),
+              state=LOST),))

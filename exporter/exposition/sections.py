@@ -139,8 +139,9 @@ class SectionFailures:
     keeps failing is not cleared by rows that work. Safe to call from many request threads at once.
     """
 
-    def __init__(self, what: str = "section") -> None:
+    def __init__(self, what: str = "section", costs: str = "is left out of the answer until it works again") -> None:
         self._what = what  # how the log names what failed: a section, or a part of /metrics
+        self._costs = costs  # what its failure costs, as the log says it
         # (name, step) -> the exception type of its failure. A failure is known by its kind, not its
         # message: a message may carry a changing value (a count, a path), and keying on it would log
         # on every scrape. At most sections x steps entries, whatever the messages.
@@ -184,7 +185,7 @@ class SectionFailures:
         with self._lock:
             before, self._failed[(name, step)] = self._failed.get((name, step)), kind
         if before != kind:  # it starts failing, or fails another way: once, not once per scrape
-            log("error", f"{self._what} {name} failed and is left out of the answer until it works again",
+            log("error", f"{self._what} {name} failed and {self._costs}",
                 **{self._what: name}, step=step, error=message)
             log("debug", f"{self._what} {name} failure", exc_info=(type(exc), exc, exc.__traceback__),
                 **{self._what: name}, step=step)

@@ -1,4 +1,4 @@
-"""The request handler: a request head's time and size limits, routing to the exporter's paths, the replies."""
+"""The request handler: a request head's time and size limits, and the replies to what the App answers for each path."""
 
 from __future__ import annotations
 
@@ -8,15 +8,10 @@ import time
 from http.server import BaseHTTPRequestHandler
 from typing import Any, Optional
 
-from prometheus_client import generate_latest
-
 from exporter.base.logs import log
 from exporter.web.negotiation import encode_for
-from exporter.web.routes import HEALTH_PATH, INDEX_PATH, SELF_METRICS_PATH
 from exporter.web.scrape import ScrapeBody
-from exporter.web.webconfig import WWW_AUTHENTICATE
-
-TEXT_FORMAT = "text/plain; version=0.0.4; charset=utf-8"
+from exporter.web.service import PLAIN_TEXT
 # Slow or idle clients must not hold a request thread for long (slowloris); Prometheus sends
 # its whole request at once. An idle keep-alive connection is closed after REQUEST_TIMEOUT_SECONDS;
 # once a request has begun, its line and headers must all arrive within REQUEST_HEAD_TIMEOUT_SECONDS
@@ -117,32 +112,11 @@ class RequestHandler(BaseHTTPRequestHandler):
     def _serve(self, send_body: bool):
         self._head_reader.head_received()
         self.server.connections.busy()
-        app = self.server.app
         path = self.path.split("?", 1)[0]
         if self.headers.get("Content-Length", "0") not in ("", "0") or self.headers.get("Transfer-Encoding"):
-            return self._reply(400, b"request bodies are not accepted\n", "text/plain; charset=utf-8", send_body, close=True)
-        if not self._authorized(app, path):
-            return
-        if path == app.telemetry_path:
-            self._reply(200, app.scraper.scrape_body(), TEXT_FORMAT, send_body)
-        elif path == SELF_METRICS_PATH:
-            self._reply(200, generate_latest(app.registry), TEXT_FORMAT, send_body)
-        elif path == HEALTH_PATH:
-            self._reply(200, b"ok\n", "text/plain; charset=utf-8", send_body)
-        elif path == INDEX_PATH:
-            self._reply(200, app.index_page(), "text/html; charset=utf-8", send_body)
-        else:
-            self._reply(404, b"not found\n", "text/plain; charset=utf-8", send_body)
-
-    def _authorized(self, app, path: str) -> bool:
-        config = app.web_config
-        if config is None or not config.path_requires_auth(path):
-            return True
-        if config.check_basic_auth(self.headers.get("Authorization")):
-            return True
-        self._reply(401, b"unauthorized\n", "text/plain; charset=utf-8", self.command != "HEAD",
-                    extra_headers={"WWW-Authenticate": WWW_AUTHENTICATE})
-        return False
+            return self._reply(400, b"request bodies are not accepted\n", PLAIN_TEXT, send_body, close=True)
+        answer = self.server.app.answer(path, self.headers.get("Authorization"))
+        self._reply(answer.status, answer.body, answer.content_type, send_body, extra_headers=dict(answer.headers))
 
     def _reply(self, status: int, body: "bytes | ScrapeBody", content_type: str, send_body: bool,
                close: bool = False, extra_headers: Optional[dict] = None):

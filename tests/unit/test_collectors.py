@@ -76,13 +76,13 @@ class _Adding(Collector):
         return self._part
 
 
-def test_the_node_page_gets_what_the_active_collectors_add_together_and_their_switches():
+def test_the_node_page_gets_what_each_active_collector_adds_by_name_and_their_switches():
     one, two = GpuIdentity("GPU-1", "1", "", ""), GpuIdentity("GPU-2", "2", "", "")
     config = parse_config(["--kubernetes.api", "off"], {})
-    shares = object()  # what the shares collector measured; the registry hands it on untouched
-    registry = Registry(config, [_Adding("lost_one", PagePart(lost=frozenset({one}))), _Adding("silent", None),
-                                 _Adding("measures", PagePart(shares, frozenset({two})))])
-    assert registry.page_part() == PagePart(shares, frozenset({one, two}))
-    assert Registry(config, []).page_part() == PagePart()
+    first, second = PagePart(devices=frozenset({one})), PagePart(devices=frozenset({two}))
+    registry = Registry(config, [_Adding("sees_one", first), _Adding("silent", None), _Adding("sees_two", second)])
+    # Each part as its collector made it, in registration order: the page writes each on its own.
+    assert registry.page_parts() == [("sees_one", first), ("sees_two", second)]
+    assert Registry(config, []).page_parts() == []
     assert Registry(config).switches() == {"kubernetes": "--kubernetes.api", "process_shares": "--sharing.mode process",
                                            "xid_events": "--health.xid-events on", "hpc_jobs": "--hpc.job-mapping-dir"}

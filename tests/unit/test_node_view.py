@@ -13,11 +13,14 @@ from exporter.exposition.allocation import AllocationSection
 from exporter.exposition.device_figures import read_device_figures
 from exporter.exposition.sections import StatusSection
 from exporter.shares.compute import DeviceShares, HolderShare, Remainder, Shares, UnallocatedShare
+from exporter.collectors.process_shares import shares_page_part
 from exporter.collectors.registry import Registry
+from exporter.collectors.xid_events import lost_page_part
 from exporter.config import parse_config
 from exporter.exposition.label_limit import LabelLimit
 from exporter.sources.kubelet import AllocatedDevice
 from exporter.web.node_view import NodeInputs, build_node_view
+from exporter.web.page_parts import AFTER_GPUS, WITH_UNHELD
 from exporter.web.scrape import Scraper
 from exporter.web.service import App
 
@@ -48,8 +51,11 @@ def _mapping():
 
 
 def _inputs(body=None, shares=None, lost=frozenset()) -> NodeInputs:
+    """The page's inputs, with the shares and the lost GPUs as their collectors hand them to the page."""
+    parts = ((("process_shares", shares_page_part(shares)),) if shares else ()) + (
+        (("xid_events", lost_page_part(lost)),) if lost else ())
     return NodeInputs(Snapshot(_mapping(), True, 1.0), body is not None, read_device_figures(body) if body else {},
-                      shares, lost)
+                      parts)
 
 
 def test_gpus_carry_their_model_figures_holders_health_and_taints():
@@ -90,11 +96,14 @@ def test_process_mode_gives_each_holder_its_own_use_and_names_use_without_holdin
     ))
     view = build_node_view(_inputs(_body(), shares))
     shared, whole, _ = view.gpus
-    assert [(h.pod, h.memory_bytes, h.sm_ratio) for h in shared.holders] == [
-        ("llm-a", 5 * 2**30, 0.35), ("llm-b", 0, 0.0)]
-    assert [(h.memory_bytes, h.sm_ratio, h.power_watts) for h in whole.holders] == [(2**30, 0.7, 650.0)]
-    (use,) = view.unallocated
-    assert (use.gpu, use.pod, use.memory_bytes, use.sm_ratio) == ("1", "notebook-7", 2**29, 0.03)
+    assert [(h.pod, dict(h.figures)) for h in shared.holders] == [
+        ("llm-a", {"memory": "5.0 GiB", "SM": "35 %"}), ("llm-b", {"memory": "0.0 GiB", "SM": "0 %"})]
+    # Measured, its own memory and SM stand where the device's would; the power is still the device's.
+    assert [(dict(h.figures), h.power_watts) for h in whole.holders] == [({"memory": "1.0 GiB", "SM": "70 %"}, 650.0)]
+    assert (view.columns, view.holder_columns) == ((), ())  # both fill the table's own columns
+    ((place, block),) = view.blocks
+    assert place == WITH_UNHELD and block.startswith("<h3>Used without being held</h3>")
+    assert "<tr><td>1</td><td>research/<b>notebook-7</b>/jupyter</td><td>0.5 GiB</td><td>3 %</td></tr>" in block
 
 
 def test_a_lost_gpu_is_marked_on_its_row_and_one_nvml_names_alone_gets_one():
@@ -103,6 +112,8 @@ def test_a_lost_gpu_is_marked_on_its_row_and_one_nvml_names_alone_gets_one():
     lost = [gpu for gpu in view.gpus if gpu.lost]
     assert [(gpu.index, gpu.uuid, gpu.taints) for gpu in lost] == [("3", C, ("gpu.nvidia.com/unmonitored:None",))]
     assert len(view.gpus) == 3  # the tainted key and NVML's GPU are one device
+    assert view.blocks == ((AFTER_GPUS, f'<section><h2>Lost GPUs</h2><ul class="lost"><li><b>GPU 3</b> {C}: NVML '
+                                        "reports it lost (fallen off the bus or unreachable)</li></ul></section>"),)
 
 
 class _Kubelet:

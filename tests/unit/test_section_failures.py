@@ -13,7 +13,7 @@ import pytest
 
 from exporter.app import build_node
 from exporter.base.logs import setup_logging
-from exporter.collectors.collector import Collector, SourceState
+from exporter.collectors.collector import Collector, PagePart, SourceState
 from exporter.collectors.dcgm import DcgmReader
 from exporter.collectors.registry import Registry
 from exporter.config import parse_config
@@ -246,3 +246,112 @@ def test_a_collector_whose_state_or_page_part_raises_costs_its_own_row_not_the_n
     errors = [line for line in logs.getvalue().splitlines() if "level=error" in line]
     assert len(errors) == 2, errors  # the state and the page part, each once though the page was read twice
     assert any("state exploded" in line for line in errors) and any("page part exploded" in line for line in errors)
+
+
+class _Unwritable:
+    """A value of no kind the node page writes: writing the contribution that holds it raises."""
+
+
+def _rows_that_raise():
+    yield ("a first row",)
+    raise RuntimeError("rows exploded")
+
+
+class Contributing(Collector):
+    """A collector that adds to the node page, some of it sound and some of it raising when written."""
+
+    name = "contributing"
+
+    def page_part(self):
+        from exporter.core.identity import GpuIdentity, Owner
+        from exporter.web.page_parts import Block, Cell, GpuColumn, HolderFigure
+
+        gpu, holder = GpuIdentity(L4_UUID, "0", "", ""), Owner("ml", "trainer-0", "pytorch")
+        return PagePart(
+            columns=(GpuColumn("firmware", {gpu: Cell("fw-1.2")}), GpuColumn("broken column", {gpu: Cell(_Unwritable())})),
+            figures=(HolderFigure("queue", {(gpu, holder): "7 jobs"}), HolderFigure("broken figure", {(gpu, holder): 0.5})),
+            blocks=(Block("Sound block", [("all is well",)]), Block("Broken block", _rows_that_raise())))
+
+
+def test_a_contribution_that_raises_costs_its_own_part_of_the_node_page_logged_once(tmp_path):
+    with _serving(tmp_path, Contributing()) as (base, logs, _):
+        _get(base + "/gpu/metrics")
+        for _ in range(3):
+            status, html = _get(base + "/")
+            assert status == 200
+            assert "ml/<b>trainer-0</b>/pytorch" in html and "NVIDIA L4" in html  # the rest of the page
+            assert "<th>firmware</th>" in html and "<td>fw-1.2</td>" in html
+            assert "<th>queue</th>" in html and "<td>7 jobs</td>" in html
+            assert "<h2>Sound block</h2><ul><li>all is well</li></ul>" in html
+            assert "broken" not in html.lower() and "a first row" not in html  # left out whole, not in halves
+    errors = [line for line in logs.getvalue().splitlines() if "level=error" in line]
+    assert len(errors) == 3, errors  # one line per failing contribution, though the page was read three times
+    assert all("collector=contributing" in line and "left off the node page" in line for line in errors)
+    for step, error in (("column broken column", "TypeError"), ("figure broken figure", "TypeError"),
+                        ("block Broken block", "rows exploded")):
+        assert any(f'step="{step}"' in line and error in line for line in errors), (step, errors)
+
+
+class _RaisingUpstream:
+    """dcgm-exporter's reader as offered on the hub, made to raise what no reader is meant to while `broken`."""
+
+    def __init__(self, upstream, owner: "Faulty"):
+        self._upstream, self._owner = upstream, owner
+
+    def fetch(self) -> bytes:
+        if self._owner.broken:
+            raise RuntimeError("reader exploded")
+        return self._upstream.fetch()
+
+    def describe(self) -> str:
+        return self._upstream.describe()
+
+
+class Faulty(Collector):
+    """A collector whose faults reach two routes' handlers while `broken`: the reader it offers in place of
+    dcgm-exporter's raises (GET /gpu/metrics), and so does its switch, which the node page names (GET /)."""
+
+    name = "faulty"
+
+    def __init__(self):
+        self.broken = True
+
+    def prepare(self, hub):
+        hub.upstream = _RaisingUpstream(hub.upstream, self)
+        return True
+
+    @property
+    def switch(self) -> str:
+        if self.broken:
+            raise RuntimeError("switch unreadable")
+        return "--faulty.on"
+
+
+def test_a_route_whose_handler_raises_answers_500_on_a_kept_connection_and_logs_once(tmp_path):
+    import http.client
+
+    faulty = Faulty()
+    with _serving(tmp_path, faulty) as (base, logs, _):
+        connection = http.client.HTTPConnection(base.removeprefix("http://"), timeout=10)
+        try:
+            answers = []
+            for path in ("/gpu/metrics", "/", "/gpu/metrics", "/", "/healthz", "/metrics"):
+                connection.request("GET", path)  # one connection throughout: never dropped
+                answer = connection.getresponse()
+                answers.append((path, answer.status, answer.getheader("Content-Type"), answer.read()))
+            faulty.broken = False
+            connection.request("GET", "/gpu/metrics")
+            recovered = connection.getresponse()
+            assert recovered.status == 200 and b'pod="trainer-0"' in recovered.read()
+        finally:
+            connection.close()
+    for path, status, content_type, body in answers[:4]:
+        assert (status, content_type) == (500, "text/plain; charset=utf-8"), path
+        assert body.count(b"\n") == 1 and body.endswith(b"\n") and b"exploded" not in body and b"unreadable" not in body
+    assert [status for _, status, _, _ in answers[4:]] == [200, 200]  # the process goes on
+    lines = logs.getvalue().splitlines()
+    errors = [line for line in lines if "level=error" in line]
+    assert len(errors) == 2, errors  # one per failing route, though each failed twice
+    assert any("route=/gpu/metrics" in line and "reader exploded" in line and "answered 500" in line for line in errors)
+    assert any("route=/ " in line and "switch unreadable" in line for line in errors)
+    assert any("level=info" in line and "route=/gpu/metrics" in line and "works again" in line for line in lines)
