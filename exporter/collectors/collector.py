@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Callable, FrozenSet, Iterable, Mapping, NamedTuple, Optional, Sequence, Tuple
 
-if TYPE_CHECKING:  # `--help` and the flag tables load no section code
+if TYPE_CHECKING:  # `--help` and the flag tables load no section or page code
     from exporter.core.identity import GpuIdentity
     from exporter.exposition.sections import Section
     from exporter.web.page_parts import Block, GpuColumn, HolderFigure

@@ -145,20 +145,23 @@ def _write_theirs(parts: Sequence[_Part], named, failures: SectionFailures) -> _
     holder_columns: Dict[str, None] = {}
     for part in parts:
         for column in part.columns:
-            cells = failures.run(part.collector, f"column {column.header}", functools.partial(
-                _write_column, column, named), lambda: None)
-            for device, cell in (cells or {}).items():
-                theirs.cells.setdefault(device, {}).setdefault(column.header, cell)
-            if cells is not None and column.header not in DEVICE_COLUMNS:
-                columns.setdefault(column.header)
+            _gather(failures.run(part.collector, f"column {column.header}", functools.partial(
+                _write_column, column, named), lambda: None), column.header, theirs.cells, columns, DEVICE_COLUMNS)
         for figure in part.figures:
-            values = failures.run(part.collector, f"figure {figure.name}", functools.partial(
-                _write_figure, figure, named), lambda: None)
-            for holder, value in (values or {}).items():
-                theirs.figures.setdefault(holder, {}).setdefault(figure.name, value)
-            if values is not None and figure.name not in HOLDER_COLUMNS:
-                holder_columns.setdefault(figure.name)
+            _gather(failures.run(part.collector, f"figure {figure.name}", functools.partial(
+                _write_figure, figure, named), lambda: None), figure.name, theirs.figures, holder_columns, HOLDER_COLUMNS)
     return theirs._replace(columns=tuple(columns), holder_columns=tuple(holder_columns))
+
+
+def _gather(written: Optional[dict], name: str, into: dict, new: Dict[str, None], own: Sequence[str]) -> None:
+    """One column's or figure's values, written (None: it raised), added where no earlier collector's stand;
+    its name is a new column unless the table has one of that name."""
+    if written is None:
+        return
+    for place, value in written.items():
+        into.setdefault(place, {}).setdefault(name, value)
+    if name not in own:
+        new.setdefault(name)
 
 
 def _write_blocks(parts: Sequence[_Part], named, failures: SectionFailures) -> Tuple[Tuple[str, str], ...]:

@@ -1,4 +1,4 @@
-"""What the routes serve (App): the scraper, the self-metrics registry, the web config in force, the node page; each route's answer, guarded."""
+"""What the routes serve (App): the scraper, /metrics, the web config in force, the node page; each route's answer, guarded."""
 
 from __future__ import annotations
 
