@@ -223,8 +223,8 @@ def write_block(block: Block, named: Naming) -> str:
     if not rows:
         return ""
     cls = f' class="{_e(block.state)}"' if block.state else ""
-    if block.header:
-        head = "".join(f"<th>{_e(name)}</th>" for name in block.header)
+    if block.columns:
+        head = "".join(f"<th>{_e(name)}</th>" for name in block.columns)
         body = "".join("<tr>" + "".join(f"<td>{write_value(value, named)}</td>" for value in row) + "</tr>"
                        for row in rows)
         content = f"<table{cls}><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"

@@ -145,8 +145,8 @@ def _write_theirs(parts: Sequence[_Part], named, failures: SectionFailures) -> _
     holder_columns: Dict[str, None] = {}
     for part in parts:
         for column in part.columns:
-            _gather(failures.run(part.collector, f"column {column.header}", functools.partial(
-                _write_column, column, named), lambda: None), column.header, theirs.cells, columns, DEVICE_COLUMNS)
+            _gather(failures.run(part.collector, f"column {column.name}", functools.partial(
+                _write_column, column, named), lambda: None), column.name, theirs.cells, columns, DEVICE_COLUMNS)
         for figure in part.figures:
             _gather(failures.run(part.collector, f"figure {figure.name}", functools.partial(
                 _write_figure, figure, named), lambda: None), figure.name, theirs.figures, holder_columns, HOLDER_COLUMNS)

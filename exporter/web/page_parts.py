@@ -35,11 +35,11 @@ class Cell(NamedTuple):
 
 
 class GpuColumn(NamedTuple):
-    """A column of the GPU table: its header and a cell per GPU it knows (the others' are blank). A header
-    the table has already ("health") fills that column for those GPUs instead of adding one; a GPU no
-    other reading names gets a row of its own."""
+    """A column of the GPU table: its name (its header) and a cell per GPU it knows (the others' are blank).
+    A name the table has already ("health") fills that column for those GPUs instead of adding one; a GPU
+    no other reading names gets a row of its own."""
 
-    header: str
+    name: str
     cells: Mapping[GpuIdentity, Cell]
 
 
@@ -52,12 +52,12 @@ class HolderFigure(NamedTuple):
 
 
 class Block(NamedTuple):
-    """A titled block: a table under `header`, or without one a list with an item per row (its values
-    written one after the other). A block without rows is not shown."""
+    """A titled block: a table under the names of its `columns`, or without them a list with an item per row
+    (its values written one after the other). A block without rows is not shown."""
 
     title: str
     rows: Sequence[Sequence[Value]]
-    header: Sequence[str] = ()
+    columns: Sequence[str] = ()
     state: str = ""  # what the whole block says (LOST: drawn red)
     place: str = AFTER_GPUS
 
