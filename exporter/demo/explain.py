@@ -61,6 +61,8 @@ def _prometheus_lines(listening: str, program: str) -> str:
             f"  {PROMETHEUS_COMMAND}\n"
             f"then who uses what, per container (also `kubectl gpu top`):\n"
             f"  {program} top --prometheus {PROMETHEUS_URL} --window 1m\n")
+
+
 _NVML_PARTS = (", and NVML's per-process view of the GPUs with the host's /proc\n"
                "           (so it serves --sharing.mode process; --demo.nvml off leaves that out)")
 _GPU2_PROCESSES = (";\n            llm-server-b holds its replica but runs nothing on it; a host service uses GPU 2 too,\n"
