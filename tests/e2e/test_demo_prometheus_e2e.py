@@ -13,6 +13,7 @@ from typing import Dict, List, Tuple
 import pytest
 import requests
 
+from exporter.demo.explain import QUERIES
 from support.autoscaling import query
 from support.demo_process import console_script, samples
 from support.demo_prometheus import demo_behind_prometheus, loaded_rule_files
@@ -78,6 +79,14 @@ def test_the_demo_names_the_command_and_the_top_the_readme_runs(stack):
     (top,) = [line for line in printed if " top --prometheus " in line]
     # The README starts the demo as .venv/bin/pod-gpu-metrics-exporter; the demo prints what started it.
     assert top.replace(console_script(), ".venv/bin/pod-gpu-metrics-exporter") in readme.splitlines()
+
+
+def test_the_queries_the_demo_prints_answer_on_its_prometheus(stack):
+    # Over the last 10 s rather than 5 minutes: rate() reads a window the series has not filled yet as slower.
+    answers = {what: query(stack.prometheus, promql.replace("[5m]", "[10s]")) for what, promql in QUERIES}
+    assert all(answers.values()), answers
+    (idle,) = [answer for what, answer in answers.items() if "idle" in what]
+    assert [series["metric"]["pod"] for series in idle] == ["llm-server-b"], idle
 
 
 @pytest.mark.parametrize("page", TOP_PAGES, ids=lambda page: page.name)
