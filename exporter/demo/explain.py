@@ -51,6 +51,8 @@ The table the exporter works from, as `mapping` prints it on a real node; from a
 PROMETHEUS_COMMAND = "prometheus --config.file=prometheus/demo/prometheus.yml"
 DEMO_TARGET = "127.0.0.1:9400"
 PROMETHEUS_URL = "http://127.0.0.1:9090"
+# Debian's prometheus package runs a service holding port 9090 and the package's default data folder.
+DEBIAN_FLAGS = "--storage.tsdb.path=data --web.listen-address=127.0.0.1:9091"
 
 
 def _prometheus_lines(listening: str, program: str) -> str:
@@ -59,6 +61,7 @@ def _prometheus_lines(listening: str, program: str) -> str:
     moved = "" if listening == DEMO_TARGET else f" (change its target {DEMO_TARGET} to {listening})"
     return (f"A Prometheus for it, with every rule the project ships, from a clone of the repository{moved}:\n"
             f"  {PROMETHEUS_COMMAND}\n"
+            f"  (Debian's package: add {DEBIAN_FLAGS} and use port 9091 below)\n"
             f"then who uses what, per container (also `kubectl gpu top`):\n"
             f"  {program} top --prometheus {PROMETHEUS_URL} --window 1m\n")
 
