@@ -65,7 +65,7 @@ def _as_compared(rows: List[List[str]]) -> List[List[str]]:
                        for row in rows[1:]]
 
 
-def test_prometheus_loads_every_shipped_rule_file_and_labels_the_demo_demo_node(stack):
+def test_prometheus_loads_every_shipped_rule_file_and_labels_the_demo_node(stack):
     assert loaded_rule_files(stack.prometheus) == sorted(SHIPPED_RULE_FILES)
     up = query(stack.prometheus, "up")
     assert [(s["metric"].get("node"), s["value"][1]) for s in up] == [("demo-node", "1")], up
