@@ -42,12 +42,30 @@ Simulated: a kubelet PodResources gRPC server on {socket_path},
 {_QUERIES_TEXT.format(url=url) if nvml else _WITHOUT_NVML}
 The table the exporter works from, as `mapping` prints it on a real node; from another terminal:
   {mapping}
-{_TOP_LINE.format(top=top) if top else ""}Press Ctrl+C to stop.
+{_prometheus_lines(parts.netloc, top) if top else ""}Press Ctrl+C to stop.
 """, flush=True)
 
 
-# The one line naming `top` (docs/top.md): PROMETHEUS_URL stands for a Prometheus that scrapes the demo.
-_TOP_LINE = "Who uses what, per container (also `kubectl gpu top`): {top} top --prometheus PROMETHEUS_URL\n"
+# The Prometheus the checkout ships for the demo (README.md, docs/top.md): it scrapes DEMO_TARGET and loads
+# every rule file, and listens where Prometheus does by default.
+PROMETHEUS_COMMAND = "prometheus --config.file=prometheus/demo/prometheus.yml"
+DEMO_TARGET = "127.0.0.1:9400"
+PROMETHEUS_URL = "http://127.0.0.1:9090"
+# Debian's prometheus package runs a service holding port 9090 and the package's default data folder.
+DEBIAN_FLAGS = "--storage.tsdb.path=data --web.listen-address=127.0.0.1:9091"
+
+
+def _prometheus_lines(listening: str, program: str) -> str:
+    """How to put a Prometheus in front of the demo, and `top` on it; a demo listening elsewhere is told what
+    to change, since the shipped config scrapes DEMO_TARGET."""
+    moved = "" if listening == DEMO_TARGET else f" (change its target {DEMO_TARGET} to {listening})"
+    return (f"A Prometheus for it, with every rule the project ships, from a clone of the repository{moved}:\n"
+            f"  {PROMETHEUS_COMMAND}\n"
+            f"  (Debian's package: add {DEBIAN_FLAGS} and use port 9091 below)\n"
+            f"then who uses what, per container (also `kubectl gpu top`):\n"
+            f"  {program} top --prometheus {PROMETHEUS_URL} --window 1m\n")
+
+
 _NVML_PARTS = (", and NVML's per-process view of the GPUs with the host's /proc\n"
                "           (so it serves --sharing.mode process; --demo.nvml off leaves that out)")
 _GPU2_PROCESSES = (";\n            llm-server-b holds its replica but runs nothing on it; a host service uses GPU 2 too,\n"

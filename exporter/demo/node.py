@@ -103,13 +103,13 @@ def run_demo(config: Config, serve: Callable[..., int]) -> int:
         write_hpc_job_files(workdir / "hpc-jobs")
         api = start_api_server(workdir / "kubeconfig")
         nvml = SimulatedNvml(list(SIMULATED_PROCESSES), ready=api.pods_watched) if simulate_nvml else None
-        # parse_config has refused --kubelet.socket, --dcgm.*, --kubernetes.*, --labels.extra, --sharing.*,
-        # --health.xid-events and --hpc.job-mapping-dir for the demo, so nothing the user asked for is overridden
-        # here; its short refresh interval is a default there, which --kubelet.refresh-interval replaces.
+        # parse_config has refused --kubelet.socket, --dcgm.*, --kubernetes.*, --sharing.*, --health.xid-events and
+        # --hpc.job-mapping-dir for the demo, so nothing the user asked for is overridden here; its short refresh
+        # interval is a default there, which --kubelet.refresh-interval replaces. --labels.extra is added to.
         demo_config = dataclasses.replace(
             config, command="serve", kubelet_socket=socket_path, dcgm_url=dcgm.url, dcgm_file=None,
             kubernetes_api="on", kubernetes_kubeconfig=str(workdir / "kubeconfig"), kubernetes_node_name=NODE_NAME,
-            labels_extra="queue",  # trainer-0 is queued through Kueue: its samples carry cluster_queue, local_queue
+            labels_extra=demo_labels_extra(config.labels_extra),
             hpc_job_mapping_dir=str(workdir / "hpc-jobs"),  # a Slurm job on GPU 3: pod_gpu_hpc_job_info
             # --demo.nvml off: device-level samples only, as a node without NVML serves them.
             **(dict(sharing_mode="process", sharing_proc_root=str(workdir / "proc")) if simulate_nvml else {}),
@@ -129,6 +129,14 @@ def run_demo(config: Config, serve: Callable[..., int]) -> int:
         dcgm.stop()
         kubelet.stop()
         shutil.rmtree(workdir, ignore_errors=True)
+
+
+def demo_labels_extra(asked: str) -> str:
+    """--labels.extra as the demo serves it: what the user asked for (workload, pod_uid, from its API server's
+    pods and their owners), and always queue: trainer-0 is queued through Kueue, so its samples carry
+    cluster_queue and local_queue."""
+    chosen = [part.strip() for part in asked.split(",") if part.strip()]
+    return ",".join(chosen + ([] if "queue" in chosen else ["queue"]))
 
 
 def mapping_command(program: str, socket_path: str) -> str:

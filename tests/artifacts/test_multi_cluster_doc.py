@@ -1,7 +1,8 @@
 """docs/multi-cluster.md: its federation job is a valid Prometheus config that carries every family the rules
 read, it names the three ways clusters meet, where rules run and the matcher a consumer adds, and the pages
 that set up Prometheus and the rules point to it. (Its relabelling block is run by a real vmagent in
-tests/e2e/test_many_clusters_e2e.py.)"""
+tests/e2e/test_many_clusters_e2e.py; its one-machine recipe, line by line, in
+tests/e2e/test_multi_cluster_recipe_e2e.py.)"""
 
 from __future__ import annotations
 

@@ -26,7 +26,9 @@ GENERATED = {FLAGS_PAGE, METRICS_PAGE}
 PAGES = [ROOT / "README.md", *sorted(page for page in (ROOT / "docs").glob("*.md") if page not in GENERATED)]
 
 # Dotted names that are other programs' flags, not ours, where a page names them.
-OTHER_PROGRAMS_FLAGS = {"--web.enable-lifecycle": "Prometheus's", "--receive.relabel-config": "Thanos Receive's"}
+OTHER_PROGRAMS_FLAGS = {"--web.enable-lifecycle": "Prometheus's", "--config.file": "Prometheus's",
+                        "--storage.tsdb.path": "Prometheus's",
+                        "--receive.relabel-config": "Thanos Receive's"}
 # Families that do not exist on purpose: docs/architecture.md walks through adding this one.
 WORKED_EXAMPLES = {"pod_gpu_device_driver_info"}
 

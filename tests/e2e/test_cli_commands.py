@@ -73,11 +73,9 @@ def test_mapping_takes_what_it_uses(kubelet):
     (["--kubernetes.api", "on"], None, "--kubernetes.api"),
     (["--kubernetes.kubeconfig", "/root/.kube/config"], None, "--kubernetes.kubeconfig"),
     (["--kubernetes.node-name", "n1"], None, "--kubernetes.node-name"),
-    (["--labels.extra", "pod_uid"], None, "--labels.extra"),
     (["--labels.pod-labels", "team"], None, "--labels.pod-labels"),
     (["--labels.pod-annotations", "owner"], None, "--labels.pod-annotations"),
     ([], {"POD_GPU_EXPORTER_KUBERNETES_API": "auto"}, "POD_GPU_EXPORTER_KUBERNETES_API"),
-    ([], {"POD_GPU_EXPORTER_LABELS_EXTRA": "workload"}, "POD_GPU_EXPORTER_LABELS_EXTRA"),
 ])
 def test_demo_refuses_the_kubernetes_api_settings(args, env, names):
     assert_refused(run(["demo", "--web.listen-address", "127.0.0.1:0"] + args, env), names, "demo")

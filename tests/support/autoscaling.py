@@ -10,7 +10,7 @@ import tempfile
 import urllib.parse
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Iterator, List, Optional, Sequence
+from typing import Dict, Iterator, List, Optional, Sequence, Tuple
 
 import yaml
 
@@ -25,6 +25,7 @@ ADAPTER_VALUES = AUTOSCALING / "prometheus-adapter-values.yaml"
 HPA = AUTOSCALING / "hpa.yaml"
 KEDA = AUTOSCALING / "keda-scaledobject.yaml"
 RECORD = "namespace_pod:pod_gpu_utilization:ratio"
+AUTOSCALING_DOC = PROMETHEUS_DIR.parent / "docs" / "autoscaling.md"
 SHIPPED_RULES = sorted((PROMETHEUS_DIR / "rules").glob("*.rules.yml"))
 # The template actions the adapter fills in for a metricsQuery (its naming.MetricsQuery).
 _ACTION = re.compile(r"<<\s*\.(\w+)\s*>>")
@@ -44,6 +45,22 @@ def keda_pod_name_query() -> str:
     """The query the ScaledObject's comments offer for an exporter run without --labels.extra workload."""
     (query,) = re.findall(r"(?m)^#\s+(avg\(.*pod=~.*\))\s*$", KEDA.read_text())
     return query
+
+
+def documented_demo_ranges() -> Dict[str, Tuple[float, float]]:
+    """pod → (lowest, highest) that docs/autoscaling.md says the rule reads for it on the demo ("`trainer-0` reads
+    0.48–0.77"), and "neighbour" → the percent it says the whole-GPU rule gives llm-server-b."""
+    text = " ".join(AUTOSCALING_DOC.read_text(encoding="utf-8").split())
+    ranges = {pod: (float(low), float(high))
+              for pod, low, high in re.findall(r"`(trainer-0|llm-server-a)` (?:reads )?([0-9.]+)–([0-9.]+)", text)}
+    (neighbour,) = re.findall(r"gives `llm-server-b` the ([0-9]+)–([0-9]+) %", text)
+    return {**ranges, "neighbour": (float(neighbour[0]), float(neighbour[1]))}
+
+
+def documented_demo_keda_query() -> str:
+    """The KEDA query docs/autoscaling.md asks the demo's Prometheus, as its curl command sends it."""
+    (promql,) = re.findall(r"--data-urlencode 'query=(avg\(.*\))'", AUTOSCALING_DOC.read_text(encoding="utf-8"))
+    return promql
 
 
 def expand_pods_query(template: str, series: str, namespace: str, pods: Sequence[str]) -> str:

@@ -9,7 +9,7 @@ import subprocess
 import urllib.parse
 import urllib.request
 from pathlib import Path
-from typing import Optional, Tuple
+from typing import Optional, Tuple, Union
 
 import yaml
 
@@ -36,11 +36,16 @@ def get_json(url: str):
 class PrometheusServer:
     """A prometheus server process on a free loopback port, with its own TSDB folder."""
 
-    def __init__(self, binary: str, folder: Path, config: dict, web_config: Optional[dict] = None,
+    def __init__(self, binary: str, folder: Path, config: Union[dict, Path], web_config: Optional[dict] = None,
                  credentials: Optional[Tuple[str, str]] = None):
-        """`web_config`: its --web.config.file (basic auth users, TLS); `credentials`: (user, password) to
-        ask it with, when its web config requires them."""
-        (folder / "prometheus.yml").write_text(yaml.safe_dump(config))
+        """`config`: its configuration, or the file that holds it (where the file's own folder matters: Prometheus
+        reads relative rule_files from there); `web_config`: its --web.config.file (basic auth users, TLS);
+        `credentials`: (user, password) to ask it with, when its web config requires them."""
+        if isinstance(config, Path):
+            config_file = config
+        else:
+            config_file = folder / "prometheus.yml"
+            config_file.write_text(yaml.safe_dump(config))
         extra = []
         if web_config is not None:
             (folder / "web.yml").write_text(yaml.safe_dump(web_config))
@@ -51,7 +56,7 @@ class PrometheusServer:
         for _attempt in range(3):  # the free port can be taken between probing and binding
             self.url = f"http://127.0.0.1:{free_port()}"
             self.proc = subprocess.Popen(
-                [binary, f"--config.file={folder / 'prometheus.yml'}", f"--storage.tsdb.path={folder / 'data'}",
+                [binary, f"--config.file={config_file}", f"--storage.tsdb.path={folder / 'data'}",
                  f"--web.listen-address={self.url[len('http://'):]}", "--log.level=warn"] + extra,
                 stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
             if self._wait_ready():

@@ -64,15 +64,15 @@ def start_demo_with_energy() -> ExporterProcess:
     return exporter
 
 
-def start_demo_keeping_its_text():
-    """`demo` as a user starts it, with what it prints (stdout) kept: (ExporterProcess, its lines so far)."""
+def start_demo_keeping_its_text(*args: str):
+    """`demo ARGS` as a user starts it, with what it prints (stdout) kept: (ExporterProcess, its lines so far)."""
     import subprocess as sp
     import threading
 
     from support.demo_process import console_script
     from support.exporter_process import STARTED, ExporterProcess
 
-    proc = sp.Popen([console_script(), "demo", "--web.listen-address", "127.0.0.1:0"], cwd=str(REPO_ROOT),
+    proc = sp.Popen([console_script(), "demo", *args, "--web.listen-address", "127.0.0.1:0"], cwd=str(REPO_ROOT),
                     env=exporter_env(), stdout=sp.PIPE, stderr=sp.PIPE, text=True)
     lines: List[str] = []
     threading.Thread(target=lambda: lines.extend(proc.stdout), daemon=True).start()

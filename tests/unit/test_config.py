@@ -270,9 +270,15 @@ def test_demo_refuses_what_demo_nvml_decides(argv):
         parse_config(["demo", *argv], {})
 
 
-def test_demo_refuses_extra_labels_because_it_sets_its_own():
-    with pytest.raises(ConfigError, match=r"^--labels.extra is not used by `demo` \(the demo adds the queue labels"):
-        parse_config(["demo", "--labels.extra", "workload"], {})
+def test_demo_takes_extra_labels_and_keeps_its_queue_labels():
+    from exporter.demo.node import demo_labels_extra
+
+    # Its API server holds the simulated pods' owners and queues: what is asked is served, queue always.
+    assert parse_config(["demo", "--labels.extra", "workload"], {}).labels_extra == "workload"
+    assert [demo_labels_extra(asked) for asked in ("", "workload", "pod_uid, queue")] == \
+        ["queue", "workload,queue", "pod_uid,queue"]
+    with pytest.raises(ConfigError, match="unknown extra label 'workloads'"):
+        parse_config(["demo", "--labels.extra", "workloads"], {})
 
 
 def test_help_shows_the_node_name_default_it_computes():
