@@ -216,8 +216,12 @@ def test_a_counter_new_since_the_first_scrape_is_unrated_and_the_table_says_why_
     assert "widen --window" in text
     grouped, = shape(table, None, [], "node", "sm").rows
     assert grouped.rates_pending and "of 1 row:" in as_text(shape(table, None, [], "node", "sm"), "node")
+    assert "not enough data" not in as_text(process_table(), "pod")  # every counter in both scrapes
     # Device mode serves no counters: its `-` is a value the exporter does not serve, and no note says otherwise.
-    assert "not enough data" not in as_text(process_table(), "pod")
+    device = f'pod_gpu_container_allocated_gpus{{{OWNER_B}}} 0.5\nDCGM_FI_DEV_GPU_UTIL{{{GPU2},{OWNER_B}}} 40\n'
+    row, = build_table(look(parse_text(device), parse_text(device), 5.0)).rows
+    assert row.power_watts is None and not row.rates_pending
+    assert "not enough data" not in as_text(build_table(look(parse_text(device), parse_text(device), 5.0)), "pod")
 
 
 def test_name_sort_is_by_namespace_pod_container_never_by_queue_first():
