@@ -149,7 +149,24 @@ class _Parser(argparse.ArgumentParser):
         self.exit(2, f"{self.prog}: error: {message} (see --help)\n")
 
 
-def build_parser() -> argparse.ArgumentParser:
+def named_command(argv: Sequence[str]) -> str:
+    """The command argv names, before it is parsed ("" where none is named): every flag takes one value,
+    so the first word that is neither a flag nor a flag's value is it."""
+    words = iter(argv)
+    for word in words:
+        if word in ("-h", "--help", "--version") or (word.startswith("-") and "=" in word):
+            continue
+        if word.startswith("-"):
+            next(words, None)  # its value
+            continue
+        return word
+    return ""
+
+
+def build_parser(command: str = "") -> argparse.ArgumentParser:
+    """Every flag; with `command` named (`demo --help`), the flags that command refuses are left out of
+    its help (still parsed, so that giving one is refused with why)."""
+    hidden = refused_settings(command) if command in COMMANDS else {}
     parser = _Parser(
         prog="pod-gpu-metrics-exporter",
         description=(
@@ -166,9 +183,12 @@ def build_parser() -> argparse.ArgumentParser:
             "  mapping   print this node's GPU -> pod table from --kubelet.socket and exit (-o json for JSON)\n"
             "  top       one row per container that holds a GPU, across the cluster (`top --help` for its flags;\n"
             "            also installed as the kubectl plugin `kubectl gpu top`)\n"
+            + (f"\nflags `{command}` does not use are left out (`--help` alone lists every flag)\n" if hidden else "")
         ),
     )
-    parser.add_argument("command", nargs="?", default="serve", choices=COMMANDS, help="what to do (default: serve)")
+    # `top` is a command too, though main() hands it its own parser before this one is built.
+    parser.add_argument("command", nargs="?", default="serve", choices=COMMANDS + ("top",),
+                        help="what to do (default: serve)")
     defaults = Config()
     for flag in _FLAGS:
         default = defaults.listen_address if flag.field == "listen_address" else getattr(defaults, flag.field)
@@ -177,16 +197,21 @@ def build_parser() -> argparse.ArgumentParser:
         elif flag.kind == "size":
             default = format_size(default)
         shown = flag.shown_default or ("none" if default in (None, "") else default)
+        shown_help = f"{flag.help} [env {env_var_name(flag.flag)}] (default: {shown})"
         parser.add_argument(flag.flag, dest=flag.field, metavar=_metavar(flag.kind),
-                            help=f"{flag.help} [env {env_var_name(flag.flag)}] (default: {shown})")
-    parser.add_argument("-o", "--output", choices=("table", "json"), help="mapping: output format (default: table)")
+                            help=argparse.SUPPRESS if flag.field in hidden else shown_help)
+    parser.add_argument("-o", "--output", choices=("table", "json"),
+                        help=argparse.SUPPRESS if "output" in hidden else "mapping: output format (default: table)")
     parser.add_argument("--version", action="version", version=f"%(prog)s {_version()}")
     return parser
 
 
 def parse_config(argv: Sequence[str], environ: Mapping[str, str]) -> Config:
     """Flags over environment over defaults; raises ConfigError naming the flag or variable at fault."""
-    args = build_parser().parse_args(list(argv))
+    args = build_parser(named_command(argv)).parse_args(list(argv))
+    if args.command == "top":
+        raise ConfigError("`top` takes flags of its own and comes first: pod-gpu-metrics-exporter top [flags] "
+                          "(see top --help)")
     values = {"command": args.command}
     sources = {"output": "-o/--output"} if args.output is not None else {}
     for flag in _FLAGS:

@@ -41,7 +41,7 @@ class KubernetesApi(Collector):
              None, "env NODE_NAME, as the downward API sets it, else the host name"),
         Flag("--kubernetes.watch-silence-timeout", "kubernetes_watch_silence_seconds", "duration", "A watch on which nothing arrives for this long (the API server sends a bookmark about every minute) is dropped and the resource listed again.",
              150.0),
-        Flag("--labels.extra", "labels_extra", Kind("LIST", _extra), "Comma list of extra labels from the API: pod_uid (adds pod_uid), workload (adds workload_kind, workload), queue (adds cluster_queue, local_queue: the pod's Kueue or Volcano queue).",
+        Flag("--labels.extra", "labels_extra", Kind("LIST", _extra), "Comma list of extra labels from the API: pod_uid (adds pod_uid), workload (adds workload_kind, workload), queue (adds cluster_queue, local_queue: the pod's Kueue, Volcano or KAI Scheduler queue).",
              ""),
         Flag("--labels.pod-labels", "labels_pod_labels", Kind("REGEX", _regex), "Regex (full match) of pod label keys to add as label_<key>, sanitised like kube-state-metrics."),
         Flag("--labels.pod-annotations", "labels_pod_annotations", Kind("REGEX", _regex), "Regex (full match) of pod annotation keys to add as annotation_<key>."),

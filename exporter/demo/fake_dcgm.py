@@ -3,17 +3,17 @@
 from __future__ import annotations
 
 import socket
-import sys
 import threading
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Callable, Optional, Set, Union
+from http.server import BaseHTTPRequestHandler
+from typing import Callable, Optional, Union
+
+from exporter.demo.loopback_server import OpenConnections, QuietServer
 
 Body = Union[bytes, Callable[[], bytes]]
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 
 
-class _Server(ThreadingHTTPServer):
-    daemon_threads = True
+class _Server(QuietServer):
     # socketserver's default backlog of 5 drops SYNs under a burst of scrapes, and each drop costs
     # the client a 1 s retransmit; Go servers (dcgm-exporter) listen with the system maximum.
     request_queue_size = 128
@@ -22,14 +22,8 @@ class _Server(ThreadingHTTPServer):
         if ":" in address[0]:
             self.address_family = socket.AF_INET6
         self.fake = fake
-        self.open_connections: Set[socket.socket] = set()
-        self.connections_lock = threading.Lock()
+        self.open_connections = OpenConnections()
         super().__init__(address, _Handler)
-
-    def handle_error(self, request, client_address) -> None:
-        # A client that times out and hangs up (a closed browser tab, a test's impatient client) is not news.
-        if not isinstance(sys.exc_info()[1], (ConnectionError, socket.timeout)):
-            super().handle_error(request, client_address)
 
 
 class _Handler(BaseHTTPRequestHandler):
@@ -41,12 +35,10 @@ class _Handler(BaseHTTPRequestHandler):
 
     def setup(self) -> None:
         super().setup()
-        with self.server.connections_lock:
-            self.server.open_connections.add(self.connection)
+        self.server.open_connections.opened(self.connection)
 
     def finish(self) -> None:
-        with self.server.connections_lock:
-            self.server.open_connections.discard(self.connection)
+        self.server.open_connections.closed(self.connection)
         super().finish()
 
     def do_GET(self) -> None:
@@ -96,14 +88,7 @@ class FakeDcgmExporter:
             return
         server.shutdown()
         server.server_close()
-        with server.connections_lock:
-            connections = list(server.open_connections)
-        for connection in connections:
-            # shutdown() (not close()) wakes a handler thread blocked reading a keep-alive socket.
-            try:
-                connection.shutdown(socket.SHUT_RDWR)
-            except OSError:
-                pass
+        server.open_connections.shut_all()
         if self._thread is not None:
             self._thread.join()
 

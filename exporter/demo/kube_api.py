@@ -23,6 +23,7 @@ from typing import Dict, List, Optional, Tuple
 
 from exporter.demo.kube_api_http import MAX_WATCH_SECONDS, KubeApiHandler, handler_class
 from exporter.demo.kube_objects import BUILT_IN_KINDS, owner_reference
+from exporter.demo.loopback_server import OpenConnections, QuietServer
 
 BOOKMARK_INTERVAL_SECONDS = 1.0
 
@@ -43,12 +44,12 @@ class FakeKubeApi:
         self._generation = 0  # bumped to end every open watch
         self._server: Optional[ThreadingHTTPServer] = None
         self._stopped = False
+        self.connections = OpenConnections()  # the handlers' (KubeApiHandler.setup, finish)
 
     # --- the owner's side ------------------------------------------------------------------------
     def start(self, port: int = 0) -> "FakeKubeApi":
         """Serve on loopback; a stopped server can be started again on its old port (`port`)."""
-        server = ThreadingHTTPServer(("127.0.0.1", port), handler_class(self, self.handler))
-        server.daemon_threads = True
+        server = QuietServer(("127.0.0.1", port), handler_class(self, self.handler))
         self._server, self._stopped = server, False
         threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.1}, daemon=True).start()
         return self
@@ -61,6 +62,7 @@ class FakeKubeApi:
             self._stopped = True  # a watch accepted just before the shutdown ends too
             self.close_watches()
             self._server = None
+            self.connections.shut_all()  # kept alive between requests: a stopped server answers none
 
     @property
     def port(self) -> int:

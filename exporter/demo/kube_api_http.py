@@ -62,6 +62,14 @@ class KubeApiHandler(BaseHTTPRequestHandler):
     def log_message(self, *args):  # quiet: the exporter's log is what a user reads
         pass
 
+    def setup(self):
+        super().setup()
+        self.api.connections.opened(self.connection)
+
+    def finish(self):
+        self.api.connections.closed(self.connection)
+        super().finish()
+
     def do_GET(self):  # noqa: N802 - http.server's name
         url = urlsplit(self.path)
         query = {k: v[-1] for k, v in parse_qs(url.query).items()}
@@ -137,8 +145,10 @@ class KubeApiHandler(BaseHTTPRequestHandler):
                 self.chunk(self.event_line(plural, event))
             self.chunk(b"")
         except (BrokenPipeError, ConnectionResetError):
-            pass
-        self.close_connection = True
+            self.close_connection = True
+        # Ended whole (timeoutSeconds, or every watch ended), the connection stays open for the next request,
+        # as an API server's does: closing it unannounced races the client, which reuses it at once for its
+        # next watch and reads "Server disconnected".
 
     def event_line(self, plural: str, event: dict) -> bytes:
         """One watch event as the line sent."""

@@ -228,8 +228,9 @@ HTTP_IDLE_CONNECTIONS_CLOSED = _self("pod_gpu_exporter_http_idle_connections_clo
 # Each section of /gpu/metrics (exposition/sections.py), as node_exporter reports its collectors.
 SECTION_UP = _self("pod_gpu_exporter_section_up", "gauge", "1 when the section's source answered at its last "
                    "refresh (allocation: the kubelet; device_health: the Kubernetes API; hpc_jobs: the job directory "
-                   "read in time; process_shares, xid_events: NVML) and its rows were produced for the last scrape, "
-                   "else 0.", ("section",))
+                   "read in time; process_shares, xid_events: NVML; status, the block of the exporter's up gauges "
+                   "such as pod_gpu_exporter_dcgm_up: none, so it reads 1 unless that block fails to be written) and "
+                   "its rows were produced for the last scrape, else 0.", ("section",))
 SECTION_DURATION = _self("pod_gpu_exporter_section_duration_seconds", "gauge", "Time the section's last refresh "
                          "took: its source's last reading, or the making of its rows where it has no source of its "
                          "own; none for xid_events, which waits for events, nor for process_shares, whose refresh "

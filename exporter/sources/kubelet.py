@@ -16,7 +16,8 @@ from exporter._gen.podresources.v1alpha1 import api_pb2 as v1alpha1_pb2
 from exporter._gen.podresources.v1alpha1 import api_pb2_grpc as v1alpha1_grpc
 from exporter.base.errors import KubeletError
 
-DEFAULT_SOCKET = "/var/lib/kubelet/pod-resources/kubelet.sock"
+KUBELET_FOLDER = "/var/lib/kubelet/"
+DEFAULT_SOCKET = KUBELET_FOLDER + "pod-resources/kubelet.sock"
 # The kubelet sets no response-size limit and gRPC's 4 MiB default is exceeded on big nodes
 # (dcgm-exporter broke on it and moved to 16 MiB). We take 4x that: a too-small limit blinds the
 # exporter completely, while the bound only costs memory when a kubelet really sends that much.
@@ -34,6 +35,14 @@ _V1_LIST = "/v1.PodResourcesLister/List"
 _MOUNT_HINT = ("is the pod-resources folder mounted "
                "(-v /var/lib/kubelet/pod-resources:/var/lib/kubelet/pod-resources:ro) "
                "and --kubelet.socket right?")
+# A socket elsewhere (a test kubelet's, the demo's under /tmp) is no folder a container mounts from the host.
+_ELSEWHERE_HINT = ("is --kubelet.socket right, and its server running? (the demo prints its simulated "
+                   "kubelet's socket, a new folder each run; a container needs the socket's folder mounted)")
+
+
+def _absent_hint(path: str) -> str:
+    """What to check when the socket is not there: the mount where it is the kubelet's own folder."""
+    return _MOUNT_HINT if path.startswith(KUBELET_FOLDER) else _ELSEWHERE_HINT
 _ROOT_HINT = ("run as root (the kubelet creates it root-owned, mode 0755) "
               "or as a user allowed to write to it")
 
@@ -145,12 +154,12 @@ class PodResourcesClient:
         try:
             info = os.stat(path)
         except FileNotFoundError as exc:
-            raise KubeletError(f"kubelet socket {path} not found: {_MOUNT_HINT}", reason="absent") from exc
+            raise KubeletError(f"kubelet socket {path} not found: {_absent_hint(path)}", reason="absent") from exc
         except PermissionError as exc:
             raise KubeletError(f"kubelet socket {path}: permission denied on its folder: {_ROOT_HINT}",
                                reason="permission") from exc
         except OSError as exc:
-            raise KubeletError(f"kubelet socket {path}: {exc.strerror}: {_MOUNT_HINT}",
+            raise KubeletError(f"kubelet socket {path}: {exc.strerror}: {_absent_hint(path)}",
                                reason="error") from exc
         if not stat.S_ISSOCK(info.st_mode):
             raise KubeletError(f"kubelet socket {path} exists but is not a unix socket: "
@@ -259,7 +268,7 @@ def _translate(exc: grpc.RpcError, client: PodResourcesClient, call: str = "List
         return KubeletError(f"{where}: permission denied: {_ROOT_HINT}", reason="permission")
     if code == grpc.StatusCode.UNAVAILABLE:
         if "no such file" in lowered:
-            return KubeletError(f"{where} not found: {_MOUNT_HINT}", reason="absent")
+            return KubeletError(f"{where} not found: {_absent_hint(client.socket_path)}", reason="absent")
         return KubeletError(f"{where}: kubelet not answering ({details}): is it running? "
                             "will reconnect on the next call", reason="unavailable")
     if code == grpc.StatusCode.UNIMPLEMENTED:

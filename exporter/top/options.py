@@ -124,7 +124,7 @@ def _add_prometheus_flags(add) -> None:
         default=10.0, help="time allowed for each query (default: 10s)")
     add("--prometheus.header", dest="prometheus_headers", metavar="'NAME: VALUE'", action="append",
         type=_checked(_header),
-        help="a header sent with every query, repeatable (a tenant: 'X-Scope-OrgID: team-a' for Mimir, Cortex, Loki)")
+        help="a header sent with every query, repeatable (a tenant: 'X-Scope-OrgID: team-a' for Mimir or Cortex)")
 
 
 def _add_proxy_flags(add) -> None:

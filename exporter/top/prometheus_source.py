@@ -1,4 +1,4 @@
-"""Readings from Prometheus's HTTP API: instant queries, counters as rate() over the window."""
+"""Readings from Prometheus's HTTP API: instant queries; counters as their rate over the samples in the window."""
 
 from __future__ import annotations
 
@@ -13,9 +13,10 @@ from typing import Optional, Tuple
 
 from exporter.top.errors import TopSourceError
 from exporter.top.families import COUNTERS, GAUGES, PRESENCE
-from exporter.top.readings import CLUSTER, Readings
+from exporter.top.readings import CLUSTER, Readings, rate_over_samples
 
 MAX_ANSWER_BYTES = 64 * 1024 * 1024  # one query's JSON; a cluster's GPU series are a few megabytes
+_ERROR_BODY_BYTES = 4096  # of a refusal's body: its message is in the first line
 _SCRAPE_LABELS = frozenset(("instance", "job", "endpoint", "service"))  # the scrape's, not the series' own
 
 
@@ -32,7 +33,10 @@ class PrometheusAccess:
 class PrometheusSource:
     """Asks one Prometheus-compatible query API (Prometheus, Thanos Query, Mimir, VictoriaMetrics...) for the
     exporter's families across every node and cluster it holds. It uses nothing but instant queries
-    (/api/v1/query, GET) of plain selectors and rate(), which every one of them answers alike."""
+    (/api/v1/query, GET) of plain selectors, with a range (`family[window]`) for the counters, which every
+    one of them answers alike: the samples stored. A counter's rate is worked out here, over the time its
+    samples span (readings.rate_over_samples), not by rate(), which a series younger than the window
+    dilutes, and which VictoriaMetrics computes otherwise."""
 
     def __init__(self, access: PrometheusAccess, window_seconds: float, cluster_label: str = "cluster",
                  cluster: Optional[str] = None):
@@ -58,23 +62,48 @@ class PrometheusSource:
 
     def read(self) -> Readings:
         if not self.query(self._selector(PRESENCE)):
-            within = f" with {self._matcher}" if self._matcher else ""
-            raise TopSourceError(f"Prometheus at {self._shown} has no {PRESENCE} series{within}: is it scraping "
-                                 "pod-gpu-metrics-exporter's /gpu/metrics?", "empty")
+            raise self._empty()
         readings, seen = Readings(), set()
-        names = "|".join(GAUGES)
-        gauges = self.query("{" + ",".join(filter(None, (f'__name__=~"{names}"', self._matcher))) + "}")
-        results = [(r["metric"].get("__name__", ""), r) for r in gauges]
+        # The counters' latest samples too: one with no rate below has too few samples in the window yet.
+        names = "|".join(GAUGES + COUNTERS)
+        now = self.query("{" + ",".join(filter(None, (f'__name__=~"{names}"', self._matcher))) + "}")
+        for result in now:
+            if result["metric"].get("__name__", "") not in COUNTERS:
+                self._add(readings, seen, result["metric"].get("__name__", ""), result["metric"], _value(result))
+        counters = [result for result in now if result["metric"].get("__name__", "") in COUNTERS]
         for counter in COUNTERS:
-            results += [(counter, r) for r in self.query(f"rate({self._selector(counter)}[{self._window}])")]
-        for family, result in results:
-            labels = _labels(result["metric"], self._cluster_label)
-            # One exporter scraped by two jobs (a ServiceMonitor and annotations) is counted once.
-            key = (family, frozenset((k, v) for k, v in labels.items() if k not in _SCRAPE_LABELS))
-            if key not in seen:
-                seen.add(key)
-                readings.add(family, labels, _value(result))
+            for result in self.query(f"{self._selector(counter)}[{self._window}]"):
+                rate = rate_over_samples(_points(result))
+                if rate is not None:  # rated first: of one series scraped by two jobs, the one with a rate
+                    self._add(readings, seen, counter, result["metric"], rate)
+                counters.append({"metric": {**result["metric"], "__name__": counter}})
+        for result in counters:
+            self._add(readings, seen, result["metric"]["__name__"], result["metric"], None)
         return readings
+
+    def _add(self, readings: Readings, seen: set, family: str, metric: dict, value: Optional[float]) -> None:
+        """One series, once: one exporter scraped by two jobs (a ServiceMonitor and annotations) counts once.
+        A counter without a rate (value None) is recorded as unrated."""
+        labels = _labels(metric, self._cluster_label)
+        key = (family, frozenset((k, v) for k, v in labels.items() if k not in _SCRAPE_LABELS))
+        if key in seen:
+            return
+        seen.add(key)
+        if value is None:
+            readings.add_unrated(family, labels)
+        else:
+            readings.add(family, labels, value)
+
+    def _empty(self) -> TopSourceError:
+        """No exporter's series (with --cluster: none of that cluster's, naming the clusters there are)."""
+        within = ""
+        if self._matcher:
+            found = sorted({r["metric"].get(self._cluster_label, "") for r in
+                            self.query(f"count by ({self._cluster_label}) ({PRESENCE})")} - {""})
+            there = f"its clusters: {', '.join(found)}" if found else f"no series of it carries {self._cluster_label}"
+            within = f" with {self._matcher} ({there})"
+        return TopSourceError(f"Prometheus at {self._shown} has no {PRESENCE} series{within}: is it scraping "
+                              "pod-gpu-metrics-exporter's /gpu/metrics?", "empty")
 
     def _selector(self, family: str) -> str:
         return f"{family}{{{self._matcher}}}" if self._matcher else family
@@ -89,8 +118,10 @@ class PrometheusSource:
                 if len(body) <= MAX_ANSWER_BYTES and response.length:
                     raise http.client.IncompleteRead(body, response.length)
         except urllib.error.HTTPError as exc:
-            raise TopSourceError(f"Prometheus at {self._shown} answered HTTP {exc.code} {exc.reason}"
-                                 f"{_hint(exc.code)}", "status") from None
+            said, refused = _error_body(exc)
+            raise TopSourceError(f"Prometheus at {self._shown} answered HTTP {exc.code} {exc.reason} to the query "
+                                 f"{_one_line(promql)[:120]}{': ' + said if said else ''}{_hint(exc.code, refused)}",
+                                 "status") from None
         except http.client.HTTPException as exc:  # not HTTP at all, or the connection cut mid-answer
             raise TopSourceError(f"Prometheus at {self._shown} gave a broken HTTP answer: "
                                  f"{_one_line(type(exc).__name__ + ': ' + str(exc))}", "unreachable") from None
@@ -116,12 +147,29 @@ def _failed(shown: str, answer: dict) -> list:
     raise TopSourceError(f"Prometheus at {shown} refused the query: {answer.get('error', answer)}", "status")
 
 
-def _hint(code: int) -> str:
+def _error_body(exc: urllib.error.HTTPError) -> Tuple[str, bool]:
+    """What the server said (a query API's JSON `error`, else its text's first line, short), and whether it
+    is a query API's own refusal of the query (its JSON error: `"status": "error"` and an `errorType`)."""
+    try:
+        body = exc.read(_ERROR_BODY_BYTES).decode("utf-8", "replace")
+    except (OSError, http.client.HTTPException, AttributeError):
+        return "", False
+    try:
+        answer = json.loads(body)
+        if isinstance(answer, dict) and answer.get("status") == "error":
+            return _one_line(str(answer.get("error", "")))[:300], bool(answer.get("errorType"))
+    except ValueError:
+        pass
+    return _one_line(body.strip().split("\n", 1)[0] if body.strip() else "")[:300], False
+
+
+def _hint(code: int, refused: bool = False) -> str:
+    if code in (400, 404, 405) and not refused:
+        return (" (no query API there: is the URL Prometheus's root, or that of Thanos Query, VictoriaMetrics, "
+                "Mimir or Cortex, e.g. http://prometheus:9090? vmalert, Alertmanager and agents serve none)")
     if code in (401, 403):
         return (" (give --prometheus.user and a password, or --prometheus.bearer-token-file; a multi-tenant store "
                 "such as Mimir: --prometheus.header 'X-Scope-OrgID: <tenant>')")
-    if code == 404:
-        return " (is the URL Prometheus's root, e.g. http://prometheus:9090?)"
     return ""
 
 
@@ -133,6 +181,17 @@ def _labels(metric: dict, cluster_label: str) -> dict:
     if metric.get(cluster_label):
         labels[CLUSTER] = metric[cluster_label]
     return labels
+
+
+def _points(result: dict) -> list:
+    """A range answer's samples, (time, value) in time order; an unreadable one is left out."""
+    points = []
+    for pair in result.get("values") or ():
+        try:
+            points.append((float(pair[0]), float(pair[1])))
+        except (IndexError, TypeError, ValueError):
+            continue
+    return points
 
 
 def _value(result: dict) -> float:

@@ -1,9 +1,10 @@
-"""What a source hands the table: each family's samples (counters already turned into per-second rates)."""
+"""What a source hands the table: each family's samples (counters already turned into per-second rates over the
+time their samples span), and the counters seen with too few samples for a rate yet."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Dict, Iterable, List, Mapping, Optional, Tuple
+from typing import Dict, Iterable, List, Mapping, Optional, Sequence, Tuple
 
 from exporter.exposition.text import parse_label_pairs, unescape_label_value
 from exporter.top.families import COUNTERS, GAUGES, PRESENCE
@@ -31,20 +32,29 @@ class Sample:
 @dataclass
 class Readings:
     """One look at the clusters: family name → samples, and the nodes that did not answer, with why:
-    (node, why) or (node, why, cluster)."""
+    (node, why) or (node, why, cluster). `unrated`: (family, labels) of the counters seen with fewer than
+    two samples so far (a pod younger than one scrape, a window shorter than two scrapes): no rate yet."""
 
     families: Dict[str, List[Sample]] = field(default_factory=dict)
     unreachable: List[tuple] = field(default_factory=list)
+    unrated: List[Tuple[str, Dict[str, str]]] = field(default_factory=list)
 
     def samples(self, family: str) -> List[Sample]:
         return self.families.get(family, [])
 
     def add(self, family: str, labels: Mapping[str, str], value: float) -> None:
-        found = dict(labels)
-        for legacy, name in LEGACY_OWNER.items():
-            if legacy in found:
-                found[name] = found.pop(legacy)
-        self.families.setdefault(family, []).append(Sample(found, value))
+        self.families.setdefault(family, []).append(Sample(_owner_names(labels), value))
+
+    def add_unrated(self, family: str, labels: Mapping[str, str]) -> None:
+        self.unrated.append((family, _owner_names(labels)))
+
+
+def _owner_names(labels: Mapping[str, str]) -> Dict[str, str]:
+    found = dict(labels)
+    for legacy, name in LEGACY_OWNER.items():
+        if legacy in found:
+            found[name] = found.pop(legacy)
+    return found
 
 
 def parse_text(body: str, wanted: Iterable[str] = WANTED) -> Dict[Tuple[str, Labels], float]:
@@ -94,6 +104,22 @@ def _kept(strings: Dict[str, str], value: str) -> str:
     return strings.setdefault(value, value)
 
 
+def rate_over_samples(points: Sequence[Tuple[float, float]]) -> Optional[float]:
+    """A counter's per-second rate over the time its samples span, (time, value) in time order; None with
+    fewer than two. A drop is a reset, read as rate() reads one (the counter started again from zero).
+
+    Not rate(): rate() divides by the whole window, stretching what it saw at most half a scrape interval
+    past the first and last samples, so a series younger than the window reads low (80 s of a 2 m window:
+    about 0.7 of its rate). Over a series that spans the window, the two agree: both are its increase over
+    the time from its first sample to its last."""
+    if len(points) < 2 or points[-1][0] <= points[0][0]:
+        return None
+    increase = 0.0
+    for (_, before), (_, after) in zip(points, points[1:]):
+        increase += after - before if after >= before else after
+    return increase / (points[-1][0] - points[0][0])
+
+
 def per_second(first: Mapping, second: Mapping, seconds: float) -> Dict:
     """Counters' rates between two scrapes `seconds` apart, as Prometheus's rate() reads a reset
     (a counter that went down started again from zero); a series in one scrape only has none."""
@@ -107,8 +133,9 @@ def per_second(first: Mapping, second: Mapping, seconds: float) -> Dict:
 
 def add_scrapes(readings: Readings, node: str, first: Mapping, second: Mapping, seconds: float,
                 cluster: Optional[str] = None) -> None:
-    """One exporter's two scrapes into `readings`: gauges as the second read them, counters as rates;
-    `cluster` names where it runs, when top reads more than one."""
+    """One exporter's two scrapes into `readings`: gauges as the second read them, counters as rates (a
+    counter in the second alone, new since the first, is unrated); `cluster` names where it runs, when top
+    reads more than one."""
     rates = per_second({k: v for k, v in first.items() if k[0] in COUNTERS},
                        {k: v for k, v in second.items() if k[0] in COUNTERS}, seconds)
     where = {"node": node, **({CLUSTER: cluster} if cluster else {})}
@@ -117,3 +144,6 @@ def add_scrapes(readings: Readings, node: str, first: Mapping, second: Mapping, 
             readings.add(family, dict(labels, **where), value)
     for (family, labels), value in rates.items():
         readings.add(family, dict(labels, **where), value)
+    for family, labels in second.keys() - rates.keys():
+        if family in COUNTERS:
+            readings.add_unrated(family, dict(labels, **where))

@@ -26,6 +26,9 @@ _NAME_COLUMNS: Dict[str, Tuple[Tuple[str, str], ...]] = {
 _CLUSTER_COLUMN = ("CLUSTER", "cluster")
 _DEVICE_NOTE = ("* the GPU's own utilisation and memory (--sharing.mode device): on a shared GPU, "
                 "every holder shows the whole GPU")
+# A `-` is otherwise a value the exporter does not serve: this one is a rate that needs one more sample.
+_PENDING_NOTE = ("- in POWER or IDLE of {rows}: not enough data yet, fewer than two samples of its counters "
+                 "within the window (a rate needs two): wait a scrape, or widen --window")
 
 
 def render(table: Table, output: str, by: str) -> str:
@@ -114,6 +117,9 @@ def footer(table: Table) -> List[str]:
     """What no row shows: the remainder nobody holds, use outside allocations, nodes that did not answer."""
     lines = [""] if table.unattributed or table.unallocated or table.unreachable else []
     named = several_clusters(table)  # a node's cluster is said where the rows say it
+    pending = sum(1 for row in table.rows if row.rates_pending)
+    if pending:
+        lines.insert(0, _PENDING_NOTE.format(rows="1 row" if pending == 1 else f"{pending} rows"))
     if any(row.sm_source == DEVICE for row in table.rows):
         lines.insert(0, _DEVICE_NOTE)
     if table.unattributed:

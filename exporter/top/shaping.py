@@ -13,6 +13,11 @@ from exporter.top.utilization import weighted as weighted_by_gpus
 GROUPINGS = ("pod", "namespace", "queue", "node", "cluster")
 SORT_KEYS = ("sm", "gpus", "util", "memory", "power", "idle", "name")
 # Every grouping keeps the cluster: two clusters' namespaces, queues and nodes of one name are not one.
+# A row's names, in the order its columns show them: what --sort name sorts by (then the rest, for ties).
+_NAME_KEYS: Dict[str, Tuple[str, ...]] = {
+    "pod": ("cluster", "namespace", "pod", "container", "node"),
+    "queue": ("cluster", "cluster_queue", "namespace", "local_queue"),
+}
 _GROUP_KEYS: Dict[str, Tuple[str, ...]] = {
     "namespace": ("cluster", "namespace"),
     "queue": ("cluster", "cluster_queue", "namespace", "local_queue"),  # a LocalQueue is namespaced
@@ -64,7 +69,7 @@ def shape(table: Table, namespace: Optional[str], selector: Sequence[Requirement
     unallocated = [entry for entry in table.unallocated if namespace is None or entry.namespace == namespace]
     if by != "pod":
         rows = grouped(rows, _GROUP_KEYS[by])
-    return Table(sort_rows(rows, sort), unallocated, table.unattributed, table.unreachable)
+    return Table(sort_rows(rows, sort, by), unallocated, table.unattributed, table.unreachable)
 
 
 def _of_cluster(table: Table, cluster: str) -> Table:
@@ -97,14 +102,19 @@ def _merged(key: Dict[str, Optional[str]], members: List[Row]) -> Row:
                    power_watts=total("power_watts"), idle_ratio=idle,
                    utilization=weighted_by_gpus((row.utilization, row.gpus) for row in members),
                    health=min(healths, key=HEALTH_ORDER.index) if healths else None,
-                   sm_source=(DEVICE if DEVICE in sources else PROCESS) if sources else None, containers=len(members))
+                   sm_source=(DEVICE if DEVICE in sources else PROCESS) if sources else None, containers=len(members),
+                   rates_pending=any(row.rates_pending for row in members))
 
 
-def sort_rows(rows: List[Row], sort: str) -> List[Row]:
-    """Widest first (unknown values last); `name` sorts by the row's names; ties go by name."""
+def sort_rows(rows: List[Row], sort: str, by: str = "pod") -> List[Row]:
+    """Widest first (unknown values last); `name` sorts by the row's names as its columns show them (a pod's
+    namespace, pod, container; its queue is no name of it); ties go by name."""
+    keys = _NAME_KEYS.get(by) or _GROUP_KEYS[by]
+    rest = tuple(key for key in ("cluster", "namespace", "pod", "container", "node", "cluster_queue", "local_queue")
+                 if key not in keys)
+
     def name(row: Row) -> tuple:
-        return tuple(value or "" for value in (row.cluster, row.namespace, row.cluster_queue, row.local_queue,
-                                               row.pod, row.container, row.node))
+        return tuple(getattr(row, key) or "" for key in keys + rest)
 
     by_name = sorted(rows, key=name)
     if sort == "name":

@@ -38,6 +38,9 @@ class Row:
     pod_labels: Dict[str, str] = field(default_factory=dict, repr=False)
     cluster: Optional[str] = None  # where the series carry one (--cluster-label), or the pod proxy's context
     utilization: Optional[float] = None  # busy fraction (0-1) of the GPUs it holds: see utilization.py
+    # POWER or IDLE unknown for want of data, not because the exporter does not serve them: a counter of
+    # its seen with fewer than two samples in the window so far.
+    rates_pending: bool = False
 
 
 @dataclass
@@ -87,6 +90,7 @@ def build_table(readings: Readings) -> Table:
         statuses = [health[d] for d in devices.get(owner, ()) if d in health]
         row.health = min(statuses, key=HEALTH_ORDER.index) if statuses else None
     add_utilization(rows, devices, readings)
+    _mark_rates_pending(rows, readings)
     unreachable = sorted((Unreachable(*entry) for entry in readings.unreachable),
                          key=lambda u: (u.cluster or "", u.node, u.error))
     return Table(list(rows.values()), _unallocated(readings), _unattributed(readings), unreachable)
@@ -142,6 +146,14 @@ def _add_process_shares(rows: Dict[Owner, Row], readings: Readings) -> None:
         row.memory_bytes = memory.get(owner)
         row.power_watts = power.get(owner)
         row.idle_ratio = sum(idle[owner]) / len(idle[owner]) if idle.get(owner) else None
+
+
+def _mark_rates_pending(rows: Dict[Owner, Row], readings: Readings) -> None:
+    """Rows whose POWER or IDLE is unknown while a counter of theirs is there, short of samples."""
+    waiting = {owner_of(labels) for family, labels in readings.unrated if family in (f.ENERGY, f.IDLE)}
+    for owner in waiting & rows.keys():
+        row = rows[owner]
+        row.rates_pending = row.power_watts is None or row.idle_ratio is None
 
 
 def _add_device_readings(rows: Dict[Owner, Row], devices: Dict[Owner, List[Device]], readings: Readings) -> None:

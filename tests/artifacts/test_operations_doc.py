@@ -1,8 +1,10 @@
-"""The operations docs stay true: docs/operations.md's alert rules load in promtool, and the reference
-(docs/metrics.md) documents every family the running exporter serves."""
+"""The operations docs stay true: docs/operations.md's alert rules load in promtool, its log fields name
+every `dependency` the code can log, and the reference (docs/metrics.md) documents every family the
+running exporter serves."""
 
 from __future__ import annotations
 
+import ast
 import os
 import re
 import shutil
@@ -52,3 +54,35 @@ def test_every_self_metric_is_documented(kubelet, dcgm, run_exporter):
     doc = DOC.read_text()
     missing = sorted(name for name in served if f"`{name}" not in doc)
     assert not missing, f"not documented in docs/metrics.md: {missing}"
+
+
+def logged_dependencies() -> dict:
+    """Every `dependency` value the exporter can log → where: the name of each DependencyReporter and
+    each `dependency=` given to a log call. A name not written as a string (a variable) is a fault: it
+    could log a value no test sees."""
+    found, unreadable = {}, []
+    for path in sorted((REPO_ROOT / "exporter").rglob("*.py")):
+        where = str(path.relative_to(REPO_ROOT))
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if not isinstance(node, ast.Call):
+                continue
+            called = node.func.id if isinstance(node.func, ast.Name) else getattr(node.func, "attr", "")
+            values = [node.args[0]] if called == "DependencyReporter" and node.args else []
+            values += [keyword.value for keyword in node.keywords if keyword.arg == "dependency"]
+            for value in values:
+                if isinstance(value, ast.Constant) and isinstance(value.value, str):
+                    found.setdefault(value.value, where)
+                elif not (where == "exporter/base/logs.py" and ast.unparse(value) == "self.name"):
+                    unreadable.append(f"{where}:{node.lineno}: {ast.unparse(value)}")
+    assert not unreadable, f"dependency names not written as strings: {unreadable}"
+    return found
+
+
+def test_every_dependency_the_exporter_can_log_is_named_in_the_log_fields():
+    text = OPERATIONS.read_text()
+    fields = text[text.index("Fields: `ts`"):]
+    fields = fields[:fields.index("\n\n")]
+    found = logged_dependencies()
+    assert {"kubelet", "dcgm-exporter", "kubernetes-api", "nvml-events"} <= set(found), found  # the finder finds
+    missing = {name: where for name, where in found.items() if f"`{name}`" not in fields}
+    assert not missing, f"log `dependency` values not listed in docs/operations.md's Fields: {missing}"

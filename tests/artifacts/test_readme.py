@@ -79,12 +79,23 @@ def section(title: str) -> str:
     return README.split(f"\n## {title}\n", 1)[1].split("\n## ", 1)[0]
 
 
-def test_quick_start_shows_the_mapping_command_the_demo_prints():
-    # The demo prints mapping_command(<its program>, <this run's socket>); the README shows one run's.
+# The words the demo prints just before its `mapping` command (exporter/demo/explain.py), which the README quotes.
+DEMO_MAPPING_WORDS = "as `mapping` prints it on a real node"
+
+
+def test_quick_start_points_at_the_mapping_command_the_demo_prints_and_invents_no_socket(capsys):
+    # The demo prints mapping_command(<its program>, <this run's socket>), a new folder each run: a socket
+    # path in the README is one no reader has, and its error would send them looking for a mount.
+    from exporter.demo.explain import explain
+
     quick_start = section("Quick start")
-    socket = re.search(r"--kubelet\.socket (/tmp/pod-gpu-demo-\w{8}/kubelet\.sock)\b", quick_start)
-    assert socket, "the Quick start shows no `mapping --kubelet.socket <the demo's socket>` command"
-    assert mapping_command(DEMO_PROGRAM, socket.group(1)) in quick_start.splitlines()
+    assert not re.search(r"--kubelet\.socket /tmp/", quick_start), "the Quick start shows a made-up demo socket"
+    assert DEMO_MAPPING_WORDS in " ".join(quick_start.split()), "the Quick start no longer says which line to paste"
+    explain("http://127.0.0.1:9400/gpu/metrics", "/tmp/pod-gpu-demo-abcd1234/kubelet.sock", "http://127.0.0.1:1/metrics",
+            mapping_command(DEMO_PROGRAM, "/tmp/pod-gpu-demo-abcd1234/kubelet.sock"), top=DEMO_PROGRAM)
+    printed = capsys.readouterr().out.splitlines()
+    quoted = next(index for index, line in enumerate(printed) if DEMO_MAPPING_WORDS in line)
+    assert printed[quoted + 1].strip() == mapping_command(DEMO_PROGRAM, "/tmp/pod-gpu-demo-abcd1234/kubelet.sock")
 
 
 def _demo_queue(pod) -> str:

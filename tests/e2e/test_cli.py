@@ -6,6 +6,7 @@ import json
 import re
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 import requests
@@ -78,6 +79,45 @@ def test_mapping_without_kubelet_is_one_line_exit_1(socket_dir):
     result = run([sys.executable, "-m", "exporter", "mapping", "--kubelet.socket", str(socket_dir / "none.sock")])
     assert result.returncode == 1
     assert len(result.stderr.strip().splitlines()) == 1 and "not found" in result.stderr
+    # A socket outside the kubelet's folder (a test's, the demo's under /tmp) is no host folder to mount.
+    assert "is --kubelet.socket right, and its server running?" in result.stderr, result.stderr
+    assert "-v /var/lib/kubelet" not in result.stderr
+
+
+def test_mapping_of_the_kubelets_own_socket_path_says_to_mount_its_folder():
+    from exporter.sources.kubelet import DEFAULT_SOCKET
+
+    if Path(DEFAULT_SOCKET).exists():
+        pytest.skip("this machine runs a kubelet")
+    result = run([sys.executable, "-m", "exporter", "mapping", "--kubelet.socket", DEFAULT_SOCKET])
+    assert result.returncode == 1 and len(result.stderr.strip().splitlines()) == 1, result.stderr
+    assert "-v /var/lib/kubelet/pod-resources:/var/lib/kubelet/pod-resources:ro" in result.stderr, result.stderr
+
+
+def test_an_unknown_command_names_every_command_top_included():
+    result = run([sys.executable, "-m", "exporter", "frobnicate"])
+    assert result.returncode == 2 and len(result.stderr.strip().splitlines()) == 1, result.stderr
+    assert "invalid choice: 'frobnicate' (choose from 'serve', 'demo', 'mapping', 'top')" in result.stderr
+    late = run([sys.executable, "-m", "exporter", "--log.level", "debug", "top"])
+    assert late.returncode == 2 and "`top` takes flags of its own and comes first" in late.stderr, late.stderr
+
+
+@pytest.mark.parametrize("command", ["demo", "mapping"])
+def test_a_commands_help_leaves_out_the_flags_it_refuses(command):
+    from exporter.config import all_flags, refused_settings
+
+    refused = refused_settings(command)
+    assert refused  # each of them refuses some
+    shown = run([sys.executable, "-m", "exporter", command, "--help"])
+    everything = run([sys.executable, "-m", "exporter", "--help"])
+    assert shown.returncode == 0 and everything.returncode == 0
+    for flag in all_flags():
+        listed = re.search(rf"^  {re.escape(flag.flag)}\b", shown.stdout, re.MULTILINE) is not None
+        assert listed == (flag.field not in refused), (command, flag.flag)
+        assert re.search(rf"^  {re.escape(flag.flag)}\b", everything.stdout, re.MULTILINE), flag.flag
+    assert f"flags `{command}` does not use are left out" in shown.stdout
+    if "output" in refused:
+        assert "--output" not in shown.stdout
 
 
 def test_demo_serves_attributed_samples_and_moves():

@@ -139,6 +139,9 @@ def test_the_mapping_command_the_demo_prints_works():
     reader.start()
     try:
         command = wait_until(lambda: next((l.strip() for l in list(lines) if " mapping --kubelet.socket " in l), None))
+        # The README tells a reader to paste the line after these words.
+        before = lines[[l.strip() for l in lines].index(command) - 1]
+        assert "as `mapping` prints it on a real node" in before, before
         result = subprocess.run(shlex.split(command), capture_output=True, text=True, timeout=60, cwd=str(REPO_ROOT),
                                 env=exporter_env())
         assert result.returncode == 0, result.stderr

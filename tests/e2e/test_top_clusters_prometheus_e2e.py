@@ -98,7 +98,7 @@ def test_another_label_may_name_the_cluster(prometheus):
 def test_an_unknown_cluster_is_one_line(prometheus):
     run = run_top(["--prometheus", prometheus.url, "--cluster", "north"])
     assert run.returncode == 1 and len(run.stderr.splitlines()) == 1, run.stderr
-    assert 'no pod_gpu_exporter_dcgm_up series with cluster="north"' in run.stderr
+    assert 'no pod_gpu_exporter_dcgm_up series with cluster="north" (its clusters: east, west)' in run.stderr
 
 
 @pytest.mark.parametrize("header", ["X-Scope-OrgID team-a", "Bad Name: x", ": x", "X-Scope-OrgID"])
@@ -130,3 +130,34 @@ def test_victoria_metrics_under_a_path_prefix_behind_a_tenant_gateway(demo):
     assert refused.returncode == 1 and len(refused.stderr.splitlines()) == 1, refused.stderr
     assert "answered HTTP 401" in refused.stderr and "X-Scope-OrgID" in refused.stderr, refused.stderr
     assert "team-a" in gateway.asked and None in gateway.asked
+
+
+def test_vmalert_is_no_query_api_and_top_says_what_it_asked_and_what_vmalert_said(tmp_path):
+    """vmalert serves Prometheus's rules and alerts API, not its query API: it answers 400 to a query."""
+    from support.victoria_metrics import VmProcess
+
+    binary = shutil.which("vmalert") or pytest.skip("vmalert is not installed (apt-get install victoria-metrics)")
+    (tmp_path / "rules.yml").write_text("groups: []\n")
+    vmalert = VmProcess(binary, tmp_path, [f"-rule={tmp_path / 'rules.yml'}", "-datasource.url=http://127.0.0.1:1",
+                                           "-notifier.url=http://127.0.0.1:1"])
+    try:
+        run = run_top(["--prometheus", vmalert.url])
+    finally:
+        vmalert.stop()
+    assert run.returncode == 1 and len(run.stderr.splitlines()) == 1, run.stderr
+    assert f"Prometheus at {vmalert.url} answered HTTP 400 Bad Request to the query pod_gpu_exporter_dcgm_up: " \
+           in run.stderr, run.stderr
+    assert 'unsupported path requested: "/api/v1/query"' in run.stderr, run.stderr  # vmalert's own words
+    assert "vmalert, Alertmanager and agents serve none" in run.stderr, run.stderr
+
+
+def test_a_query_the_store_refuses_is_its_own_words_without_the_hint(prometheus):
+    """Prometheus's 400 to a query it cannot run is a query API's refusal: its JSON `error`, no hint."""
+    from exporter.top.errors import TopSourceError
+    from exporter.top.prometheus_source import PrometheusAccess, PrometheusSource
+
+    with pytest.raises(TopSourceError) as refused:
+        PrometheusSource(PrometheusAccess(prometheus.url), 10.0).query("rate(pod_gpu_exporter_dcgm_up)")
+    assert "answered HTTP 400 Bad Request to the query rate(pod_gpu_exporter_dcgm_up): " in refused.value.message
+    assert "expected type range vector" in refused.value.message, refused.value.message
+    assert "serve none" not in refused.value.message

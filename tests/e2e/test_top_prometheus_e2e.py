@@ -177,4 +177,7 @@ def test_basic_auth_as_prometheus_asks_for_it(tmp_path_factory, tmp_path):
     assert asked.returncode == 1 and "has no pod_gpu_exporter_dcgm_up series" in asked.stderr, asked.stderr
     assert refused.returncode == 1 and "answered HTTP 401" in refused.stderr, refused.stderr
     assert len(refused.stderr.splitlines()) == 1
+    # What was asked, what the server said, and what to give it (docs/top.md's line).
+    assert "answered HTTP 401 Unauthorized to the query pod_gpu_exporter_dcgm_up: Unauthorized (give " \
+           "--prometheus.user" in refused.stderr, refused.stderr
     assert from_env.returncode == 1 and "answered HTTP 401" not in from_env.stderr, from_env.stderr

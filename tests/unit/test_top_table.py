@@ -10,10 +10,10 @@ import re
 import pytest
 
 from exporter.top.errors import TopSourceError
-from exporter.top.readings import Readings, add_scrapes, parse_text, per_second
+from exporter.top.readings import Readings, add_scrapes, parse_text, per_second, rate_over_samples
 from exporter.top.render import as_text, render
 from exporter.top.shaping import parse_selector, shape
-from exporter.top.table import build_table
+from exporter.top.table import Row, Table, build_table
 
 OWNER_A = 'namespace="ml",pod="train-0",container="torch"'
 OWNER_B = 'namespace="inf",pod="llm-b",container="vllm"'
@@ -193,3 +193,43 @@ def test_json_writes_null_where_a_value_is_not_a_number():
     assert b["unallocated"][0]["memory_bytes"] is None
     assert "NaN" not in render(table, "csv", "pod") and "nan" not in render(table, "csv", "pod").lower()
     assert not re.search(r"(?i)nan|\binf(W|%|[KMG]iB|B)", as_text(table, "pod")), as_text(table, "pod")
+
+
+def test_a_counters_rate_is_over_the_time_its_samples_span_not_the_window():
+    """80 s of a series at 126.4 W read through a 2 m window: 126.4 W, where rate() divides by the window."""
+    points = [(1000.0 + 10 * i, 126.4 * 10 * i) for i in range(9)]  # 9 samples, 80 s apart first to last
+    assert rate_over_samples(points) == pytest.approx(126.4)
+    assert rate_over_samples([(0.0, 100.0), (10.0, 150.0), (20.0, 30.0)]) == pytest.approx((50 + 30) / 20)  # a reset
+    assert rate_over_samples([(5.0, 7.0)]) is None and rate_over_samples([]) is None
+    assert rate_over_samples([(5.0, 7.0), (5.0, 9.0)]) is None  # no time spanned
+
+
+def test_a_counter_new_since_the_first_scrape_is_unrated_and_the_table_says_why_it_shows_a_dash():
+    first, second = scrape(100, 10, 0, 0), scrape(1100, 60, 8, 300)
+    young = {key: value for key, value in first.items() if 'llm-b' not in str(key)}  # llm-b came after the first
+    table = build_table(look(young, second, 10.0))
+    rows = {row.pod: row for row in table.rows}
+    assert (rows["llm-b"].power_watts, rows["llm-b"].idle_ratio, rows["llm-b"].rates_pending) == (None, None, True)
+    assert (rows["train-0"].power_watts, rows["train-0"].rates_pending) == (100.0, False)
+    text = as_text(table, "pod")
+    assert "- in POWER or IDLE of 1 row: not enough data yet, fewer than two samples" in text, text
+    assert "widen --window" in text
+    grouped, = shape(table, None, [], "node", "sm").rows
+    assert grouped.rates_pending and "of 1 row:" in as_text(shape(table, None, [], "node", "sm"), "node")
+    assert "not enough data" not in as_text(process_table(), "pod")  # every counter in both scrapes
+    # Device mode serves no counters: its `-` is a value the exporter does not serve, and no note says otherwise.
+    device = f'pod_gpu_container_allocated_gpus{{{OWNER_B}}} 0.5\nDCGM_FI_DEV_GPU_UTIL{{{GPU2},{OWNER_B}}} 40\n'
+    row, = build_table(look(parse_text(device), parse_text(device), 5.0)).rows
+    assert row.power_watts is None and not row.rates_pending
+    assert "not enough data" not in as_text(build_table(look(parse_text(device), parse_text(device), 5.0)), "pod")
+
+
+def test_name_sort_is_by_namespace_pod_container_never_by_queue_first():
+    rows = [Row("inference", "llm-server-b", "vllm", "n", cluster_queue=None),
+            Row("inference", "llm-server-a", "vllm", "n", cluster_queue="inference"),
+            Row("ml-team", "trainer-0", "pytorch", "n", cluster_queue="cq-research", local_queue="team-ml")]
+    table = Table(rows, [], [], [])
+    assert [r.pod for r in shape(table, None, [], "pod", "name").rows] == ["llm-server-a", "llm-server-b", "trainer-0"]
+    by_queue = shape(table, None, [], "queue", "name").rows
+    assert [(r.cluster_queue, r.namespace) for r in by_queue] == [
+        (None, "inference"), ("cq-research", "ml-team"), ("inference", "inference")]
