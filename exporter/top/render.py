@@ -27,7 +27,7 @@ _CLUSTER_COLUMN = ("CLUSTER", "cluster")
 _DEVICE_NOTE = ("* the GPU's own utilisation and memory (--sharing.mode device): on a shared GPU, "
                 "every holder shows the whole GPU")
 # A `-` is otherwise a value the exporter does not serve: this one is a rate that needs one more sample.
-_PENDING_NOTE = ("- in POWER or IDLE of {rows}: not enough data yet, fewer than two samples of its counters "
+_PENDING_NOTE = ("- in POWER or IDLE of {rows}: not enough data yet, fewer than two samples of their counters "
                  "within the window (a rate needs two): wait a scrape, or widen --window")
 
 
