@@ -11,8 +11,8 @@ from exporter.base.errors import ConfigError
 from exporter.base.flag_values import format_seconds, format_size, parse_duration, parse_listen_address, parse_size
 from exporter.base.logs import LOG_FORMATS, LOG_LEVELS
 from exporter.collectors.collector import Flag, Kind
-from exporter.collectors.registry import (check_collector_settings, collector_flags, collector_refusals,
-                                          derive_collector_settings)
+from exporter.collectors.registry import (VENDOR_AUTO, VENDOR_CHOICES, check_collector_settings, collector_flags,
+                                          collector_refusals, derive_collector_settings, refused_vendor)
 from exporter.exposition.labels import LABEL_STYLE_NAMES
 from exporter.exposition.series import LABEL_MODES
 from exporter.web.routes import BUILT_IN_PATHS
@@ -38,6 +38,7 @@ _SERVING_FLAGS: Tuple[Flag, ...] = (
     Flag("--labels.style", "labels_style", LABEL_STYLE_NAMES, "Owner label names: kubernetes = namespace,pod,container; legacy = pod_name,pod_namespace,container_name (the 2019 exporter's).", "kubernetes"),
     Flag("--labels.mode", "labels_mode", LABEL_MODES, "samples = dcgm samples carry their holders' labels; join = dcgm samples keep only their upstream labels and pod_gpu_allocation_info names the holders, for group_left joins (fewer series on shared GPUs, no added labels on each sample).", "samples"),
     Flag("--labels.limit", "labels_limit", "count", f"Most labels one served sample may carry (e.g. a store's per-series limit); extra labels are dropped to fit, annotations first, then pod labels, queues, workload, pod_uid (at least {MIN_LABELS_LIMIT})."),
+    Flag("--gpu.vendor", "gpu_vendor", VENDOR_CHOICES, f"Whose GPUs this node has, which names their devices, upstream exporter and figures: {VENDOR_AUTO} = serve as {VENDOR_CHOICES[1]} until the node says otherwise.", VENDOR_AUTO),
 )
 _PROCESS_FLAGS: Tuple[Flag, ...] = (
     Flag("--log.level", "log_level", LOG_LEVELS, "Only log messages at or above this level.", "info"),
@@ -210,6 +211,9 @@ def parse_config(argv: Sequence[str], environ: Mapping[str, str]) -> Config:
         raise ConfigError(f"--web.telemetry-path: {values['telemetry_path']} is a built-in route "
                           f"({', '.join(BUILT_IN_PATHS)}); choose another path, e.g. /gpu/metrics")
     refuse_unused_settings(args.command, sources)
+    refusal = refused_vendor(values.get("gpu_vendor", VENDOR_AUTO))
+    if refusal:
+        raise ConfigError(f"{sources['gpu_vendor']} {values['gpu_vendor']}: {refusal}")
     check_collector_settings(args.command, values, sources)
     if args.output is not None:
         values["output"] = args.output

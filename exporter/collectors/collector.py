@@ -61,9 +61,9 @@ class Hub:
     """
 
     config: Any
-    nvml: Any = None  # the NVML binding to use instead of the driver's library: None on a real node
-    resolve_mig: Optional[Callable] = None  # MIG-<uuid> → identity, through NVML
-    upstream: Any = None  # where dcgm-exporter's text is fetched: fetch() -> bytes, describe() -> str
+    driver: Any = None  # the vendor's driver library binding to use instead of the node's own: None on a real node
+    resolve_mig: Optional[Callable] = None  # a partition's device ID → identity, through the vendor's driver
+    upstream: Any = None  # where the vendor's exporter text is fetched: fetch() -> bytes, describe() -> str
     mapping_context: Any = None  # the core's MappingContext (core/mapping), or None
     pod_index: Any = None  # the pods on this node while fresh (a FreshPods), or None
     attribution: Any = None  # the kubelet refresher (core/attribution), set before build

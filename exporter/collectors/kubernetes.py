@@ -26,7 +26,7 @@ def _regex(value: str) -> str:
     return value
 
 
-class KubernetesApi(Collector):
+class KubernetesCollector(Collector):
     """The API server's pods, workloads, ResourceSlices and DeviceTaintRules, watched; on by --kubernetes.api
     (auto: in a pod, or with a kubeconfig)."""
 

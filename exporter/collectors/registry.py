@@ -5,38 +5,47 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Callable, Dict, List, Mapping, Optional, Sequence, Tuple
 
 from exporter.collectors.collector import Collector, Flag, Hub, PagePart, SourceState
-from exporter.collectors.dcgm import DcgmReader
 from exporter.collectors.hpc_jobs import HpcJobsCollector
-from exporter.collectors.kubernetes import KubernetesApi
-from exporter.collectors.process_shares import ProcessSharesCollector
-from exporter.collectors.xid_events import XidEventsCollector
+from exporter.collectors.kubernetes import KubernetesCollector
+from exporter.collectors.vendor import Vendor
+from exporter.vendors import PENDING_VENDORS, VENDORS
 
 if TYPE_CHECKING:  # `--help` and the flag tables load no section code
     from exporter.exposition.sections import Section
 
-# Every source that can be switched on, one line each, in the order their blocks are written on
-# /gpu/metrics (kept blocks, then per-scrape ones) and their parts on /metrics. A new source is a
-# package under sources/ (and shares/ for what it computes), a module here in collectors/, and one
-# line in this list.
-COLLECTORS: Tuple[type, ...] = (
-    DcgmReader,
-    KubernetesApi,
-    ProcessSharesCollector,
-    XidEventsCollector,
-    HpcJobsCollector,
-)
-
-# One instance of each for what needs no running source: flags, refusals, checks, derived values.
-_DECLARED: Tuple[Collector, ...] = tuple(kind() for kind in COLLECTORS)
-
-# The NVML binding every collector that reads NVML is handed: None, the driver's library, on a real
-# node; the demo registers its simulation here before it serves, and nothing else differs.
-_nvml_binding: List[object] = [None]
+# The sources that know no vendor, one line each. A node's collectors are, in the order their blocks
+# are written on /gpu/metrics (kept blocks, then per-scrape ones) and their parts on /metrics: its
+# vendor's upstream reader, the cluster context (whose pod index a vendor's collectors may take), the
+# vendor's own collectors, then these sources. A new source is a package under collectors/ and one line
+# here; a new vendor is a package under vendors/ and one line in vendors.VENDORS.
+CONTEXT: Tuple[type, ...] = (KubernetesCollector,)
+SOURCES: Tuple[type, ...] = (HpcJobsCollector,)
 
 
-def register_nvml(binding: object) -> None:
-    """Use `binding` (an object with the nvidia-ml-py functions) instead of the driver's library; None restores it."""
-    _nvml_binding[0] = binding
+def collector_kinds(vendor: Vendor) -> Tuple[type, ...]:
+    """The collectors of a node of this vendor, in registration order."""
+    return (vendor.reader, *CONTEXT, *vendor.collectors, *SOURCES)
+
+
+# A node of the first registered vendor: what --gpu.vendor auto serves as while nothing says otherwise.
+COLLECTORS: Tuple[type, ...] = collector_kinds(VENDORS[0])
+
+# One instance of each collector of every vendor, for what needs no running source: flags, refusals,
+# checks, derived values.
+_DECLARED: Tuple[Collector, ...] = tuple(kind() for kind in dict.fromkeys(
+    kind for vendor in VENDORS for kind in collector_kinds(vendor)))
+VENDOR_AUTO = "auto"
+VENDOR_CHOICES: Tuple[str, ...] = (VENDOR_AUTO, *(vendor.name for vendor in VENDORS), *PENDING_VENDORS)
+
+
+def vendor_for(choice: str) -> Vendor:
+    """The registered vendor --gpu.vendor names; auto serves as the first registered one."""
+    return next((vendor for vendor in VENDORS if vendor.name == choice), VENDORS[0])
+
+
+def refused_vendor(choice: str) -> Optional[str]:
+    """Why this build refuses a vendor --gpu.vendor names, or None when it serves it."""
+    return PENDING_VENDORS.get(choice)
 
 
 def collector_flags() -> Tuple[Flag, ...]:
@@ -68,9 +77,12 @@ class Registry:
     """The collectors of one run: those the Config switches on, prepared, built, started and stopped
     together; their sections, their parts of /metrics and every source's state, the core's included."""
 
-    def __init__(self, config, collectors: Optional[Sequence[Collector]] = None):
-        self.hub = Hub(config, nvml=_nvml_binding[0])
-        candidates = [kind() for kind in COLLECTORS] if collectors is None else list(collectors)
+    def __init__(self, config, collectors: Optional[Sequence[Collector]] = None, driver: object = None):
+        """`driver`: the binding of the vendor's driver library to use instead of the node's own (the
+        demo's simulation enters here, as a real node's library would)."""
+        self.vendor = vendor_for(getattr(config, "gpu_vendor", VENDOR_AUTO))
+        self.hub = Hub(config, driver=driver)
+        candidates = [kind() for kind in collector_kinds(self.vendor)] if collectors is None else list(collectors)
         self._all = candidates
         self._active = [collector for collector in candidates if collector.enabled(config)]
         from exporter.exposition.sections import SectionFailures  # here, not at the top: --help loads no section code
@@ -81,10 +93,9 @@ class Registry:
 
     def prepare(self, only: Callable[[Collector], bool] = lambda collector: True) -> Hub:
         """Each active collector's source made, not started (ConfigError: a usage mistake)."""
-        from exporter.sources.nvml.library import LazyMigResolver
-
-        # MIG-<uuid> device IDs resolved through NVML, opened (and its outcome logged) at the first such ID.
-        self.hub.resolve_mig = LazyMigResolver(self.hub.nvml)
+        # The device IDs only the vendor's driver names (its partitions), resolved at the first such ID.
+        if self.vendor.open_resolver is not None:
+            self.hub.resolve_mig = self.vendor.open_resolver(self.hub.driver)
         self._active = [collector for collector in self._active if only(collector) and collector.prepare(self.hub)
                         is not False]
         return self.hub
@@ -103,11 +114,9 @@ class Registry:
 
     def before_first_mapping(self) -> Tuple[Optional[Callable[[], None]], float]:
         """What the first mapping waits for, in turn on the refresher's thread, and how long that may take."""
-        from exporter.sources.nvml.library import OPEN_TIMEOUT_SECONDS
-
         waits = [wait for wait in (collector.before_first_mapping(self.hub) for collector in self._active) if wait]
-        # The first mapping may open NVML too, for the MIG resolver (a MIG-<uuid> device ID).
-        bound = sum(seconds for _, seconds in waits) + OPEN_TIMEOUT_SECONDS
+        # The first mapping may open the vendor's driver too, for its partition resolver.
+        bound = sum(seconds for _, seconds in waits) + self.vendor.resolver_open_seconds
         if not waits:
             return None, bound
 

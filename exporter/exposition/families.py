@@ -88,6 +88,10 @@ UNRESOLVED_DEVICES = _telemetry("pod_gpu_exporter_unresolved_devices", "Allocate
                                 "identified (e.g. MIG-<uuid> without NVML).")
 SCRAPE_DURATION = _telemetry("pod_gpu_exporter_scrape_duration_seconds", "Time this exporter took to answer this "
                              "scrape, upstream fetch included.")
+UPSTREAM_UP = _telemetry("pod_gpu_exporter_upstream_up", "1 when the GPU vendor's exporter answered this scrape, "
+                         "else 0 (and no GPU series); the same on every vendor's node.")
+VENDOR_INFO = _telemetry("pod_gpu_exporter_vendor_info", "The GPU vendor this exporter serves on this node (1), as "
+                         "--gpu.vendor chose it.", labels=("vendor",))
 KUBERNETES_API_UP = _telemetry("pod_gpu_exporter_kubernetes_api_up", "1 while the watch of this node's pods on the "
                                "Kubernetes API server is healthy, else 0.", modes=frozenset({KUBERNETES_API}))
 

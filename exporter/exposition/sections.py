@@ -17,6 +17,7 @@ from exporter.base.logs import log
 from exporter.core.attribution import Snapshot
 from exporter.exposition import families
 from exporter.exposition.families import Family
+from exporter.exposition.text import escape_label_value
 
 Gauge = Tuple[Family, Optional[object]]  # a status gauge and its one value, None for none yet
 
@@ -26,7 +27,7 @@ class ScrapeView(NamedTuple):
 
     snapshot: Snapshot  # the attribution in use: its mapping, whether the kubelet is up, its age
     identities: frozenset  # the GPUs the rewritten samples named; empty without upstream samples
-    dcgm_up: bool = False
+    upstream_up: bool = False  # whether the vendor's exporter answered this scrape
     malformed: int = 0  # upstream lines dropped from this scrape
     started: float = 0.0  # time.perf_counter() when the scrape began
     gauges: Tuple[Gauge, ...] = ()  # the sections' own status gauges, in registration order
@@ -92,22 +93,31 @@ class BaseSection:
 
 
 class StatusSection(BaseSection):
-    """The status gauges every scrape carries, in their fixed order, then those the sections own."""
+    """The status gauges every scrape carries, in their fixed order, then those the sections own: first
+    the vendor's own name for whether its exporter answered (where it has one), last the vendor-neutral
+    one and which vendor is served."""
 
     name = "status"
     per_scrape = True
 
+    def __init__(self, vendor: Optional[str] = None, vendor_upstream_up: Optional[Family] = None):
+        super().__init__()
+        self._vendor_upstream_up = vendor_upstream_up
+        self._vendor_info = "" if vendor is None else (
+            families.VENDOR_INFO.header + f'{families.VENDOR_INFO.name}{{vendor="{escape_label_value(vendor)}"}} 1\n')
+
     def _rows(self, view: ScrapeView) -> bytes:
         snapshot = view.snapshot
-        values = [
-            (families.DCGM_UP, int(view.dcgm_up)),
+        values = [(self._vendor_upstream_up, int(view.upstream_up))] if self._vendor_upstream_up else []
+        values += [
             (families.KUBELET_UP, int(snapshot.kubelet_up)),
             (families.MAPPING_AGE, None if snapshot.age_seconds is None else round(snapshot.age_seconds, 3)),
             (families.MALFORMED_LINES, view.malformed),
             (families.UNRESOLVED_DEVICES, len(snapshot.mapping.unresolved)),
             (families.SCRAPE_DURATION, round(time.perf_counter() - view.started, 6)),
+            (families.UPSTREAM_UP, int(view.upstream_up)),
         ]
-        return families.render_status(values + list(view.gauges)).encode()
+        return (families.render_status(values) + self._vendor_info + families.render_status(view.gauges)).encode()
 
 
 class TextSection(BaseSection):

@@ -62,18 +62,27 @@ class SelfCollector:
             ("scrapes", self._scrape_counters), *theirs, ("bounded_calls", self._bounded_calls), ("connections", self._connections),
             ("sections", lambda: _section_states(self._scraper.section_states()))))
 
+    def _vendor_family(self, field: str):
+        """The vendor's own name for one of the counters below (None: it has none, or no collectors here)."""
+        vendor = getattr(self._sources, "vendor", None)
+        return getattr(vendor, field, None)
+
     def _scrape_counters(self):
         yield families.client_family(families.SCRAPES, self._scraper.scrapes)
         yield families.client_family(families.REWRITES, self._scraper.rewrites)
         yield families.client_family(families.REWRITE_SECONDS, self._scraper.rewrite_seconds)
-        yield families.client_family(families.DCGM_FETCH_FAILURES, self._scraper.upstream_failures)
+        upstream_failures = self._vendor_family("upstream_failures")
+        if upstream_failures is not None:
+            yield families.client_family(upstream_failures, self._scraper.upstream_failures)
         yield families.client_family(families.MALFORMED_LINES_TOTAL, self._scraper.malformed_lines)
         yield families.client_family(families.LIMITED_LABELS, self._scraper.label_limit.dropped)
         yield families.client_family(families.KUBELET_LIST_CALLS, self._attribution.list_calls)
         yield families.client_family(families.KUBELET_LIST_FAILURES, self._attribution.list_failures)
 
     def _bounded_calls(self):
-        yield families.client_family(families.NVML_TIMEOUTS, timeouts_total())
+        driver_timeouts = self._vendor_family("driver_timeouts")
+        if driver_timeouts is not None:
+            yield families.client_family(driver_timeouts, timeouts_total())
 
     def _connections(self):
         if self.connections is not None:

@@ -11,8 +11,9 @@ from exporter.core.identity import GpuIdentity, GpuKey, Owner
 from exporter.core.mapping import build_mapping
 from exporter.exposition.allocation import AllocationSection
 from exporter.exposition.device_figures import read_device_figures
+from exporter.vendors.nvidia import NVIDIA
 from exporter.exposition.sections import StatusSection
-from exporter.shares.compute import DeviceShares, HolderShare, Remainder, Shares, UnallocatedShare
+from exporter.vendors.nvidia.shares.compute import DeviceShares, HolderShare, Remainder, Shares, UnallocatedShare
 from exporter.collectors.registry import Registry
 from exporter.config import parse_config
 from exporter.exposition.label_limit import LabelLimit
@@ -123,7 +124,7 @@ def _app(path, kubelet: _Kubelet, sections=()) -> App:
     attribution = Attribution(kubelet.list_devices, refresh_interval_seconds=60, max_age_seconds=600)
     attribution.refresh()
     registry.build(attribution, LabelLimit(None))
-    scraper = Scraper(hub.upstream, attribution, "kubernetes", [*sections, StatusSection()])
+    scraper = Scraper(hub.upstream, attribution, "kubernetes", [*sections, StatusSection(NVIDIA.name, NVIDIA.upstream_up)])
     return App(scraper, attribution, "/gpu/metrics", sources=registry)
 
 

@@ -15,7 +15,7 @@ from exporter.exposition.label_limit import LabelLimit
 from exporter.exposition.labels import gpu_label_pairs, render_owner_labels_within
 from exporter.exposition.rows import label_text, render_family
 from exporter.exposition.text import LabelPairs
-from exporter.sources.nvml.events import EventsStatus, XidEvent
+from exporter.vendors.nvidia.nvml.events import EventsStatus, XidEvent
 
 _HolderKey = Tuple[GpuIdentity, Owner, LabelPairs, str]  # device, holder, its extras then, XID
 # A container's counters outlive its pod's leaving the mapping by this long: long enough for the alert

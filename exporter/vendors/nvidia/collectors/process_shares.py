@@ -8,7 +8,7 @@ from typing import Mapping, Optional
 
 from exporter.base.errors import ConfigError
 from exporter.collectors.collector import DEMO_SETS_NVML, Collector, Flag, Hub, PagePart, SourceState
-from exporter.shares.energy import IDLE_POLICIES
+from exporter.vendors.nvidia.shares.energy import IDLE_POLICIES
 
 SHARING_MODES = ("device", "process")
 
@@ -47,14 +47,14 @@ class ProcessSharesCollector(Collector):
         return config.sharing_mode == "process"
 
     def build(self, hub: Hub) -> None:
-        from exporter.shares.process_shares import ProcessShares, ProcessSharesOptions, pod_index_source
-        from exporter.sources.nvml.library import open_nvml
+        from exporter.vendors.nvidia.shares.process_shares import ProcessShares, ProcessSharesOptions, pod_index_source
+        from exporter.vendors.nvidia.nvml.library import open_nvml
 
         config = hub.config
         options = ProcessSharesOptions(config.sharing_proc_root, config.kubelet_refresh_interval_seconds,
                                        config.labels_style, config.energy_idle_policy)
         # The pod index another collector offered (None with the API off: no share is then served).
-        self._shares = ProcessShares(options, functools.partial(open_nvml, hub.nvml), hub.attribution.mapping_in_use,
+        self._shares = ProcessShares(options, functools.partial(open_nvml, hub.driver), hub.attribution.mapping_in_use,
                                      pod_index_source(hub.pod_index), label_limit=hub.label_limit)
 
     def start(self) -> None:

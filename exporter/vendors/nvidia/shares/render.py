@@ -13,9 +13,9 @@ from exporter.exposition.label_limit import LabelLimit
 from exporter.exposition.labels import gpu_label_pairs, render_owner_labels, render_owner_labels_within
 from exporter.exposition.rows import label_text, render_family
 from exporter.exposition.text import LabelPairs
-from exporter.shares.compute import SM_UNITS, Shares, UnallocatedShare
-from exporter.shares.energy import ENERGY_REASONS
-from exporter.shares.ledger import Counters, HolderKey
+from exporter.vendors.nvidia.shares.compute import SM_UNITS, Shares, UnallocatedShare
+from exporter.vendors.nvidia.shares.energy import ENERGY_REASONS
+from exporter.vendors.nvidia.shares.ledger import Counters, HolderKey
 
 ExtraLabels = MappingType[Tuple[str, str], LabelPairs]
 

@@ -10,9 +10,9 @@ from urllib.parse import urlsplit
 
 from exporter.base.errors import ConfigError, UpstreamError
 from exporter.collectors.collector import Collector, Flag, Hub, Kind, SourceState
-from exporter.sources.dcgm import DEFAULT_MAX_BODY_BYTES, redact_url
-from exporter.sources.dcgm.file_source import SETTLE_SECONDS
-from exporter.sources.dcgm.options import DcgmEndpoint
+from exporter.vendors.nvidia.dcgm import DEFAULT_MAX_BODY_BYTES, redact_url
+from exporter.vendors.nvidia.dcgm.file_source import SETTLE_SECONDS
+from exporter.vendors.nvidia.dcgm.options import DcgmEndpoint
 
 _OWN_DCGM = "the demo runs its own simulated dcgm-exporter; leave out `demo` to serve a real node"
 
@@ -75,7 +75,7 @@ class _Tracked:
         return body
 
 
-class DcgmReader(Collector):
+class DcgmCollector(Collector):
     """dcgm-exporter's text, over HTTP or from its legacy textfile: always on; what the scraper rewrites."""
 
     name = "dcgm"
@@ -113,9 +113,9 @@ class DcgmReader(Collector):
 
     def prepare(self, hub: Hub) -> None:
         # Imported here so `--help` and `mapping` stay fast and independent of the HTTP stack.
-        from exporter.sources.dcgm.file_source import FileSource
-        from exporter.sources.dcgm.http_source import HttpSource
-        from exporter.sources.dcgm.options import DcgmFileOptions, DcgmHttpOptions
+        from exporter.vendors.nvidia.dcgm.file_source import FileSource
+        from exporter.vendors.nvidia.dcgm.http_source import HttpSource
+        from exporter.vendors.nvidia.dcgm.options import DcgmFileOptions, DcgmHttpOptions
 
         config = hub.config
         source = (FileSource(DcgmFileOptions(config.dcgm_file, config.dcgm_timeout_seconds, config.dcgm_max_body_bytes))

@@ -31,12 +31,12 @@ class XidEventsCollector(Collector):
                                                     and config.sharing_mode == "process")
 
     def build(self, hub: Hub) -> None:
-        from exporter.shares.xid_events import XidEvents
-        from exporter.sources.nvml.library import open_nvml
+        from exporter.vendors.nvidia.shares.xid_events import XidEvents
+        from exporter.vendors.nvidia.nvml.library import open_nvml
 
         # The trusted mapping the shares attribute by: once the kubelet's has aged out it is None, and no
         # holder is then taken to have left (an empty mapping would read as every holder gone).
-        self._events = XidEvents(functools.partial(open_nvml, hub.nvml), hub.attribution.mapping_in_use,
+        self._events = XidEvents(functools.partial(open_nvml, hub.driver), hub.attribution.mapping_in_use,
                                  hub.config.labels_style, hub.label_limit)
 
     def start(self) -> None:

@@ -1,0 +1,34 @@
+"""What one GPU vendor is to the exporter: its name, its upstream exporter's reader and words, its own collectors and status gauge."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Callable, Optional, Tuple
+
+from exporter.base.upstream import GENERIC_UPSTREAM, UpstreamWords
+
+if TYPE_CHECKING:  # `--help` and the flag tables load no exposition code
+    from exporter.exposition.families import Family
+
+
+@dataclass(frozen=True)
+class Vendor:
+    """One GPU vendor, registered by one line in exporter/vendors (VENDORS). The framework knows this
+    shape only: everything the vendor knows (resource names, its exporter's labels, its driver library)
+    stays in its package, reached through these fields.
+
+    `reader` is the collector that reads the vendor's upstream exporter (it offers the hub's `upstream`);
+    `collectors` are its own (placed after the cluster context, whose pod index they may take).
+    `open_resolver(driver)` makes the lazy resolver of the partition device IDs only its driver can
+    name (None: none needed), whose first call may take up to `resolver_open_seconds`.
+    """
+
+    name: str
+    reader: type
+    collectors: Tuple[type, ...] = ()
+    upstream_words: UpstreamWords = GENERIC_UPSTREAM
+    upstream_up: Optional[Family] = None  # its own name for the upstream gauge, first in the status block
+    open_resolver: Optional[Callable[[object], Callable]] = None
+    resolver_open_seconds: float = 0.0
+    upstream_failures: Optional[Family] = None  # /metrics: its name for the count of failed upstream fetches
+    driver_timeouts: Optional[Family] = None  # /metrics: its name for calls into its driver cut at their bound

@@ -1,0 +1,31 @@
+"""NVIDIA: its kubelet resources and device IDs, dcgm-exporter (reader and label dialect), NVML (shares, XIDs, MIG), registered as one Vendor."""
+
+from __future__ import annotations
+
+from exporter.base.upstream import UpstreamWords
+from exporter.collectors.vendor import Vendor
+from exporter.exposition import families
+from exporter.vendors.nvidia.collectors.dcgm import DcgmCollector
+from exporter.vendors.nvidia.collectors.process_shares import ProcessSharesCollector
+from exporter.vendors.nvidia.collectors.xid_events import XidEventsCollector
+from exporter.vendors.nvidia.nvml.library import OPEN_TIMEOUT_SECONDS, LazyMigResolver
+
+
+def _lazy_mig_resolver(driver: object) -> LazyMigResolver:
+    """MIG-<uuid> device IDs resolved through NVML, opened (and its outcome logged) at the first such ID."""
+    return LazyMigResolver(driver)
+
+
+NVIDIA = Vendor(
+    name="nvidia",
+    reader=DcgmCollector,
+    collectors=(ProcessSharesCollector, XidEventsCollector),
+    upstream_words=UpstreamWords(
+        "dcgm-exporter", "check its version and that the dcgm address points at its /metrics",
+        "check its logs, the driver and its DCGM connection"),
+    upstream_up=families.DCGM_UP,
+    upstream_failures=families.DCGM_FETCH_FAILURES,
+    driver_timeouts=families.NVML_TIMEOUTS,
+    open_resolver=_lazy_mig_resolver,
+    resolver_open_seconds=OPEN_TIMEOUT_SECONDS,
+)
