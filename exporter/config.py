@@ -12,14 +12,13 @@ from exporter.base.flag_values import format_seconds, format_size, parse_duratio
 from exporter.base.logs import LOG_FORMATS, LOG_LEVELS
 from exporter.collectors.collector import Flag, Kind
 from exporter.collectors.registry import (VENDOR_AUTO, VENDOR_CHOICES, check_collector_settings, collector_flags,
-                                          collector_refusals, derive_collector_settings, refused_vendor)
+                                          collector_refusals, demo_flags, derive_collector_settings, refused_vendor)
 from exporter.exposition.labels import LABEL_STYLE_NAMES
 from exporter.exposition.series import LABEL_MODES
 from exporter.web.routes import BUILT_IN_PATHS
 
 ENV_PREFIX = "POD_GPU_EXPORTER_"
 COMMANDS = ("serve", "demo", "mapping")
-DEMO_NVML_CHOICES = ("on", "off")
 # The fewest labels --labels.limit allows: pod_gpu_allocation_info's own (owner, resource, device_id,
 # UUID, gpu, GPU_I_ID, a DRA claim's name and namespace) must fit, as must a dcgm sample's ~9 and its owner's 3.
 MIN_LABELS_LIMIT = 12
@@ -36,36 +35,33 @@ _SERVING_FLAGS: Tuple[Flag, ...] = (
     Flag("--kubelet.timeout", "kubelet_timeout_seconds", "duration", "Timeout of each kubelet PodResources call.", 5.0),
     Flag("--kubelet.mapping-max-age", "mapping_max_age_seconds", "duration", "How long the last good mapping is used while the kubelet cannot be reached; after that samples go unattributed.", 60.0),
     Flag("--labels.style", "labels_style", LABEL_STYLE_NAMES, "Owner label names: kubernetes = namespace,pod,container; legacy = pod_name,pod_namespace,container_name (the 2019 exporter's).", "kubernetes"),
-    Flag("--labels.mode", "labels_mode", LABEL_MODES, "samples = dcgm samples carry their holders' labels; join = dcgm samples keep only their upstream labels and pod_gpu_allocation_info names the holders, for group_left joins (fewer series on shared GPUs, no added labels on each sample).", "samples"),
+    Flag("--labels.mode", "labels_mode", LABEL_MODES, "samples = GPU samples carry their holders' labels; join = GPU samples keep only their upstream labels and pod_gpu_allocation_info names the holders, for group_left joins (fewer series on shared GPUs, no added labels on each sample).", "samples"),
     Flag("--labels.limit", "labels_limit", "count", f"Most labels one served sample may carry (e.g. a store's per-series limit); extra labels are dropped to fit, annotations first, then pod labels, queues, workload, pod_uid (at least {MIN_LABELS_LIMIT})."),
     Flag("--gpu.vendor", "gpu_vendor", VENDOR_CHOICES, f"Whose GPUs this node has, which names their devices, upstream exporter and figures: {VENDOR_AUTO} = serve as {VENDOR_CHOICES[1]} until the node says otherwise.", VENDOR_AUTO),
 )
 _PROCESS_FLAGS: Tuple[Flag, ...] = (
     Flag("--log.level", "log_level", LOG_LEVELS, "Only log messages at or above this level.", "info"),
     Flag("--log.format", "log_format", LOG_FORMATS, "Log line format.", "logfmt"),
-    Flag("--demo.nvml", "demo_nvml", DEMO_NVML_CHOICES, "`demo` only: on = its node also simulates NVML, the host's processes, XIDs and a lost GPU, and serves --sharing.mode process; off = device-level samples only.", "on"),
 )
 
 
 def all_flags() -> Tuple[Flag, ...]:
     """Every flag of serve, demo and mapping, in --help's order (the collectors' included)."""
-    return _SERVING_FLAGS + collector_flags() + _PROCESS_FLAGS
+    return _SERVING_FLAGS + collector_flags() + _PROCESS_FLAGS + demo_flags()
 
 
 _FLAGS = all_flags()
 
 _MAPPING_ONLY = "it only shapes the output of `mapping`"
-_DEMO_ONLY = "only `demo` simulates NVML"
 _CORE_REFUSED = {
     "demo": {"kubelet_socket": "the demo runs its own simulated kubelet; leave out `demo` to serve a real node",
              "output": _MAPPING_ONLY},
-    "serve": {"output": _MAPPING_ONLY, "demo_nvml": _DEMO_ONLY},
+    "serve": {"output": _MAPPING_ONLY},
     # `mapping` asks the kubelet (and the API server, for its labels column) once and prints.
     "mapping": {
         **dict.fromkeys(("listen_address", "telemetry_path", "web_config_file"), "it prints one table and exits, serving nothing"),
         **dict.fromkeys(("kubelet_refresh_interval_seconds", "mapping_max_age_seconds"), "it asks the kubelet once"),
         **dict.fromkeys(("labels_style", "labels_mode", "labels_limit"), "it prints owners as columns, not as sample labels"),
-        "demo_nvml": _DEMO_ONLY,
     },
 }
 

@@ -30,10 +30,6 @@ class Flag(NamedTuple):
     shown_default: Optional[str] = None
 
 
-# Why `demo` refuses an NVML collector's flags: its own --demo.nvml switches the simulated NVML.
-DEMO_SETS_NVML = "the demo sets it with --demo.nvml: on simulates NVML and /proc for process mode, off serves devices only"
-
-
 class SourceState(NamedTuple):
     """One source's state in the one shape /metrics and the node page read."""
 

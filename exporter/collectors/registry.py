@@ -53,11 +53,19 @@ def collector_flags() -> Tuple[Flag, ...]:
     return tuple(flag for collector in _DECLARED for flag in collector.flags)
 
 
+def demo_flags() -> Tuple[Flag, ...]:
+    """Every vendor's flags for `demo`'s simulated node, in registration order."""
+    return tuple(flag for vendor in VENDORS for flag in vendor.demo_flags)
+
+
 def collector_refusals(command: str) -> Dict[str, str]:
-    """Config field → why `command` refuses it, over every collector."""
+    """Config field → why `command` refuses it, over every collector and every vendor's demo flags."""
     refused: Dict[str, str] = {}
     for collector in _DECLARED:
         refused.update(collector.refused.get(command, {}))
+    if command != "demo":  # only `demo` has a simulated node
+        for vendor in VENDORS:
+            refused.update(vendor.demo_refused)
     return refused
 
 

@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import TYPE_CHECKING, Callable, Optional, Tuple
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Callable, Mapping, Optional, Tuple
 
 from exporter.base.upstream import GENERIC_UPSTREAM, UpstreamWords
+from exporter.collectors.collector import Flag
 
 if TYPE_CHECKING:  # `--help` and the flag tables load no exposition code
     from exporter.exposition.families import Family
@@ -30,5 +31,7 @@ class Vendor:
     upstream_up: Optional[Family] = None  # its own name for the upstream gauge, first in the status block
     open_resolver: Optional[Callable[[object], Callable]] = None
     resolver_open_seconds: float = 0.0
+    demo_flags: Tuple[Flag, ...] = ()  # flags of `demo` only, for its simulated node (listed last by --help)
+    demo_refused: Mapping[str, str] = field(default_factory=dict)  # their Config fields → why serve, mapping refuse them
     upstream_failures: Optional[Family] = None  # /metrics: its name for the count of failed upstream fetches
     driver_timeouts: Optional[Family] = None  # /metrics: its name for calls into its driver cut at their bound

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from exporter.base.upstream import UpstreamWords
+from exporter.collectors.collector import Flag
 from exporter.collectors.vendor import Vendor
 from exporter.exposition import families
 from exporter.vendors.nvidia.collectors.dcgm import DcgmCollector
@@ -26,6 +27,8 @@ NVIDIA = Vendor(
     upstream_up=families.DCGM_UP,
     upstream_failures=families.DCGM_FETCH_FAILURES,
     driver_timeouts=families.NVML_TIMEOUTS,
+    demo_flags=(Flag("--demo.nvml", "demo_nvml", ("on", "off"), "`demo` only: on = its node also simulates NVML, the host's processes, XIDs and a lost GPU, and serves --sharing.mode process; off = device-level samples only.", "on"),),
+    demo_refused={"demo_nvml": "only `demo` simulates NVML"},
     open_resolver=_lazy_mig_resolver,
     resolver_open_seconds=OPEN_TIMEOUT_SECONDS,
 )

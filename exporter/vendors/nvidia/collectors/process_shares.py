@@ -7,7 +7,8 @@ import os
 from typing import Mapping, Optional
 
 from exporter.base.errors import ConfigError
-from exporter.collectors.collector import DEMO_SETS_NVML, Collector, Flag, Hub, PagePart, SourceState
+from exporter.vendors.nvidia.collectors import DEMO_SETS_NVML
+from exporter.collectors.collector import Collector, Flag, Hub, PagePart, SourceState
 from exporter.vendors.nvidia.shares.energy import IDLE_POLICIES
 
 SHARING_MODES = ("device", "process")
