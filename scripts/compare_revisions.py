@@ -42,7 +42,9 @@ from exporter.sources.kubelet import AllocatedDevice  # noqa: E402
 
 DEFAULT_FIXTURES = Path("/work/shared/fixtures/dcgm")
 NEW_ONLY = ("pod_gpu_exporter_upstream_up", "pod_gpu_exporter_vendor_info")
-TIMED = ("pod_gpu_exporter_scrape_duration_seconds", "pod_gpu_exporter_mapping_age_seconds")
+# Values that are times this process measured (durations, ages, a counter of real seconds), masked.
+TIMED = ("pod_gpu_exporter_scrape_duration_seconds", "pod_gpu_exporter_mapping_age_seconds",
+         "pod_gpu_exporter_process_shares_refresh_duration_seconds", "pod_gpu_container_idle_seconds_total")
 DEMO_MOMENTS = (10.0, 75.0, 200.0)  # seconds into the demo's simulated life: before and after its GPU is lost
 _LISTENING = re.compile(r"msg=listening .*?address=(\S+) scheme=(\w+)")
 _HELP_FLAG = re.compile(r"(--[a-z0-9.-]+)(?: [A-Z{][^\s]*)?\s+(?:(?!\s--[a-z]).)*?\[env (\S+)\] \(default: (.*?)\)(?=\s+--|\s+-o|\s*$)",
@@ -135,7 +137,7 @@ def masked(text: str, new: bool) -> str:
         if new and name in NEW_ONLY:
             continue
         if not line.startswith("#") and name in TIMED:
-            line = f"{name} <time>\n"
+            line = line.rstrip("\n").rpartition(" ")[0] + " <time>\n"
         lines.append(line)
     return "".join(lines)
 
