@@ -154,7 +154,7 @@ def _build_core(config: Config, registry: Registry) -> _Core:
     registry.build(attribution, label_limit)
     allocation = AllocationSection(config.labels_style, label_limit, lambda: attribution.current().kubelet_up)
     vendor = registry.vendor
-    sections = registry.sections((allocation,), StatusSection(vendor.name, vendor.upstream_up))
+    sections = registry.sections((allocation,), StatusSection(vendor.status))
     scraper = Scraper(hub.upstream, attribution, config.labels_style, sections,
                       labels_mode=config.labels_mode, label_limit=label_limit, upstream_words=vendor.upstream_words)
     return _Core(client, attribution, scraper)

@@ -14,6 +14,7 @@ from exporter.collectors.collector import Flag, Kind
 from exporter.collectors.registry import (VENDOR_AUTO, VENDOR_CHOICES, check_collector_settings, collector_flags,
                                           collector_refusals, demo_flags, derive_collector_settings, refused_vendor)
 from exporter.exposition.labels import LABEL_STYLE_NAMES
+from exporter.vendors import VENDORS
 from exporter.exposition.series import LABEL_MODES
 from exporter.web.routes import BUILT_IN_PATHS
 
@@ -150,15 +151,15 @@ def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(
         prog="pod-gpu-metrics-exporter",
         description=(
-            "Serve NVIDIA dcgm-exporter's GPU metrics with the Kubernetes namespace, pod and container that "
-            "hold each GPU, asked from the kubelet's PodResources API. Every flag can also be set by the "
-            "environment variable shown; the flag wins."
+            f"Serve the GPU metrics of {' or '.join(vendor.upstream_words.name for vendor in VENDORS)} with the "
+            "Kubernetes namespace, pod and container that hold each GPU, asked from the kubelet's PodResources API. "
+            "Every flag can also be set by the environment variable shown; the flag wins."
         ),
         formatter_class=argparse.RawDescriptionHelpFormatter,
         epilog=(
             "commands:\n"
             "  serve     (default) serve attributed metrics at --web.listen-address + --web.telemetry-path\n"
-            "  demo      serve a simulated GPU node (kubelet, dcgm-exporter, NVML, API server), no cluster needed;\n"
+            "  demo      serve a simulated GPU node (kubelet, GPU exporter and driver, API server), no cluster needed;\n"
             "            listens on 127.0.0.1:9400 unless --web.listen-address says otherwise\n"
             "  mapping   print this node's GPU -> pod table from --kubelet.socket and exit (-o json for JSON)\n"
             "  top       one row per container that holds a GPU, across the cluster (`top --help` for its flags;\n"

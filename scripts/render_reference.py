@@ -40,7 +40,7 @@ def top_parser() -> argparse.ArgumentParser:
 
 def families() -> Sequence:
     """Every family the exporter writes itself, in the catalogue's order."""
-    from exporter.exposition.families import CATALOGUE
+    from exporter.collectors.catalogue import CATALOGUE
 
     return CATALOGUE
 

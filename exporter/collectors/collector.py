@@ -6,6 +6,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Callable, FrozenSet, Iterable, Mapping, NamedTuple, Optional, Sequence, Tuple
 
 if TYPE_CHECKING:  # `--help` and the flag tables load no section code
+    from exporter.exposition.families import Family
     from exporter.exposition.sections import Section
 
 
@@ -78,6 +79,7 @@ class Collector:
     refused: Mapping[str, Mapping[str, str]] = {}
     in_mapping = False  # whether `mapping` prepares and starts it (it offers the core's mapping context)
     switch = ""  # the flag (and value) that switches it on, which the node page names while it is off
+    families: Tuple[Family, ...] = ()  # the families it writes, for the catalogue (a vendor's are the vendor's)
 
     def check(self, command: str, values: Mapping[str, object], sources: Mapping[str, str]) -> None:
         """Refuse a combination of its parsed values with ConfigError (one line, exit 2)."""

@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Callable, Dict, List, Mapping, Optional, Sequence, Tuple
 
 from exporter.collectors.collector import Collector, Flag, Hub, PagePart, SourceState
-from exporter.collectors.hpc_jobs import HpcJobsCollector
+from exporter.collectors.hpc_jobs.collector import HpcJobsCollector
 from exporter.collectors.kubernetes import KubernetesCollector
 from exporter.collectors.vendor import Vendor
 from exporter.vendors import PENDING_VENDORS, VENDORS

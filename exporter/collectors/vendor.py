@@ -8,8 +8,9 @@ from typing import TYPE_CHECKING, Callable, Mapping, Optional, Tuple
 from exporter.base.upstream import GENERIC_UPSTREAM, UpstreamWords
 from exporter.collectors.collector import Flag
 
-if TYPE_CHECKING:  # `--help` and the flag tables load no exposition code
+if TYPE_CHECKING:  # `--help` and the flag tables load no section code
     from exporter.exposition.families import Family
+    from exporter.exposition.sections import VendorStatus
 
 
 @dataclass(frozen=True)
@@ -28,7 +29,8 @@ class Vendor:
     reader: type
     collectors: Tuple[type, ...] = ()
     upstream_words: UpstreamWords = GENERIC_UPSTREAM
-    upstream_up: Optional[Family] = None  # its own name for the upstream gauge, first in the status block
+    status: Optional[VendorStatus] = None  # what the status block writes in its words
+    families: Tuple[Family, ...] = ()  # its own, for the catalogue
     open_resolver: Optional[Callable[[object], Callable]] = None
     resolver_open_seconds: float = 0.0
     demo_flags: Tuple[Flag, ...] = ()  # flags of `demo` only, for its simulated node (listed last by --help)

@@ -92,6 +92,16 @@ class BaseSection:
         return SectionState(bool(self._up()), self._last_seconds)
 
 
+class VendorStatus(NamedTuple):
+    """What the status block writes in a vendor's words: its name (pod_gpu_exporter_vendor_info), its own
+    gauge for whether its exporter answered (written first, where it has one), and the count of devices no
+    sample names, its help naming the vendor's forms that need its driver."""
+
+    vendor: str
+    upstream_up: Optional[Family]
+    unresolved_devices: Family
+
+
 class StatusSection(BaseSection):
     """The status gauges every scrape carries, in their fixed order, then those the sections own: first
     the vendor's own name for whether its exporter answered (where it has one), last the vendor-neutral
@@ -100,20 +110,20 @@ class StatusSection(BaseSection):
     name = "status"
     per_scrape = True
 
-    def __init__(self, vendor: Optional[str] = None, vendor_upstream_up: Optional[Family] = None):
+    def __init__(self, vendor: Optional[VendorStatus] = None):
         super().__init__()
-        self._vendor_upstream_up = vendor_upstream_up
-        self._vendor_info = "" if vendor is None else (
-            families.VENDOR_INFO.header + f'{families.VENDOR_INFO.name}{{vendor="{escape_label_value(vendor)}"}} 1\n')
+        self._vendor = vendor
+        self._vendor_info = "" if vendor is None else (families.VENDOR_INFO.header +
+                                                       f'{families.VENDOR_INFO.name}{{vendor="{escape_label_value(vendor.vendor)}"}} 1\n')
 
     def _rows(self, view: ScrapeView) -> bytes:
-        snapshot = view.snapshot
-        values = [(self._vendor_upstream_up, int(view.upstream_up))] if self._vendor_upstream_up else []
+        snapshot, vendor = view.snapshot, self._vendor
+        values = [(vendor.upstream_up, int(view.upstream_up))] if vendor and vendor.upstream_up else []
         values += [
             (families.KUBELET_UP, int(snapshot.kubelet_up)),
             (families.MAPPING_AGE, None if snapshot.age_seconds is None else round(snapshot.age_seconds, 3)),
             (families.MALFORMED_LINES, view.malformed),
-            (families.UNRESOLVED_DEVICES, len(snapshot.mapping.unresolved)),
+            *([(vendor.unresolved_devices, len(snapshot.mapping.unresolved))] if vendor else []),
             (families.SCRAPE_DURATION, round(time.perf_counter() - view.started, 6)),
             (families.UPSTREAM_UP, int(view.upstream_up)),
         ]

@@ -23,7 +23,7 @@ LAYERS = (
     # A vendor's package holds what it knows at every level (its exporter's reader, its driver library,
     # its shares and its collectors) on the framework below; the registry above takes its registration.
     ("vendors", ("exporter.vendors",)),
-    ("registry", ("exporter.collectors.registry",)),
+    ("registry", ("exporter.collectors.registry", "exporter.collectors.catalogue")),
     ("config", ("exporter.config",)),
     ("demo", ("exporter.demo",)),
     ("app", ("exporter.app", "exporter.mapping_report")),
@@ -125,7 +125,7 @@ def collector_of(module: str) -> str:
     if not module.startswith("exporter.collectors."):
         return ""
     name = module.split(".")[2]
-    return "" if name in ("collector", "registry", "vendor") else name
+    return "" if name in ("collector", "registry", "vendor", "catalogue") else name
 
 
 def test_no_collector_imports_another_collector(graph):

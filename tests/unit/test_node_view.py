@@ -124,7 +124,7 @@ def _app(path, kubelet: _Kubelet, sections=()) -> App:
     attribution = Attribution(kubelet.list_devices, refresh_interval_seconds=60, max_age_seconds=600)
     attribution.refresh()
     registry.build(attribution, LabelLimit(None))
-    scraper = Scraper(hub.upstream, attribution, "kubernetes", [*sections, StatusSection(NVIDIA.name, NVIDIA.upstream_up)])
+    scraper = Scraper(hub.upstream, attribution, "kubernetes", [*sections, StatusSection(NVIDIA.status)])
     return App(scraper, attribution, "/gpu/metrics", sources=registry)
 
 

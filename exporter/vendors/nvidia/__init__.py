@@ -5,7 +5,8 @@ from __future__ import annotations
 from exporter.base.upstream import UpstreamWords
 from exporter.collectors.collector import Flag
 from exporter.collectors.vendor import Vendor
-from exporter.exposition import families
+from exporter.exposition.sections import VendorStatus
+from exporter.vendors.nvidia import families
 from exporter.vendors.nvidia.collectors.dcgm import DcgmCollector
 from exporter.vendors.nvidia.collectors.process_shares import ProcessSharesCollector
 from exporter.vendors.nvidia.collectors.xid_events import XidEventsCollector
@@ -24,7 +25,8 @@ NVIDIA = Vendor(
     upstream_words=UpstreamWords(
         "dcgm-exporter", "check its version and that the dcgm address points at its /metrics",
         "check its logs, the driver and its DCGM connection"),
-    upstream_up=families.DCGM_UP,
+    status=VendorStatus("nvidia", families.DCGM_UP, families.UNRESOLVED_DEVICES),
+    families=families.FAMILIES,
     upstream_failures=families.DCGM_FETCH_FAILURES,
     driver_timeouts=families.NVML_TIMEOUTS,
     demo_flags=(Flag("--demo.nvml", "demo_nvml", ("on", "off"), "`demo` only: on = its node also simulates NVML, the host's processes, XIDs and a lost GPU, and serves --sharing.mode process; off = device-level samples only.", "on"),),

@@ -10,7 +10,8 @@ from exporter.base.bounded import BoundedRunner, CallTimeout
 from exporter.base.logs import DependencyReporter
 from exporter.core.mapping import Mapping
 from exporter.core.refresher import Refresher
-from exporter.exposition.families import NVML_UP, PROCESS_SHARES_REFRESH_DURATION, render_status
+from exporter.exposition.families import render_status
+from exporter.vendors.nvidia.families import NVML_UP, PROCESS_SHARES_REFRESH_DURATION
 from exporter.exposition.label_limit import LabelLimit
 from exporter.exposition.sections import SectionState
 from exporter.vendors.nvidia.shares.compute import PodIndex, Shares, compute_shares, pod_index

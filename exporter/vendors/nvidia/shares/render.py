@@ -6,9 +6,10 @@ from typing import Callable, Dict, Iterable, List, Optional, Tuple
 from typing import Mapping as MappingType
 
 from exporter.core.identity import GpuIdentity
-from exporter.exposition.families import (CONTAINER_ENERGY, CONTAINER_IDLE, CONTAINER_MEMORY, CONTAINER_SM,
-                                          UNALLOCATED_MEMORY, UNALLOCATED_SM, UNATTRIBUTED_ENERGY,
-                                          UNATTRIBUTED_MEMORY, UNATTRIBUTED_PROCESSES, UNATTRIBUTED_SM, Family)
+from exporter.exposition.families import Family
+from exporter.vendors.nvidia.families import (CONTAINER_ENERGY, CONTAINER_IDLE, CONTAINER_MEMORY, CONTAINER_SM,
+                                              UNALLOCATED_MEMORY, UNALLOCATED_SM, UNATTRIBUTED_ENERGY,
+                                              UNATTRIBUTED_MEMORY, UNATTRIBUTED_PROCESSES, UNATTRIBUTED_SM)
 from exporter.exposition.label_limit import LabelLimit
 from exporter.exposition.labels import gpu_label_pairs, render_owner_labels, render_owner_labels_within
 from exporter.exposition.rows import label_text, render_family
