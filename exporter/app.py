@@ -207,7 +207,7 @@ def print_mapping(config: Config) -> int:
     registry = Registry(config)
     try:
         # Only the collectors that offer the mapping a context (the API's labels, DRA keys) take part.
-        hub = registry.prepare(only=lambda collector: collector.in_mapping)
+        hub = registry.prepare(only=lambda collector: collector.in_mapping, needs=())
         devices = client.list_devices()
     except (KubeletError, ConfigError) as exc:
         print(f"pod-gpu-metrics-exporter: error: {exc}", file=sys.stderr)

@@ -6,6 +6,7 @@ import functools
 from typing import Mapping
 
 from exporter.collectors.collector import Collector, Flag, Hub, Kind, SourceState
+from exporter.collectors.roles import MAPPING_CONTEXT, POD_INDEX
 from exporter.exposition import families
 from exporter.sources.kubernetes.labels import compile_key_pattern, extra_choices, label_spec
 
@@ -32,6 +33,7 @@ class KubernetesCollector(Collector):
 
     name = "kubernetes"
     switch = "--kubernetes.api"
+    offers = (MAPPING_CONTEXT, POD_INDEX)
     in_mapping = True  # `mapping` shows each pod's extra labels and keys DRA devices as `serve` does
     flags = (
         Flag("--kubernetes.api", "kubernetes_api", KUBERNETES_API_CHOICES, "Kubernetes API server for pod UIDs, workloads, pod labels and DRA ResourceSlices: auto = when running in a pod or --kubernetes.kubeconfig is set; on = required (start-up fails without a config); off = never.",

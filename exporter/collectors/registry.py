@@ -4,9 +4,11 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Callable, Dict, List, Mapping, Optional, Sequence, Tuple
 
+from exporter.base.errors import ConfigError
 from exporter.collectors.collector import Collector, Flag, Hub, PagePart, SourceState
 from exporter.collectors.hpc_jobs.collector import HpcJobsCollector
 from exporter.collectors.kubernetes import KubernetesCollector
+from exporter.collectors.roles import UPSTREAM, Role
 from exporter.collectors.vendor import Vendor
 from exporter.vendors import PENDING_VENDORS, VENDORS
 
@@ -81,6 +83,40 @@ def derive_collector_settings(config) -> Dict[str, object]:
     return derived
 
 
+def preparation_order(collectors: Sequence[Collector]) -> List[Collector]:
+    """The collectors in registration order, except that one taking a role comes after every collector
+    offering it (a role offered by none is left to the check that follows preparation)."""
+    ordered: List[Collector] = []
+    waiting = list(collectors)
+    while waiting:
+        placed = set(id(collector) for collector in ordered)
+        ready = next((collector for collector in waiting if all(
+            id(offerer) in placed for offerer in waiting if offerer is not collector
+            and set(offerer.offers) & set(collector.needs + collector.takes))), waiting[0])
+        ordered.append(ready)
+        waiting.remove(ready)
+    return ordered
+
+
+def _check_offered(hub: Hub, collector: Collector) -> None:
+    """A prepared collector's offers are on the hub and keep their protocol (a defect, not a usage mistake)."""
+    for role in collector.offers:
+        value = getattr(hub, role.name)
+        if value is not None and not isinstance(value, role.protocol):
+            raise TypeError(f"collector {collector.name} offers {role} as {type(value).__name__}, "
+                            f"which is no {role.protocol.__name__}")
+
+
+def _refuse_missing_roles(prepared: Sequence[Collector], framework_needs: Sequence[Role]) -> None:
+    offered = {role for collector in prepared for role in collector.offers}
+    needers = [("the exporter", role) for role in framework_needs]
+    needers += [(f"collector {collector.name}", role) for collector in prepared for role in collector.needs]
+    for who, role in needers:
+        if role not in offered:
+            raise ConfigError(f"{who} needs the {role} role, which no collector switched on offers: check the "
+                              f"flags that switch collectors on and --gpu.vendor")
+
+
 class Registry:
     """The collectors of one run: those the Config switches on, prepared, built, started and stopped
     together; their sections, their parts of /metrics and every source's state, the core's included."""
@@ -99,13 +135,20 @@ class Registry:
         # that raises costs its own row, never the page.
         self._answers = SectionFailures("collector")
 
-    def prepare(self, only: Callable[[Collector], bool] = lambda collector: True) -> Hub:
-        """Each active collector's source made, not started (ConfigError: a usage mistake)."""
+    def prepare(self, only: Callable[[Collector], bool] = lambda collector: True,
+                needs: Sequence[Role] = (UPSTREAM,)) -> Hub:
+        """Each active collector's source made, not started, those offering a role before those taking it
+        (ConfigError: a usage mistake, or a role that `needs` — the framework's — or a collector needs and
+        no collector switched on offers)."""
         # The device IDs only the vendor's driver names (its partitions), resolved at the first such ID.
         if self.vendor.open_resolver is not None:
             self.hub.resolve_mig = self.vendor.open_resolver(self.hub.driver)
-        self._active = [collector for collector in self._active if only(collector) and collector.prepare(self.hub)
-                        is not False]
+        chosen = [collector for collector in self._active if only(collector)]
+        prepared = [collector for collector in preparation_order(chosen) if collector.prepare(self.hub) is not False]
+        for collector in prepared:
+            _check_offered(self.hub, collector)
+        _refuse_missing_roles(prepared, needs)
+        self._active = [collector for collector in chosen if collector in prepared]  # registration order kept
         return self.hub
 
     def build(self, attribution, label_limit) -> None:

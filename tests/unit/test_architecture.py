@@ -125,7 +125,7 @@ def collector_of(module: str) -> str:
     if not module.startswith("exporter.collectors."):
         return ""
     name = module.split(".")[2]
-    return "" if name in ("collector", "registry", "vendor", "catalogue") else name
+    return "" if name in ("collector", "registry", "vendor", "catalogue", "roles") else name
 
 
 def test_no_collector_imports_another_collector(graph):

@@ -10,6 +10,7 @@ from urllib.parse import urlsplit
 
 from exporter.base.errors import ConfigError, UpstreamError
 from exporter.collectors.collector import Collector, Flag, Hub, Kind, SourceState
+from exporter.collectors.roles import UPSTREAM
 from exporter.vendors.nvidia.dcgm import DEFAULT_MAX_BODY_BYTES, redact_url
 from exporter.vendors.nvidia.dcgm.file_source import SETTLE_SECONDS
 from exporter.vendors.nvidia.dcgm.options import DcgmEndpoint
@@ -79,6 +80,7 @@ class DcgmCollector(Collector):
     """dcgm-exporter's text, over HTTP or from its legacy textfile: always on; what the scraper rewrites."""
 
     name = "dcgm"
+    offers = (UPSTREAM,)
     flags = (
         Flag("--dcgm.url", "dcgm_url", Kind("URL", _checked_url), "dcgm-exporter metrics URL to scrape on every request.",
              "http://127.0.0.1:9401/metrics"),

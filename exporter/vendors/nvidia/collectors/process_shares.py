@@ -7,8 +7,9 @@ import os
 from typing import Mapping, Optional
 
 from exporter.base.errors import ConfigError
-from exporter.vendors.nvidia.collectors import DEMO_SETS_NVML
 from exporter.collectors.collector import Collector, Flag, Hub, PagePart, SourceState
+from exporter.collectors.roles import POD_INDEX
+from exporter.vendors.nvidia.collectors import DEMO_SETS_NVML
 from exporter.vendors.nvidia.shares.energy import IDLE_POLICIES
 
 SHARING_MODES = ("device", "process")
@@ -19,6 +20,7 @@ class ProcessSharesCollector(Collector):
 
     name = "process_shares"
     switch = "--sharing.mode process"
+    takes = (POD_INDEX,)  # with the API off there is no pod index, and no share is served
     flags = (
         Flag("--sharing.mode", "sharing_mode", SHARING_MODES, "device = values are device-level; process = also serve each holding container's own memory and SM share of its GPU, from NVML's per-process data (needs NVML, hostPID and the Kubernetes API).",
              "device"),

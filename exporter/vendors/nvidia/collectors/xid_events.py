@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import functools
 
-from exporter.vendors.nvidia.collectors import DEMO_SETS_NVML
 from exporter.collectors.collector import Collector, Flag, Hub, PagePart, SourceState
+from exporter.vendors.nvidia.collectors import DEMO_SETS_NVML
 
 XID_EVENTS_CHOICES = ("auto", "on", "off")
 
