@@ -174,3 +174,12 @@ def test_a_failing_kubelet_and_dcgm_exporter_are_shown_down_with_their_errors(tm
     assert f"dcgm textfile {path} does not exist" in html
     assert html.count('class="down">down<') == 2
     assert "NVIDIA H100 80GB HBM3" in html  # the last answer's figures stay, its source marked down
+
+
+def test_the_page_is_titled_by_dcgm_exporter_4s_lower_case_hostname_label_too(tmp_path):
+    """dcgm-exporter 4.x writes `hostname`, not `Hostname`: the title names the node all the same."""
+    path = tmp_path / "dcgm.prom"
+    path.write_bytes(_body().replace(b'Hostname="', b'hostname="'))
+    app = _app(path, _Kubelet([]))
+    app.scraper.scrape()
+    assert "GPUs of node-7" in app.index_page().decode()
