@@ -89,7 +89,7 @@ class Node:
         from exporter.web.service import App
 
         config, web_config = self.config, self.web_config
-        app = App(self.core.scraper, self.core.attribution, config.telemetry_path, web_config, sources=self.registry)
+        app = App(self.core.scraper, self.core.attribution, config.telemetry_path, web_config, collectors=self.registry)
         try:
             return ExporterHTTPServer.listen(config.listen_host, config.listen_port, app,
                                              web_config.current().ssl_context() if web_config else None)

@@ -78,16 +78,16 @@ def refusing_commands(field_name: str) -> Tuple[str, ...]:
     return tuple(command for command in COMMANDS if field_name in refused_settings(command))
 
 
-def refuse_unused_settings(command: str, sources: Mapping[str, str]) -> None:
+def refuse_unused_settings(command: str, origins: Mapping[str, str]) -> None:
     """A ConfigError naming the first setting given (a flag, or its variable) that `command` would not use:
     a user who passes one expects it to act."""
     for field_name, why in refused_settings(command).items():
         # `kubectl exec` into a serving container runs `mapping` with that container's environment:
         # its serving variables are the deployment's configuration, not a mistake, so only flags
         # given to `mapping` itself are refused.
-        from_environment = sources.get(field_name, "").startswith(ENV_PREFIX)
-        if field_name in sources and not (command == "mapping" and from_environment):
-            raise ConfigError(f"{sources[field_name]} is not used by `{command}` ({why}): drop it")
+        from_environment = origins.get(field_name, "").startswith(ENV_PREFIX)
+        if field_name in origins and not (command == "mapping" and from_environment):
+            raise ConfigError(f"{origins[field_name]} is not used by `{command}` ({why}): drop it")
 
 
 def _post_init(self) -> None:
@@ -186,14 +186,14 @@ def parse_config(argv: Sequence[str], environ: Mapping[str, str]) -> Config:
     """Flags over environment over defaults; raises ConfigError naming the flag or variable at fault."""
     args = build_parser().parse_args(list(argv))
     values = {"command": args.command}
-    sources = {"output": "-o/--output"} if args.output is not None else {}
+    origins = {"output": "-o/--output"} if args.output is not None else {}  # Config field → the flag or variable that set it
     for flag in _FLAGS:
         raw, source = getattr(args, flag.field), flag.flag
         if raw is None and env_var_name(flag.flag) in environ:
             raw, source = environ[env_var_name(flag.flag)], env_var_name(flag.flag)
         if raw is None:
             continue
-        sources[flag.field] = source
+        origins[flag.field] = source
         try:
             if flag.field == "listen_address":
                 values["listen_host"], values["listen_port"] = parse_listen_address(raw)
@@ -207,11 +207,11 @@ def parse_config(argv: Sequence[str], environ: Mapping[str, str]) -> Config:
     if values.get("telemetry_path") in BUILT_IN_PATHS:
         raise ConfigError(f"--web.telemetry-path: {values['telemetry_path']} is a built-in route "
                           f"({', '.join(BUILT_IN_PATHS)}); choose another path, e.g. /gpu/metrics")
-    refuse_unused_settings(args.command, sources)
+    refuse_unused_settings(args.command, origins)
     refusal = refused_vendor(values.get("gpu_vendor", VENDOR_AUTO))
     if refusal:
-        raise ConfigError(f"{sources['gpu_vendor']} {values['gpu_vendor']}: {refusal}")
-    check_collector_settings(args.command, values, sources)
+        raise ConfigError(f"{origins['gpu_vendor']} {values['gpu_vendor']}: {refusal}")
+    check_collector_settings(args.command, values, origins)
     if args.output is not None:
         values["output"] = args.output
     if args.command == "demo":

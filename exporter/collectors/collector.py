@@ -88,7 +88,7 @@ class Collector:
     needs: Tuple[Role, ...] = ()
     takes: Tuple[Role, ...] = ()
 
-    def check(self, command: str, values: Mapping[str, object], sources: Mapping[str, str]) -> None:
+    def check(self, command: str, values: Mapping[str, object], origins: Mapping[str, str]) -> None:
         """Refuse a combination of its parsed values with ConfigError (one line, exit 2)."""
 
     def derive(self, config) -> Mapping[str, object]:

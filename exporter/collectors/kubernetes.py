@@ -32,7 +32,7 @@ class KubernetesCollector(Collector):
     (auto: in a pod, or with a kubeconfig)."""
 
     name = "kubernetes"
-    switch = "--kubernetes.api"
+    switch = families.KUBERNETES_API_SWITCH
     offers = (MAPPING_CONTEXT, POD_INDEX)
     in_mapping = True  # `mapping` shows each pod's extra labels and keys DRA devices as `serve` does
     flags = (

@@ -71,9 +71,9 @@ def collector_refusals(command: str) -> Dict[str, str]:
     return refused
 
 
-def check_collector_settings(command: str, values: Mapping[str, object], sources: Mapping[str, str]) -> None:
+def check_collector_settings(command: str, values: Mapping[str, object], origins: Mapping[str, str]) -> None:
     for collector in _DECLARED:
-        collector.check(command, values, sources)
+        collector.check(command, values, origins)
 
 
 def derive_collector_settings(config) -> Dict[str, object]:

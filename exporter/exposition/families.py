@@ -13,7 +13,8 @@ TELEMETRY = "/gpu/metrics"
 SELF = "/metrics"  # the process's own registry, written by prometheus_client from these entries
 
 # What must be on for a family to be served at all; a family without any is served in every mode.
-KUBERNETES_API = "--kubernetes.api in use"
+KUBERNETES_API_SWITCH = "--kubernetes.api"  # the Kubernetes collector's switch
+KUBERNETES_API = f"{KUBERNETES_API_SWITCH} in use"
 
 # An owner's labels as --labels.style kubernetes names them (legacy: pod_name, pod_namespace,
 # container_name), followed on every series that carries them by the pod's extras from the

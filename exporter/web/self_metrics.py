@@ -48,23 +48,23 @@ class GuardedCollector:
 class SelfCollector:
     """Counters kept by the scraper and the refresher, and each collector's own part, exposed on /metrics."""
 
-    def __init__(self, scraper, attribution, sources=None):
+    def __init__(self, scraper, attribution, collectors=None):
         self._scraper = scraper
         self._attribution = attribution
         # The collectors of this run: their parts of /metrics (self_metrics_parts()); None for none.
-        self._sources = sources
+        self._collectors = collectors
         self.connections: Optional[ConnectionTable] = None  # the server's, once a server serves this app
 
     def parts(self):
         """Its families in parts, each a collector of its own: one that fails costs only its own."""
-        theirs = self._sources.self_metrics_parts() if self._sources is not None else ()
+        theirs = self._collectors.self_metrics_parts() if self._collectors is not None else ()
         return tuple((name, _Part(collect)) for name, collect in (
             ("scrapes", self._scrape_counters), *theirs, ("bounded_calls", self._bounded_calls), ("connections", self._connections),
             ("sections", lambda: _section_states(self._scraper.section_states()))))
 
     def _vendor_family(self, field: str):
         """The vendor's own name for one of the counters below (None: it has none, or no collectors here)."""
-        vendor = getattr(self._sources, "vendor", None)
+        vendor = getattr(self._collectors, "vendor", None)
         return getattr(vendor, field, None)
 
     def _scrape_counters(self):

@@ -125,7 +125,7 @@ def _app(path, kubelet: _Kubelet, sections=()) -> App:
     attribution.refresh()
     registry.build(attribution, LabelLimit(None))
     scraper = Scraper(hub.upstream, attribution, "kubernetes", [*sections, StatusSection(NVIDIA.status)])
-    return App(scraper, attribution, "/gpu/metrics", sources=registry)
+    return App(scraper, attribution, "/gpu/metrics", collectors=registry)
 
 
 def test_the_page_reads_the_scrapers_last_answer_and_never_fetches(tmp_path):

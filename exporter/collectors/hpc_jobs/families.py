@@ -7,7 +7,8 @@ from typing import Tuple
 from exporter.exposition.families import Family, device_first, gathered, telemetry_family
 
 # What must be on for these to be served.
-HPC_JOBS = "--hpc.job-mapping-dir set"
+SWITCH = "--hpc.job-mapping-dir"  # its collector's switch
+HPC_JOBS = f"{SWITCH} set"
 
 # /gpu/metrics with --hpc.job-mapping-dir: the jobs on each GPU, rows to join on, never copies of samples.
 HPC_JOB_INFO = telemetry_family(

@@ -98,12 +98,12 @@ class DcgmCollector(Collector):
     def __init__(self) -> None:
         self._upstream: Optional[_Tracked] = None
 
-    def check(self, command: str, values: Mapping[str, object], sources: Mapping[str, str]) -> None:
+    def check(self, command: str, values: Mapping[str, object], origins: Mapping[str, str]) -> None:
         timeout = values.get("dcgm_timeout_seconds", 5.0)
         if values.get("dcgm_file") and timeout < SETTLE_SECONDS:
             # A textfile changed in place is read once left alone that long: every scrape in the second
             # after each rewrite would run out of time and serve no GPU series.
-            raise ConfigError(f"{sources.get('dcgm_timeout_seconds', '--dcgm.timeout')}: {timeout:g}s is shorter than "
+            raise ConfigError(f"{origins.get('dcgm_timeout_seconds', '--dcgm.timeout')}: {timeout:g}s is shorter than "
                               f"the {SETTLE_SECONDS:g}s a textfile changed in place is left to settle before it is "
                               "read (--dcgm.file); allow at least that")
 

@@ -10,6 +10,7 @@ from exporter.base.errors import ConfigError
 from exporter.collectors.collector import Collector, Flag, Hub, PagePart, SourceState
 from exporter.collectors.roles import POD_INDEX
 from exporter.vendors.nvidia.collectors import DEMO_SETS_NVML
+from exporter.vendors.nvidia.families import PROCESS_MODE
 from exporter.vendors.nvidia.shares.energy import IDLE_POLICIES
 
 SHARING_MODES = ("device", "process")
@@ -19,7 +20,7 @@ class ProcessSharesCollector(Collector):
     """--sharing.mode process: each holder's own share of a shared GPU, from NVML's processes and their cgroups."""
 
     name = "process_shares"
-    switch = "--sharing.mode process"
+    switch = PROCESS_MODE
     takes = (POD_INDEX,)  # with the API off there is no pod index, and no share is served
     flags = (
         Flag("--sharing.mode", "sharing_mode", SHARING_MODES, "device = values are device-level; process = also serve each holding container's own memory and SM share of its GPU, from NVML's per-process data (needs NVML, hostPID and the Kubernetes API).",
@@ -38,7 +39,7 @@ class ProcessSharesCollector(Collector):
     def __init__(self) -> None:
         self._shares = None
 
-    def check(self, command: str, values: Mapping[str, object], sources: Mapping[str, str]) -> None:
+    def check(self, command: str, values: Mapping[str, object], origins: Mapping[str, str]) -> None:
         """A --sharing.proc-root that is no folder is a configuration mistake for the commands that read it
         (`mapping` never does, so a serving container's environment is not refused there)."""
         proc_root = values.get("sharing_proc_root", "/proc")

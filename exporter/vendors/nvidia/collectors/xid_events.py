@@ -6,6 +6,7 @@ import functools
 
 from exporter.collectors.collector import Collector, Flag, Hub, PagePart, SourceState
 from exporter.vendors.nvidia.collectors import DEMO_SETS_NVML
+from exporter.vendors.nvidia.families import XID_EVENTS
 
 XID_EVENTS_CHOICES = ("auto", "on", "off")
 
@@ -14,7 +15,7 @@ class XidEventsCollector(Collector):
     """NVML's XID error events counted per GPU and per holder (auto: in --sharing.mode process)."""
 
     name = "xid_events"
-    switch = "--health.xid-events on"
+    switch = XID_EVENTS
     flags = (
         Flag("--health.xid-events", "health_xid_events", XID_EVENTS_CHOICES, "Count NVML's XID error events per GPU and per holding container (needs NVML): auto = in --sharing.mode process; on; off.",
              "auto"),
