@@ -38,11 +38,11 @@ sys.path.insert(0, str(REPO_ROOT / "tests"))
 if _CHILD_ROOT:
     sys.path.insert(0, _CHILD_ROOT)
 from exporter.core.mapping import build_mapping  # noqa: E402
-from exporter.shares.compute import PodContainers  # noqa: E402
-from exporter.shares.process_shares import ProcessShares  # noqa: E402
+from exporter.vendors.nvidia.shares.compute import PodContainers  # noqa: E402
+from exporter.vendors.nvidia.shares.process_shares import ProcessShares  # noqa: E402
 
 try:
-    from exporter.shares.process_shares import ProcessSharesOptions  # noqa: E402
+    from exporter.vendors.nvidia.shares.process_shares import ProcessSharesOptions  # noqa: E402
 except ImportError:  # a --baseline revision from before ProcessShares took its settings as one value
     ProcessSharesOptions = None
 from exporter.sources.kubelet import AllocatedDevice  # noqa: E402
@@ -226,10 +226,10 @@ def main() -> int:
 
 
 def _breakdown(iterations: int, nvml, proc, mapping, pods) -> None:
-    from exporter.shares.compute import compute_shares
-    from exporter.shares.ledger import ShareLedger
-    from exporter.shares.render import render_shares
-    from exporter.sources.nvml.processes import NvmlProcessReader
+    from exporter.vendors.nvidia.shares.compute import compute_shares
+    from exporter.vendors.nvidia.shares.ledger import ShareLedger
+    from exporter.vendors.nvidia.shares.render import render_shares
+    from exporter.vendors.nvidia.nvml.processes import NvmlProcessReader
     from exporter.sources.procfs import read_process_owner
 
     reader = NvmlProcessReader(nvml, 5.0)

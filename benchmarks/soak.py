@@ -27,7 +27,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from node import REPO_ROOT, SIZES, Node  # noqa: E402
 
 sys.path.insert(0, str(REPO_ROOT / "tests"))
-from exporter.sources.dcgm import DEFAULT_MAX_BODY_BYTES  # noqa: E402
+from exporter.vendors.nvidia.dcgm import DEFAULT_MAX_BODY_BYTES  # noqa: E402
 from support.exporter_process import start_exporter  # noqa: E402
 from support.fake_dcgm import FakeDcgmExporter  # noqa: E402
 from support.fake_kubelet import FakeKubelet  # noqa: E402

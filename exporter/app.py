@@ -30,9 +30,10 @@ if TYPE_CHECKING:  # for the annotations only: serve imports these when it runs 
 EXIT_OK, EXIT_FAILURE, EXIT_USAGE = 0, 1, 2
 
 
-def serve(config: Config, on_ready: Optional[Callable[[str], None]] = None) -> int:
-    """Serve until SIGTERM/SIGINT with every registered collector the Config switches on; returns the
-    process exit code."""
+def serve(config: Config, on_ready: Optional[Callable[[str], None]] = None,
+          registry: Optional[Registry] = None) -> int:
+    """Serve until SIGTERM/SIGINT with every registered collector the Config switches on (those of
+    `registry` when given: the demo's, built around its simulated driver); returns the process exit code."""
     # gRPC's C core logs transport chatter (e.g. "Got goaway" when the kubelet restarts) to stderr,
     # outside our log format; our own logs already say what matters.
     os.environ.setdefault("GRPC_VERBOSITY", "ERROR")
@@ -42,7 +43,7 @@ def serve(config: Config, on_ready: Optional[Callable[[str], None]] = None) -> i
     listening: list = []  # the server, once there is one
     _stop_on_signals(stopping, listening)
     try:
-        node = build_node(config)
+        node = build_node(config, registry)
     except ConfigError as exc:
         print(f"pod-gpu-metrics-exporter: error: {exc}", file=sys.stderr)
         return EXIT_USAGE
@@ -88,7 +89,7 @@ class Node:
         from exporter.web.service import App
 
         config, web_config = self.config, self.web_config
-        app = App(self.core.scraper, self.core.attribution, config.telemetry_path, web_config, sources=self.registry)
+        app = App(self.core.scraper, self.core.attribution, config.telemetry_path, web_config, collectors=self.registry)
         try:
             return ExporterHTTPServer.listen(config.listen_host, config.listen_port, app,
                                              web_config.current().ssl_context() if web_config else None)
@@ -152,9 +153,10 @@ def _build_core(config: Config, registry: Registry) -> _Core:
     label_limit = LabelLimit(config.labels_limit)
     registry.build(attribution, label_limit)
     allocation = AllocationSection(config.labels_style, label_limit, lambda: attribution.current().kubelet_up)
-    sections = registry.sections((allocation,), StatusSection())
+    vendor = registry.vendor
+    sections = registry.sections((allocation,), StatusSection(vendor.status))
     scraper = Scraper(hub.upstream, attribution, config.labels_style, sections,
-                      labels_mode=config.labels_mode, label_limit=label_limit)
+                      labels_mode=config.labels_mode, label_limit=label_limit, upstream_words=vendor.upstream_words)
     return _Core(client, attribution, scraper)
 
 
@@ -205,7 +207,7 @@ def print_mapping(config: Config) -> int:
     registry = Registry(config)
     try:
         # Only the collectors that offer the mapping a context (the API's labels, DRA keys) take part.
-        hub = registry.prepare(only=lambda collector: collector.in_mapping)
+        hub = registry.prepare(only=lambda collector: collector.in_mapping, needs=())
         devices = client.list_devices()
     except (KubeletError, ConfigError) as exc:
         print(f"pod-gpu-metrics-exporter: error: {exc}", file=sys.stderr)

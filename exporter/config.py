@@ -11,15 +11,15 @@ from exporter.base.errors import ConfigError
 from exporter.base.flag_values import format_seconds, format_size, parse_duration, parse_listen_address, parse_size
 from exporter.base.logs import LOG_FORMATS, LOG_LEVELS
 from exporter.collectors.collector import Flag, Kind
-from exporter.collectors.registry import (check_collector_settings, collector_flags, collector_refusals,
-                                          derive_collector_settings)
+from exporter.collectors.registry import (VENDOR_AUTO, VENDOR_CHOICES, check_collector_settings, collector_flags,
+                                          collector_refusals, demo_flags, derive_collector_settings, refused_vendor)
 from exporter.exposition.labels import LABEL_STYLE_NAMES
+from exporter.vendors import VENDORS
 from exporter.exposition.series import LABEL_MODES
 from exporter.web.routes import BUILT_IN_PATHS
 
 ENV_PREFIX = "POD_GPU_EXPORTER_"
 COMMANDS = ("serve", "demo", "mapping")
-DEMO_NVML_CHOICES = ("on", "off")
 # The fewest labels --labels.limit allows: pod_gpu_allocation_info's own (owner, resource, device_id,
 # UUID, gpu, GPU_I_ID, a DRA claim's name and namespace) must fit, as must a dcgm sample's ~9 and its owner's 3.
 MIN_LABELS_LIMIT = 12
@@ -36,35 +36,33 @@ _SERVING_FLAGS: Tuple[Flag, ...] = (
     Flag("--kubelet.timeout", "kubelet_timeout_seconds", "duration", "Timeout of each kubelet PodResources call.", 5.0),
     Flag("--kubelet.mapping-max-age", "mapping_max_age_seconds", "duration", "How long the last good mapping is used while the kubelet cannot be reached; after that samples go unattributed.", 60.0),
     Flag("--labels.style", "labels_style", LABEL_STYLE_NAMES, "Owner label names: kubernetes = namespace,pod,container; legacy = pod_name,pod_namespace,container_name (the 2019 exporter's).", "kubernetes"),
-    Flag("--labels.mode", "labels_mode", LABEL_MODES, "samples = dcgm samples carry their holders' labels; join = dcgm samples keep only their upstream labels and pod_gpu_allocation_info names the holders, for group_left joins (fewer series on shared GPUs, no added labels on each sample).", "samples"),
+    Flag("--labels.mode", "labels_mode", LABEL_MODES, "samples = GPU samples carry their holders' labels; join = GPU samples keep only their upstream labels and pod_gpu_allocation_info names the holders, for group_left joins (fewer series on shared GPUs, no added labels on each sample).", "samples"),
     Flag("--labels.limit", "labels_limit", "count", f"Most labels one served sample may carry (e.g. a store's per-series limit); extra labels are dropped to fit, annotations first, then pod labels, queues, workload, pod_uid (at least {MIN_LABELS_LIMIT})."),
+    Flag("--gpu.vendor", "gpu_vendor", VENDOR_CHOICES, f"Whose GPUs this node has, which names their devices, upstream exporter and figures: {VENDOR_AUTO} = serve as {VENDOR_CHOICES[1]} until the node says otherwise.", VENDOR_AUTO),
 )
 _PROCESS_FLAGS: Tuple[Flag, ...] = (
     Flag("--log.level", "log_level", LOG_LEVELS, "Only log messages at or above this level.", "info"),
     Flag("--log.format", "log_format", LOG_FORMATS, "Log line format.", "logfmt"),
-    Flag("--demo.nvml", "demo_nvml", DEMO_NVML_CHOICES, "`demo` only: on = its node also simulates NVML, the host's processes, XIDs and a lost GPU, and serves --sharing.mode process; off = device-level samples only.", "on"),
 )
 
 
 def all_flags() -> Tuple[Flag, ...]:
     """Every flag of serve, demo and mapping, in --help's order (the collectors' included)."""
-    return _SERVING_FLAGS + collector_flags() + _PROCESS_FLAGS
+    return _SERVING_FLAGS + collector_flags() + _PROCESS_FLAGS + demo_flags()
 
 
 _FLAGS = all_flags()
 
 _MAPPING_ONLY = "it only shapes the output of `mapping`"
-_DEMO_ONLY = "only `demo` simulates NVML"
 _CORE_REFUSED = {
     "demo": {"kubelet_socket": "the demo runs its own simulated kubelet; leave out `demo` to serve a real node",
              "output": _MAPPING_ONLY},
-    "serve": {"output": _MAPPING_ONLY, "demo_nvml": _DEMO_ONLY},
+    "serve": {"output": _MAPPING_ONLY},
     # `mapping` asks the kubelet (and the API server, for its labels column) once and prints.
     "mapping": {
         **dict.fromkeys(("listen_address", "telemetry_path", "web_config_file"), "it prints one table and exits, serving nothing"),
         **dict.fromkeys(("kubelet_refresh_interval_seconds", "mapping_max_age_seconds"), "it asks the kubelet once"),
         **dict.fromkeys(("labels_style", "labels_mode", "labels_limit"), "it prints owners as columns, not as sample labels"),
-        "demo_nvml": _DEMO_ONLY,
     },
 }
 
@@ -80,16 +78,16 @@ def refusing_commands(field_name: str) -> Tuple[str, ...]:
     return tuple(command for command in COMMANDS if field_name in refused_settings(command))
 
 
-def refuse_unused_settings(command: str, sources: Mapping[str, str]) -> None:
+def refuse_unused_settings(command: str, origins: Mapping[str, str]) -> None:
     """A ConfigError naming the first setting given (a flag, or its variable) that `command` would not use:
     a user who passes one expects it to act."""
     for field_name, why in refused_settings(command).items():
         # `kubectl exec` into a serving container runs `mapping` with that container's environment:
         # its serving variables are the deployment's configuration, not a mistake, so only flags
         # given to `mapping` itself are refused.
-        from_environment = sources.get(field_name, "").startswith(ENV_PREFIX)
-        if field_name in sources and not (command == "mapping" and from_environment):
-            raise ConfigError(f"{sources[field_name]} is not used by `{command}` ({why}): drop it")
+        from_environment = origins.get(field_name, "").startswith(ENV_PREFIX)
+        if field_name in origins and not (command == "mapping" and from_environment):
+            raise ConfigError(f"{origins[field_name]} is not used by `{command}` ({why}): drop it")
 
 
 def _post_init(self) -> None:
@@ -170,15 +168,15 @@ def build_parser(command: str = "") -> argparse.ArgumentParser:
     parser = _Parser(
         prog="pod-gpu-metrics-exporter",
         description=(
-            "Serve NVIDIA dcgm-exporter's GPU metrics with the Kubernetes namespace, pod and container that "
-            "hold each GPU, asked from the kubelet's PodResources API. Every flag can also be set by the "
-            "environment variable shown; the flag wins."
+            f"Serve the GPU metrics of {' or '.join(vendor.upstream_words.name for vendor in VENDORS)} with the "
+            "Kubernetes namespace, pod and container that hold each GPU, asked from the kubelet's PodResources API. "
+            "Every flag can also be set by the environment variable shown; the flag wins."
         ),
         formatter_class=argparse.RawDescriptionHelpFormatter,
         epilog=(
             "commands:\n"
             "  serve     (default) serve attributed metrics at --web.listen-address + --web.telemetry-path\n"
-            "  demo      serve a simulated GPU node (kubelet, dcgm-exporter, NVML, API server), no cluster needed;\n"
+            "  demo      serve a simulated GPU node (kubelet, GPU exporter and driver, API server), no cluster needed;\n"
             "            listens on 127.0.0.1:9400 unless --web.listen-address says otherwise\n"
             "  mapping   print this node's GPU -> pod table from --kubelet.socket and exit (-o json for JSON)\n"
             "  top       one row per container that holds a GPU, across the cluster (`top --help` for its flags;\n"
@@ -213,14 +211,14 @@ def parse_config(argv: Sequence[str], environ: Mapping[str, str]) -> Config:
         raise ConfigError("`top` takes flags of its own and comes first: pod-gpu-metrics-exporter top [flags] "
                           "(see top --help)")
     values = {"command": args.command}
-    sources = {"output": "-o/--output"} if args.output is not None else {}
+    origins = {"output": "-o/--output"} if args.output is not None else {}  # Config field → the flag or variable that set it
     for flag in _FLAGS:
         raw, source = getattr(args, flag.field), flag.flag
         if raw is None and env_var_name(flag.flag) in environ:
             raw, source = environ[env_var_name(flag.flag)], env_var_name(flag.flag)
         if raw is None:
             continue
-        sources[flag.field] = source
+        origins[flag.field] = source
         try:
             if flag.field == "listen_address":
                 values["listen_host"], values["listen_port"] = parse_listen_address(raw)
@@ -234,8 +232,11 @@ def parse_config(argv: Sequence[str], environ: Mapping[str, str]) -> Config:
     if values.get("telemetry_path") in BUILT_IN_PATHS:
         raise ConfigError(f"--web.telemetry-path: {values['telemetry_path']} is a built-in route "
                           f"({', '.join(BUILT_IN_PATHS)}); choose another path, e.g. /gpu/metrics")
-    refuse_unused_settings(args.command, sources)
-    check_collector_settings(args.command, values, sources)
+    refuse_unused_settings(args.command, origins)
+    refusal = refused_vendor(values.get("gpu_vendor", VENDOR_AUTO))
+    if refusal:
+        raise ConfigError(f"{origins['gpu_vendor']} {values['gpu_vendor']}: {refusal}")
+    check_collector_settings(args.command, values, origins)
     if args.output is not None:
         values["output"] = args.output
     if args.command == "demo":

@@ -3,7 +3,7 @@
     python scripts/real_gpu_check.py [--mib 256] [--device 0]
 
 Allocates GPU memory in this process through the CUDA driver API (ctypes over libcuda.so.1), then
-reads the node through the exporter's own NVML reader (exporter.sources.nvml.processes) and prints what NVML
+reads the node through the exporter's own NVML reader (exporter.vendors.nvidia.nvml.processes) and prints what NVML
 reports for this PID: the device, its used memory, and the per-process SM samples; and for each
 device the board's energy counter read twice a second apart (the power the energy split works
 from; none where the driver does not answer it) and, on MIG, the instance's memory slices. Exit
@@ -20,8 +20,8 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from exporter.sources.nvml.library import open_nvml  # noqa: E402
-from exporter.sources.nvml.processes import NvmlProcessReader  # noqa: E402
+from exporter.vendors.nvidia.nvml.library import open_nvml  # noqa: E402
+from exporter.vendors.nvidia.nvml.processes import NvmlProcessReader  # noqa: E402
 from exporter.sources.procfs import read_process_owner  # noqa: E402
 
 MIB = 1024 * 1024

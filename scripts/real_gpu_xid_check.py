@@ -3,7 +3,7 @@
     python scripts/real_gpu_xid_check.py [--waits 3] [--wait-ms 1000]
 
 Registers every GPU for XID events through the exporter's own registry
-(exporter.sources.nvml.event_registry: parent GPU handles, nvmlEventTypeXidCriticalError), prints which
+(exporter.vendors.nvidia.nvml.event_registry: parent GPU handles, nvmlEventTypeXidCriticalError), prints which
 GPUs registered, which NVML refused (NOT_SUPPORTED) and which it answers lost, then waits on the set
 --waits times for --wait-ms each and prints what each wait returned and how long it took. No XID is
 expected on a healthy GPU: every wait should answer NVML_ERRORTIMEOUT after about --wait-ms. Exit
@@ -19,9 +19,9 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from exporter.sources.nvml.event_registry import TIMEOUT, EventRegistry  # noqa: E402
-from exporter.sources.nvml.events import NO_INSTANCE, XID_CRITICAL_ERROR  # noqa: E402
-from exporter.sources.nvml.library import open_nvml  # noqa: E402
+from exporter.vendors.nvidia.nvml.event_registry import TIMEOUT, EventRegistry  # noqa: E402
+from exporter.vendors.nvidia.nvml.events import NO_INSTANCE, XID_CRITICAL_ERROR  # noqa: E402
+from exporter.vendors.nvidia.nvml.library import open_nvml  # noqa: E402
 
 # A wait answered later than its timeout by more than this is reported late: the driver is expected to
 # answer a wait with nothing to report when its timeout runs out, not to hold the caller past it.

@@ -40,7 +40,7 @@ def top_parser() -> argparse.ArgumentParser:
 
 def families() -> Sequence:
     """Every family the exporter writes itself, in the catalogue's order."""
-    from exporter.exposition.families import CATALOGUE
+    from exporter.collectors.catalogue import CATALOGUE
 
     return CATALOGUE
 
@@ -156,6 +156,7 @@ exits 1 with a line saying so and naming `--web.listen-address`.
 FLAG_GROUPS = (
     ("web", "Serving", "TLS and basic auth: [deployment.md](deployment.md#tls-and-basic-auth); the HTTP "
      "server's bounds: [operations.md](operations.md#request-limits)."),
+    ("gpu", "GPU vendor", "Where a vendor's code lives: [architecture.md](architecture.md#vendors)."),
     ("dcgm", "dcgm-exporter", "What an outage or a bad answer looks like: [operations.md](operations.md#faults-it-rides-out); "
      "memory against `--dcgm.max-body-size`: [operations.md](operations.md#memory)."),
     ("kubelet", "The kubelet", "How the mapping is kept: [architecture.md](architecture.md#one-refresh)."),

@@ -5,8 +5,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Callable, FrozenSet, Iterable, Mapping, NamedTuple, Optional, Sequence, Tuple
 
+from exporter.collectors.roles import MappingContextRole, PodIndex, Role, Upstream
+
 if TYPE_CHECKING:  # `--help` and the flag tables load no section or page code
     from exporter.core.identity import GpuIdentity
+    from exporter.exposition.families import Family
     from exporter.exposition.sections import Section
     from exporter.web.page_parts import Block, GpuColumn, HolderFigure
 
@@ -30,10 +33,6 @@ class Flag(NamedTuple):
     help: str
     default: object = None
     shown_default: Optional[str] = None
-
-
-# Why `demo` refuses an NVML collector's flags: its own --demo.nvml switches the simulated NVML.
-DEMO_SETS_NVML = "the demo sets it with --demo.nvml: on simulates NVML and /proc for process mode, off serves devices only"
 
 
 class SourceState(NamedTuple):
@@ -66,11 +65,11 @@ class Hub:
     """
 
     config: Any
-    nvml: Any = None  # the NVML binding to use instead of the driver's library: None on a real node
-    resolve_mig: Optional[Callable] = None  # MIG-<uuid> → identity, through NVML
-    upstream: Any = None  # where dcgm-exporter's text is fetched: fetch() -> bytes, describe() -> str
-    mapping_context: Any = None  # the core's MappingContext (core/mapping), or None
-    pod_index: Any = None  # the pods on this node while fresh (a FreshPods), or None
+    driver: Any = None  # the vendor's driver library binding to use instead of the node's own: None on a real node
+    resolve_mig: Optional[Callable] = None  # a partition's device ID → identity, through the vendor's driver
+    upstream: Optional[Upstream] = None  # where the vendor's exporter text is fetched (role UPSTREAM)
+    mapping_context: Optional[MappingContextRole] = None  # the core's MappingContext (role MAPPING_CONTEXT), or None
+    pod_index: Optional[PodIndex] = None  # the pods on this node while fresh (role POD_INDEX), or None
     attribution: Any = None  # the kubelet refresher (core/attribution), set before build
     label_limit: Any = None  # the one --labels.limit every series about a pod shares, set before build
 
@@ -87,8 +86,14 @@ class Collector:
     refused: Mapping[str, Mapping[str, str]] = {}
     in_mapping = False  # whether `mapping` prepares and starts it (it offers the core's mapping context)
     switch = ""  # the flag (and value) that switches it on, which the node page names while it is off
+    families: Tuple[Family, ...] = ()  # the families it writes, for the catalogue (a vendor's are the vendor's)
+    # The roles it puts on the hub in prepare, those it cannot run without, and those it reads when
+    # offered (None otherwise): the registry prepares offerers first and refuses a missing need.
+    offers: Tuple[Role, ...] = ()
+    needs: Tuple[Role, ...] = ()
+    takes: Tuple[Role, ...] = ()
 
-    def check(self, command: str, values: Mapping[str, object], sources: Mapping[str, str]) -> None:
+    def check(self, command: str, values: Mapping[str, object], origins: Mapping[str, str]) -> None:
         """Refuse a combination of its parsed values with ConfigError (one line, exit 2)."""
 
     def derive(self, config) -> Mapping[str, object]:

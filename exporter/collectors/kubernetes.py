@@ -6,6 +6,7 @@ import functools
 from typing import Mapping
 
 from exporter.collectors.collector import Collector, Flag, Hub, Kind, SourceState
+from exporter.collectors.roles import MAPPING_CONTEXT, POD_INDEX
 from exporter.exposition import families
 from exporter.sources.kubernetes.labels import compile_key_pattern, extra_choices, label_spec
 
@@ -26,12 +27,13 @@ def _regex(value: str) -> str:
     return value
 
 
-class KubernetesApi(Collector):
+class KubernetesCollector(Collector):
     """The API server's pods, workloads, ResourceSlices and DeviceTaintRules, watched; on by --kubernetes.api
     (auto: in a pod, or with a kubeconfig)."""
 
     name = "kubernetes"
-    switch = "--kubernetes.api"
+    switch = families.KUBERNETES_API_SWITCH
+    offers = (MAPPING_CONTEXT, POD_INDEX)
     in_mapping = True  # `mapping` shows each pod's extra labels and keys DRA devices as `serve` does
     flags = (
         Flag("--kubernetes.api", "kubernetes_api", KUBERNETES_API_CHOICES, "Kubernetes API server for pod UIDs, workloads, pod labels and DRA ResourceSlices: auto = when running in a pod or --kubernetes.kubeconfig is set; on = required (start-up fails without a config); off = never.",

@@ -13,7 +13,7 @@ import time
 from pathlib import Path
 from typing import Callable, Dict, List, Tuple
 
-from exporter.collectors.registry import register_nvml
+from exporter.collectors.registry import Registry
 from exporter.config import Config
 from exporter.demo.cluster import start_api_server, write_hpc_job_files, write_proc_tree
 from exporter.demo.explain import explain
@@ -116,12 +116,10 @@ def run_demo(config: Config, serve: Callable[..., int]) -> int:
         )
         ready = functools.partial(explain, socket_path=socket_path, dcgm_url=dcgm.url, nvml=simulate_nvml,
                                   mapping=mapping_command(_invoked_as(), socket_path), top=_invoked_as())
-        # The simulation reaches every collector that reads NVML through the one registration a real node
-        # leaves at the driver's library.
-        register_nvml(nvml)
-        return serve(demo_config, on_ready=ready)
+        # The simulation reaches every collector that reads NVML through the registry's driver binding,
+        # which a real node leaves at the driver's library.
+        return serve(demo_config, on_ready=ready, registry=Registry(demo_config, driver=nvml))
     finally:
-        register_nvml(None)
         if nvml is not None:
             nvml.close()
         if api is not None:

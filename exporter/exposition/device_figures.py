@@ -20,6 +20,8 @@ _FIELDS = {
 }
 # One sample of those fields: its name, the text between its braces, its value. A regular expression over
 # the whole body skips every other line without splitting it: a page view costs one pass in C.
+# The labels that carry the node's name: dcgm-exporter's `Hostname` until mid 4.x, `hostname` since.
+NODE_NAME_LABELS = ("Hostname", "hostname")
 _LINE = re.compile(rb"^(" + b"|".join(_FIELDS) + rb")\{([^}\n]*)\}[ \t]+(\S+)", re.MULTILINE)
 
 
@@ -27,7 +29,7 @@ class DeviceFigures(NamedTuple):
     """One GPU or MIG instance as the answer describes it; None where the answer has no such sample."""
 
     model: str = ""  # the modelName label ("NVIDIA L4")
-    hostname: str = ""  # the Hostname label: the node's name as dcgm-exporter sees it
+    hostname: str = ""  # the node's name as the upstream sees it (NODE_NAME_LABELS)
     utilization_percent: Optional[float] = None
     engine_active_ratio: Optional[float] = None
     memory_used_mib: Optional[float] = None
@@ -55,9 +57,14 @@ def read_device_figures(body: bytes) -> Dict[GpuIdentity, DeviceFigures]:
             continue
         known = found.get(identity, DeviceFigures())
         figures = known._replace(model=labels.get("modelName") or known.model,
-                                 hostname=labels.get("Hostname") or known.hostname)
+                                 hostname=_node_name(labels) or known.hostname)
         found[identity] = figures if value is None else figures._replace(**{_FIELDS[match.group(1)]: value})
     return found
+
+
+def _node_name(labels: Dict[str, str]) -> str:
+    """The node's name as the upstream labels it: `Hostname` up to mid 4.x, `hostname` since (and on AMD's)."""
+    return next((labels[name] for name in NODE_NAME_LABELS if labels.get(name)), "")
 
 
 def _labels(raw: bytes) -> Optional[Dict[str, str]]:

@@ -1,10 +1,10 @@
-"""The catalogue of every family the exporter writes itself, one value each, and the status gauges' writer."""
+"""What a family is (one value each), the core's families, and the status gauges' writer; every package declares its own beside it."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 from functools import cached_property
-from typing import FrozenSet, Iterable, Optional, Tuple
+from typing import FrozenSet, Iterable, Mapping, Optional, Tuple
 
 from exporter.exposition.text import family_header
 
@@ -13,10 +13,8 @@ TELEMETRY = "/gpu/metrics"
 SELF = "/metrics"  # the process's own registry, written by prometheus_client from these entries
 
 # What must be on for a family to be served at all; a family without any is served in every mode.
-PROCESS_MODE = "--sharing.mode process"
-KUBERNETES_API = "--kubernetes.api in use"
-HPC_JOBS = "--hpc.job-mapping-dir set"
-XID_EVENTS = "--health.xid-events on"  # by default in --sharing.mode process
+KUBERNETES_API_SWITCH = "--kubernetes.api"  # the Kubernetes collector's switch
+KUBERNETES_API = f"{KUBERNETES_API_SWITCH} in use"
 
 # An owner's labels as --labels.style kubernetes names them (legacy: pod_name, pod_namespace,
 # container_name), followed on every series that carries them by the pod's extras from the
@@ -53,11 +51,11 @@ class Family:
         return family_header(self.name, self.help, self.type)
 
 
-def _telemetry(name: str, help_text: str, **fields) -> Family:
+def telemetry_family(name: str, help_text: str, **fields) -> Family:
     return Family(name, fields.pop("type", "gauge"), help_text, TELEMETRY, **fields)
 
 
-def _self(name: str, type_: str, help_text: str, labels: Tuple[str, ...] = (), **fields) -> Family:
+def self_family(name: str, type_: str, help_text: str, labels: Tuple[str, ...] = (), **fields) -> Family:
     return Family(name, type_, help_text, SELF, labels, **fields)
 
 
@@ -67,175 +65,99 @@ def render_status(values: Iterable[Tuple[Family, Optional[object]]]) -> str:
                    for family, value in values)
 
 
-_DEVICE = ("UUID", "gpu")  # a GPU's identity as dcgm-exporter names it; GPU_I_ID too on a MIG instance
-_DEVICE_ORDER = _DEVICE + ("GPU_I_ID",)  # written first on every row about a device, each where known
-_SHARE = dict(optional_labels=("GPU_I_ID",), modes=frozenset({PROCESS_MODE}), needs_samples=True)
+DEVICE = ("UUID", "gpu")  # a GPU's identity as dcgm-exporter names it; GPU_I_ID too on a MIG instance
+DEVICE_ORDER = DEVICE + ("GPU_I_ID",)  # written first on every row about a device, each where known
 
 
-def _device_first(*rest: str) -> dict:
+def device_first(*rest: str) -> dict:
     """The `written` order of a row about a device: its identity labels, then `rest`."""
-    return dict(written=_DEVICE_ORDER + rest)
+    return dict(written=DEVICE_ORDER + rest)
 
 # /gpu/metrics, with every scrape, in the order written.
-DCGM_UP = _telemetry("pod_gpu_exporter_dcgm_up", "1 when dcgm-exporter's metrics were fetched for this scrape, else 0 "
-                     "(and no GPU series).")
-KUBELET_UP = _telemetry("pod_gpu_exporter_kubelet_up", "1 when the last kubelet PodResources List succeeded, else 0.")
-MAPPING_AGE = _telemetry("pod_gpu_exporter_mapping_age_seconds", "Seconds since the GPU to pod mapping in use was "
+KUBELET_UP = telemetry_family("pod_gpu_exporter_kubelet_up", "1 when the last kubelet PodResources List succeeded, else 0.")
+MAPPING_AGE = telemetry_family("pod_gpu_exporter_mapping_age_seconds", "Seconds since the GPU to pod mapping in use was "
                          "listed from the kubelet.")
-MALFORMED_LINES = _telemetry("pod_gpu_exporter_malformed_lines", "Upstream lines dropped from this scrape because "
+MALFORMED_LINES = telemetry_family("pod_gpu_exporter_malformed_lines", "Upstream lines dropped from this scrape because "
                              "they break the text format.")
-UNRESOLVED_DEVICES = _telemetry("pod_gpu_exporter_unresolved_devices", "Allocated GPU devices whose samples cannot be "
-                                "identified (e.g. MIG-<uuid> without NVML).")
-SCRAPE_DURATION = _telemetry("pod_gpu_exporter_scrape_duration_seconds", "Time this exporter took to answer this "
+SCRAPE_DURATION = telemetry_family("pod_gpu_exporter_scrape_duration_seconds", "Time this exporter took to answer this "
                              "scrape, upstream fetch included.")
-KUBERNETES_API_UP = _telemetry("pod_gpu_exporter_kubernetes_api_up", "1 while the watch of this node's pods on the "
+UPSTREAM_UP = telemetry_family("pod_gpu_exporter_upstream_up", "1 when the GPU vendor's exporter answered this scrape, "
+                         "else 0 (and no GPU series); the same on every vendor's node.")
+VENDOR_INFO = telemetry_family("pod_gpu_exporter_vendor_info", "The GPU vendor this exporter serves on this node (1), as "
+                         "--gpu.vendor chose it.", labels=("vendor",))
+KUBERNETES_API_UP = telemetry_family("pod_gpu_exporter_kubernetes_api_up", "1 while the watch of this node's pods on the "
                                "Kubernetes API server is healthy, else 0.", modes=frozenset({KUBERNETES_API}))
 
 # /gpu/metrics, the allocations: written before the status gauges, while the kubelet lists any.
-ALLOCATION_INFO = _telemetry(
+ALLOCATION_INFO = telemetry_family(
     "pod_gpu_allocation_info", "A GPU device the kubelet reports as allocated to a container (1 per device).",
     labels=OWNER + ("resource", "device_id"),
-    optional_labels=_DEVICE + ("GPU_I_ID", "resourceclaim_namespace", "resourceclaim_name"), needs_samples=True)
-ALLOCATED_GPUS = _telemetry(
+    optional_labels=DEVICE + ("GPU_I_ID", "resourceclaim_namespace", "resourceclaim_name"), needs_samples=True)
+ALLOCATED_GPUS = telemetry_family(
     "pod_gpu_container_allocated_gpus", "GPUs a container holds: 1 per whole GPU, 1/N per replica of a GPU shared N "
     "ways, a MIG instance's share of its GPU's memory slices.", labels=OWNER, needs_samples=True)
 # /gpu/metrics, the held devices' health: after the allocations, from the holders' pod status, the ResourceSlices
 # and the DeviceTaintRules.
-DEVICE_HEALTH = _telemetry(
+DEVICE_HEALTH = telemetry_family(
     "pod_gpu_device_health_status", "Health of a GPU or MIG instance held on this node, as its holders' pod status "
     "reports it (allocatedResourcesStatus): 1 for the status it is in; unhealthy when any holder says so.",
-    labels=("status",), optional_labels=_DEVICE_ORDER, modes=frozenset({KUBERNETES_API}), needs_samples=True,
-    **_device_first("status"))
-DEVICE_TAINT = _telemetry(
+    labels=("status",), optional_labels=DEVICE_ORDER, modes=frozenset({KUBERNETES_API}), needs_samples=True,
+    **device_first("status"))
+DEVICE_TAINT = telemetry_family(
     "pod_gpu_device_taint", "A taint on a DRA device of this node's ResourceSlices, its driver's or a "
     "DeviceTaintRule's that selects it (1 per taint); effect None, NoSchedule or NoExecute (an unknown "
     "one reads as None).",
-    labels=("key", "value", "effect"), optional_labels=_DEVICE_ORDER, modes=frozenset({KUBERNETES_API}),
-    needs_samples=True, **_device_first("key", "value", "effect"))
-
-# /gpu/metrics with --hpc.job-mapping-dir: the jobs on each GPU, rows to join on, never copies of samples.
-HPC_JOB_INFO = _telemetry(
-    "pod_gpu_hpc_job_info", "An HPC job running on this GPU or MIG instance, from its file in --hpc.job-mapping-dir "
-    "(1 per job per device).", labels=("gpu", "hpc_job"), optional_labels=("UUID", "GPU_I_ID"),
-    modes=frozenset({HPC_JOBS}), needs_samples=True, **_device_first("hpc_job"))
-HPC_JOB_FILES_SKIPPED = _telemetry(
-    "pod_gpu_exporter_hpc_job_files_skipped", "Files of --hpc.job-mapping-dir skipped at the last refresh: too large, "
-    "a line too long, not UTF-8, unreadable, not a regular file, or past the file count read.",
-    modes=frozenset({HPC_JOBS}))
-
-# /gpu/metrics in --sharing.mode process: each holder's share, the remainders by reason, after the status.
-CONTAINER_MEMORY = _telemetry(
-    "pod_gpu_container_memory_used_bytes", "Framebuffer memory used on this GPU or MIG instance by the container's "
-    "own processes (NVML per-process data).", labels=_DEVICE + OWNER, **_SHARE, **_device_first(*OWNER))
-CONTAINER_SM = _telemetry(
-    "pod_gpu_container_sm_utilization_ratio", "SM utilisation (0-1) of this GPU by the container's own processes over "
-    "the last sample window (NVML per-process data).", labels=_DEVICE + OWNER, **_SHARE, **_device_first(*OWNER))
-UNATTRIBUTED_MEMORY = _telemetry(
-    "pod_gpu_unattributed_memory_used_bytes", "Framebuffer memory used on this GPU or MIG instance by processes of "
-    "none of its holders: reason host (no pod, or unreadable) or not_holder (a pod that does not hold it).",
-    labels=_DEVICE + ("reason",), **_SHARE, **_device_first("reason"))
-UNATTRIBUTED_SM = _telemetry(
-    "pod_gpu_unattributed_sm_utilization_ratio", "SM utilisation (0-1) of this GPU by processes of none of its "
-    "holders, by reason; with the holders' it adds up to at most 1.", labels=_DEVICE + ("reason",), **_SHARE,
-    **_device_first("reason"))
-UNATTRIBUTED_PROCESSES = _telemetry(
-    "pod_gpu_exporter_unattributed_processes", "Processes on this GPU or MIG instance that belong to none of its "
-    "holders (host processes, other pods, unseen PIDs).", labels=_DEVICE, **_SHARE, **_device_first())
-CONTAINER_ENERGY = _telemetry(
-    "pod_gpu_container_energy_joules_total", "Energy (J) of this GPU or MIG instance given to the container while it "
-    "held it: NVML's board energy split by instance size and SM activity (--energy.idle-policy).",
-    type="counter", labels=_DEVICE + OWNER, **_SHARE, **_device_first(*OWNER))
-UNATTRIBUTED_ENERGY = _telemetry(
-    "pod_gpu_unattributed_energy_joules_total", "Energy (J) of this GPU or MIG instance given to no holder: reason "
-    "no_holder (held by no pod) or idle (no holder active, --energy.idle-policy unattributed).",
-    type="counter", labels=_DEVICE + ("reason",), **_SHARE, **_device_first("reason"))
-CONTAINER_IDLE = _telemetry(
-    "pod_gpu_container_idle_seconds_total", "Seconds the container held this GPU or MIG instance with none of its "
-    "processes on it.", type="counter", labels=_DEVICE + OWNER, **_SHARE, **_device_first(*OWNER))
-# The not_holder remainder by container: GPU use outside an allocation, named (process mode only).
-UNALLOCATED_MEMORY = _telemetry(
-    "pod_gpu_unallocated_memory_used_bytes", "Framebuffer memory used on this GPU or MIG instance by the container's "
-    "processes although the container does not hold it: the named part of reason not_holder.",
-    labels=_DEVICE + OWNER, **_SHARE, **_device_first(*OWNER))
-UNALLOCATED_SM = _telemetry(
-    "pod_gpu_unallocated_sm_utilization_ratio", "SM utilisation (0-1) of this GPU by the container's processes "
-    "although the container does not hold it: the named part of reason not_holder.", labels=_DEVICE + OWNER,
-    **_SHARE, **_device_first(*OWNER))
-NVML_UP = _telemetry("pod_gpu_exporter_nvml_up", "1 when NVML answered the last per-process refresh "
-                     "(--sharing.mode process), else 0.", modes=frozenset({PROCESS_MODE}))
-# What a refresh costs on this node (NVML calls go to the driver): measured, since no benchmark can.
-PROCESS_SHARES_REFRESH_DURATION = _telemetry(
-    "pod_gpu_exporter_process_shares_refresh_duration_seconds", "Time the last per-process refresh took: NVML, /proc "
-    "and the shares (--sharing.mode process).", modes=frozenset({PROCESS_MODE}), needs_samples=True)
-# XID events (--health.xid-events): counters only once an XID came, device_lost only while a GPU is lost.
-_XID = dict(optional_labels=("GPU_I_ID",), modes=frozenset({XID_EVENTS}), needs_samples=True)
-DEVICE_XID_ERRORS = _telemetry(
-    "pod_gpu_device_xid_errors_total", "XID errors NVML reported on this GPU (GPU_I_ID: on this MIG instance) "
-    "since the exporter started, by XID.", type="counter", labels=_DEVICE + ("xid",), **_XID, **_device_first("xid"))
-CONTAINER_XID_ERRORS = _telemetry(
-    "pod_gpu_container_xid_errors_total", "XID errors NVML reported on this GPU or MIG instance while the container "
-    "held it (an XID naming no MIG instance counts on every holder of the GPU), by XID.", type="counter",
-    labels=_DEVICE + OWNER + ("xid",), **_XID, **_device_first(*OWNER, "xid"))
-DEVICE_LOST = _telemetry("pod_gpu_device_lost", "1 while NVML answers that this GPU is lost (fallen off the bus or "
-                         "otherwise unreachable) when it is registered for events.", optional_labels=_DEVICE,
-                         modes=frozenset({XID_EVENTS}), needs_samples=True)
-XID_EVENTS_UP = _telemetry("pod_gpu_exporter_xid_events_up", "1 while at least one GPU is registered for NVML's XID "
-                           "events and the last wait answered, else 0 (--health.xid-events).",
-                           modes=frozenset({XID_EVENTS}))
+    labels=("key", "value", "effect"), optional_labels=DEVICE_ORDER, modes=frozenset({KUBERNETES_API}),
+    needs_samples=True, **device_first("key", "value", "effect"))
 
 # /metrics, the process's own counters, in the order written.
-SCRAPES = _self("pod_gpu_exporter_scrapes_total", "counter", "Scrapes of the telemetry path answered.")
-REWRITES = _self("pod_gpu_exporter_rewrites_total", "counter", "Upstream bodies rewritten; the other scrapes reused "
+SCRAPES = self_family("pod_gpu_exporter_scrapes_total", "counter", "Scrapes of the telemetry path answered.")
+REWRITES = self_family("pod_gpu_exporter_rewrites_total", "counter", "Upstream bodies rewritten; the other scrapes reused "
                  "the last rewrite.")
-REWRITE_SECONDS = _self("pod_gpu_exporter_rewrite_seconds_total", "counter", "Time spent rewriting upstream bodies "
+REWRITE_SECONDS = self_family("pod_gpu_exporter_rewrite_seconds_total", "counter", "Time spent rewriting upstream bodies "
                         "(divide by pod_gpu_exporter_rewrites_total for the mean).")
-DCGM_FETCH_FAILURES = _self("pod_gpu_exporter_dcgm_fetch_failures_total", "counter", "Failed fetches of "
-                            "dcgm-exporter's metrics.")
-MALFORMED_LINES_TOTAL = _self("pod_gpu_exporter_malformed_lines_total", "counter", "Upstream lines dropped as "
+MALFORMED_LINES_TOTAL = self_family("pod_gpu_exporter_malformed_lines_total", "counter", "Upstream lines dropped as "
                               "malformed, over all scrapes.")
-LIMITED_LABELS = _self("pod_gpu_exporter_limited_labels_total", "counter", "Extra labels --labels.limit left off "
+LIMITED_LABELS = self_family("pod_gpu_exporter_limited_labels_total", "counter", "Extra labels --labels.limit left off "
                        "series, counted once for each distinct cut (a holder's extras beside as many other labels), "
                        "not per scrape nor per mapping.")
-KUBELET_LIST_CALLS = _self("pod_gpu_exporter_kubelet_list_calls_total", "counter", "PodResources List calls made to "
+KUBELET_LIST_CALLS = self_family("pod_gpu_exporter_kubelet_list_calls_total", "counter", "PodResources List calls made to "
                            "the kubelet.")
-KUBELET_LIST_FAILURES = _self("pod_gpu_exporter_kubelet_list_failures_total", "counter", "PodResources List calls "
+KUBELET_LIST_FAILURES = self_family("pod_gpu_exporter_kubelet_list_failures_total", "counter", "PodResources List calls "
                               "that failed.")
-KUBERNETES_REQUESTS = _self(
+KUBERNETES_REQUESTS = self_family(
     "pod_gpu_exporter_kubernetes_requests_total", "counter", "List and watch requests made to the Kubernetes API "
     "server (a list's pages count once).", ("resource",), modes=frozenset({KUBERNETES_API}))
-KUBERNETES_WATCH_DROPPED = _self(
+KUBERNETES_WATCH_DROPPED = self_family(
     "pod_gpu_exporter_kubernetes_watch_dropped_total", "counter", "Watch connections the exporter closed: nothing "
     "arrived within --kubernetes.watch-silence-timeout (silent), a line went past the 4 MiB cap (too_large), or a "
     "line was no event (undecodable: watched again from the last good version).",
     ("resource", "reason"), modes=frozenset({KUBERNETES_API}))
-KUBERNETES_OBJECTS_SKIPPED = _self(
+KUBERNETES_OBJECTS_SKIPPED = self_family(
     "pod_gpu_exporter_kubernetes_objects_skipped_total", "counter", "Objects from the Kubernetes API left out of the "
     "cache: not of the shape read (malformed), bound to another node (other_node), or a DeviceTaintRule selecting by "
     "what is not evaluated (unsupported).", ("resource", "reason"),
     modes=frozenset({KUBERNETES_API}))
-KUBERNETES_ANNOTATIONS_MALFORMED = _self(
+KUBERNETES_ANNOTATIONS_MALFORMED = self_family(
     "pod_gpu_exporter_kubernetes_annotations_malformed_total", "counter", "Pod annotations the exporter follows that "
     "could not be read (HAMi's hami.io/vgpu-devices-allocated), counted once per pod and value: the pod's GPUs are "
     "attributed by the kubelet's device IDs.", ("annotation",), modes=frozenset({KUBERNETES_API}))
-NVML_TIMEOUTS = _self("pod_gpu_exporter_nvml_timeouts_total", "counter", "NVML calls (nvmlInit, MIG lookups, "
-                      "per-process reads, XID event waits) that did not return within their bound, or were refused "
-                      "while one still had not.")
 # These two count the listening server's connection slots: served whenever a server serves /metrics.
-HTTP_CONNECTIONS_REFUSED = _self("pod_gpu_exporter_http_connections_refused_total", "counter", "New connections "
+HTTP_CONNECTIONS_REFUSED = self_family("pod_gpu_exporter_http_connections_refused_total", "counter", "New connections "
                                  "closed at once because every connection slot was answering a request.")
-HTTP_IDLE_CONNECTIONS_CLOSED = _self("pod_gpu_exporter_http_idle_connections_closed_total", "counter", "Idle "
+HTTP_IDLE_CONNECTIONS_CLOSED = self_family("pod_gpu_exporter_http_idle_connections_closed_total", "counter", "Idle "
                                      "connections closed to make room for new ones when every slot was taken.")
 # Each section of /gpu/metrics (exposition/sections.py), as node_exporter reports its collectors.
-SECTION_UP = _self("pod_gpu_exporter_section_up", "gauge", "1 when the section's source answered at its last "
-                   "refresh (allocation: the kubelet; device_health: the Kubernetes API; hpc_jobs: the job directory "
-                   "read in time; process_shares, xid_events: NVML; status, the block of the exporter's up gauges "
-                   "such as pod_gpu_exporter_dcgm_up: none, so it reads 1 unless that block fails to be written) and "
-                   "its rows were produced for the last scrape, else 0.", ("section",))
-SECTION_DURATION = _self("pod_gpu_exporter_section_duration_seconds", "gauge", "Time the section's last refresh "
+SECTION_UP = self_family("pod_gpu_exporter_section_up", "gauge", "1 when the section's source answered at its last "
+                         "refresh (allocation: the kubelet; device_health: the Kubernetes API; status, the block of the "
+                         "exporter's up gauges such as pod_gpu_exporter_upstream_up: none, so it reads 1 unless that "
+                         "block fails to be written; any other: its own source, read in time) and its rows were "
+                         "produced for the last scrape, else 0.", ("section",))
+SECTION_DURATION = self_family("pod_gpu_exporter_section_duration_seconds", "gauge", "Time the section's last refresh "
                          "took: its source's last reading, or the making of its rows where it has no source of its "
-                         "own; none for xid_events, which waits for events, nor for process_shares, whose refresh "
-                         "is pod_gpu_exporter_process_shares_refresh_duration_seconds.", ("section",))
-BUILD_INFO = _self("pod_gpu_exporter_build_info", "gauge", "A constant 1, labelled with the exporter's version and the "
+                         "own; none for a section that waits for events, nor for one whose source gauges its own "
+                         "refresh duration.", ("section",))
+BUILD_INFO = self_family("pod_gpu_exporter_build_info", "gauge", "A constant 1, labelled with the exporter's version and the "
                    "Python version running it.", ("version", "python_version"))
 
 def client_family(family: Family, value: Optional[float] = None):
@@ -250,6 +172,12 @@ def client_family(family: Family, value: Optional[float] = None):
     return kind(family.name, family.help, labels=list(family.labels))
 
 
-# Every entry above, in the order defined: gathered rather than listed, so that none can be defined
-# and left out (the docs' test and the served-families test go by this tuple).
-CATALOGUE: Tuple[Family, ...] = tuple(value for value in list(globals().values()) if isinstance(value, Family))
+def gathered(namespace: Mapping[str, object]) -> Tuple[Family, ...]:
+    """Every Family of a module's namespace, in the order defined: gathered rather than listed, so that
+    none can be defined and left out (a package's FAMILIES is `gathered(globals())`)."""
+    return tuple(value for value in list(namespace.values()) if isinstance(value, Family))
+
+
+# The families every node writes, whatever its vendor and sources: the core's. The catalogue
+# (collectors/catalogue) adds each registered vendor's and source's own.
+FAMILIES: Tuple[Family, ...] = gathered(globals())

@@ -17,6 +17,7 @@ from exporter.base.logs import log
 from exporter.core.attribution import Snapshot
 from exporter.exposition import families
 from exporter.exposition.families import Family
+from exporter.exposition.text import escape_label_value
 
 Gauge = Tuple[Family, Optional[object]]  # a status gauge and its one value, None for none yet
 
@@ -26,7 +27,7 @@ class ScrapeView(NamedTuple):
 
     snapshot: Snapshot  # the attribution in use: its mapping, whether the kubelet is up, its age
     identities: frozenset  # the GPUs the rewritten samples named; empty without upstream samples
-    dcgm_up: bool = False
+    upstream_up: bool = False  # whether the vendor's exporter answered this scrape
     malformed: int = 0  # upstream lines dropped from this scrape
     started: float = 0.0  # time.perf_counter() when the scrape began
     gauges: Tuple[Gauge, ...] = ()  # the sections' own status gauges, in registration order
@@ -91,23 +92,42 @@ class BaseSection:
         return SectionState(bool(self._up()), self._last_seconds)
 
 
+class VendorStatus(NamedTuple):
+    """What the status block writes in a vendor's words: its name (pod_gpu_exporter_vendor_info), its own
+    gauge for whether its exporter answered (written first, where it has one), and the count of devices no
+    sample names, its help naming the vendor's forms that need its driver."""
+
+    vendor: str
+    upstream_up: Optional[Family]
+    unresolved_devices: Family
+
+
 class StatusSection(BaseSection):
-    """The status gauges every scrape carries, in their fixed order, then those the sections own."""
+    """The status gauges every scrape carries, in their fixed order, then those the sections own: first
+    the vendor's own name for whether its exporter answered (where it has one), last the vendor-neutral
+    one and which vendor is served."""
 
     name = "status"
     per_scrape = True
 
+    def __init__(self, vendor: Optional[VendorStatus] = None):
+        super().__init__()
+        self._vendor = vendor
+        self._vendor_info = "" if vendor is None else (families.VENDOR_INFO.header +
+                                                       f'{families.VENDOR_INFO.name}{{vendor="{escape_label_value(vendor.vendor)}"}} 1\n')
+
     def _rows(self, view: ScrapeView) -> bytes:
-        snapshot = view.snapshot
-        values = [
-            (families.DCGM_UP, int(view.dcgm_up)),
+        snapshot, vendor = view.snapshot, self._vendor
+        values = [(vendor.upstream_up, int(view.upstream_up))] if vendor and vendor.upstream_up else []
+        values += [
             (families.KUBELET_UP, int(snapshot.kubelet_up)),
             (families.MAPPING_AGE, None if snapshot.age_seconds is None else round(snapshot.age_seconds, 3)),
             (families.MALFORMED_LINES, view.malformed),
-            (families.UNRESOLVED_DEVICES, len(snapshot.mapping.unresolved)),
+            *([(vendor.unresolved_devices, len(snapshot.mapping.unresolved))] if vendor else []),
             (families.SCRAPE_DURATION, round(time.perf_counter() - view.started, 6)),
+            (families.UPSTREAM_UP, int(view.upstream_up)),
         ]
-        return families.render_status(values + list(view.gauges)).encode()
+        return (families.render_status(values) + self._vendor_info + families.render_status(view.gauges)).encode()
 
 
 class TextSection(BaseSection):

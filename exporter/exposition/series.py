@@ -6,13 +6,10 @@ from typing import Callable, List, NamedTuple, Optional, Tuple
 
 from exporter.core.identity import GpuIdentity
 from exporter.core.mapping import Mapping
-from exporter.exposition import families
 from exporter.exposition.label_limit import LabelLimit
 from exporter.exposition.labels import (LABEL_STYLES, UPSTREAM_OWNER_LABELS, check_label_style, owner_label_pairs,
                                         render_owner_labels)
 from exporter.exposition.text import METRIC_NAME, is_float, parse_label_pairs, render_label_pairs
-
-SELF_METRIC_PREFIX = "pod_gpu_exporter_"
 
 
 class RewriteResult(NamedTuple):
@@ -69,16 +66,16 @@ class Series(NamedTuple):
         return [f"{name}{{{labels}}}{rest}" for labels in self.variants]
 
 
-# Every family this exporter writes on the telemetry path (its counters' samples carry the name as
-# catalogued, `_total` included).
-_WRITTEN_HERE = frozenset(family.name for family in families.CATALOGUE if family.endpoint == families.TELEMETRY)
+# Every family this exporter writes, on either path, in any mode, vendor or version, is named in its
+# own namespace (the catalogue's test holds every entry to it).
+OWN_NAMESPACE = "pod_gpu_"
 
 
 def is_reserved_name(name: str) -> bool:
-    """Names this exporter writes itself; upstream copies of them (--dcgm.url pointed at another
+    """Names this exporter writes itself; upstream copies of them (the upstream address pointed at another
     instance of us, or at a file that kept an earlier scrape of one) would be a second HELP/TYPE of the
     same family, which client_golang's parser refuses, so they are dropped as malformed."""
-    return name.startswith(SELF_METRIC_PREFIX) or name in _WRITTEN_HERE
+    return name.startswith(OWN_NAMESPACE)
 
 
 LABEL_MODES = ("samples", "join")  # --labels.mode's choices, the first its default

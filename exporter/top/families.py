@@ -3,23 +3,24 @@
 from __future__ import annotations
 
 from exporter.exposition import families as catalogue
+from exporter.vendors.nvidia import families as nvidia
 
 # Held GPUs and their holders.
 ALLOCATED = catalogue.ALLOCATED_GPUS.name
 ALLOCATION = catalogue.ALLOCATION_INFO.name
 HEALTH = catalogue.DEVICE_HEALTH.name
-LOST = catalogue.DEVICE_LOST.name
+LOST = nvidia.DEVICE_LOST.name
 # --sharing.mode process: each holder's own share.
-SM = catalogue.CONTAINER_SM.name
-MEMORY = catalogue.CONTAINER_MEMORY.name
-ENERGY = catalogue.CONTAINER_ENERGY.name  # a counter: read as its rate, watts
-IDLE = catalogue.CONTAINER_IDLE.name  # a counter: read as its rate, the share of time idle
+SM = nvidia.CONTAINER_SM.name
+MEMORY = nvidia.CONTAINER_MEMORY.name
+ENERGY = nvidia.CONTAINER_ENERGY.name  # a counter: read as its rate, watts
+IDLE = nvidia.CONTAINER_IDLE.name  # a counter: read as its rate, the share of time idle
 # What nobody holds, and use outside any allocation.
-UNATTRIBUTED_SM = catalogue.UNATTRIBUTED_SM.name
-UNATTRIBUTED_MEMORY = catalogue.UNATTRIBUTED_MEMORY.name
-UNATTRIBUTED_ENERGY = catalogue.UNATTRIBUTED_ENERGY.name
-UNALLOCATED_SM = catalogue.UNALLOCATED_SM.name
-UNALLOCATED_MEMORY = catalogue.UNALLOCATED_MEMORY.name
+UNATTRIBUTED_SM = nvidia.UNATTRIBUTED_SM.name
+UNATTRIBUTED_MEMORY = nvidia.UNATTRIBUTED_MEMORY.name
+UNATTRIBUTED_ENERGY = nvidia.UNATTRIBUTED_ENERGY.name
+UNALLOCATED_SM = nvidia.UNALLOCATED_SM.name
+UNALLOCATED_MEMORY = nvidia.UNALLOCATED_MEMORY.name
 # --sharing.mode device: the device's own readings, as dcgm-exporter names them (the exporter passes
 # them through). GR_ENGINE_ACTIVE is a 0-1 ratio where profiling metrics are on; GPU_UTIL a percentage.
 DEVICE_ACTIVE = "DCGM_FI_PROF_GR_ENGINE_ACTIVE"
@@ -30,4 +31,4 @@ GAUGES = (ALLOCATED, ALLOCATION, HEALTH, LOST, SM, MEMORY, UNATTRIBUTED_SM, UNAT
           UNALLOCATED_SM, UNALLOCATED_MEMORY, DEVICE_ACTIVE, DEVICE_UTIL, DEVICE_FB_USED)
 COUNTERS = (ENERGY, IDLE, UNATTRIBUTED_ENERGY)
 # Whether the exporter is there at all: every scrape of its telemetry path carries it.
-PRESENCE = catalogue.DCGM_UP.name
+PRESENCE = nvidia.DCGM_UP.name

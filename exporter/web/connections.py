@@ -112,7 +112,7 @@ class ConnectionTable:
             return
         log("warn", f"all {self.limit} connection slots are answering requests: refusing new connections "
             "(counted in pod_gpu_exporter_http_connections_refused_total); are scrapes piling up behind a "
-            "slow dcgm-exporter?", client=client, refused_since_last_warning=self._refusals_unlogged)
+            "slow upstream exporter?", client=client, refused_since_last_warning=self._refusals_unlogged)
         self._refusals_unlogged, self._refusal_logged_at = 0, now
 
 

@@ -1,4 +1,4 @@
-"""One /gpu/metrics response: fetch dcgm text, rewrite it with the current mapping, add the sections' blocks."""
+"""One /gpu/metrics response: fetch the vendor exporter's text, rewrite it with the current mapping, add the sections' blocks."""
 
 from __future__ import annotations
 
@@ -11,6 +11,7 @@ from zlib_ng import zlib_ng
 from exporter.base.errors import UpstreamError
 from exporter.base.logs import DependencyReporter
 from exporter.base.memory import fit_heap_to_answer
+from exporter.base.upstream import GENERIC_UPSTREAM, UpstreamWords
 from exporter.core.attribution import Attribution, Snapshot
 from exporter.core.mapping import Mapping
 from exporter.exposition.label_limit import LabelLimit
@@ -137,8 +138,10 @@ class Scraper:
     """
 
     def __init__(self, source, attribution: Attribution, labels_style: str, sections: Sequence[Section] = (),
-                 labels_mode: str = "samples", label_limit: Optional[LabelLimit] = None):
+                 labels_mode: str = "samples", label_limit: Optional[LabelLimit] = None,
+                 upstream_words: UpstreamWords = GENERIC_UPSTREAM):
         check_order(sections)
+        self._words = upstream_words  # how the logs name the vendor's exporter, and what to check
         self._source = source
         self.sections = tuple(sections)
         self._kept = tuple(section for section in self.sections if not section.per_scrape)
@@ -149,10 +152,10 @@ class Scraper:
         self._shared_fetch = _SharedFetch(source.fetch)
         self._attribution = attribution
         self._style = labels_style
-        self._reporter = DependencyReporter("dcgm-exporter")
+        self._reporter = DependencyReporter(upstream_words.name)
         # What its answers hold, reported apart from whether it answers: a node can serve garbage or
         # no GPU samples for hours, and that too must be logged once, not on every scrape.
-        self._content_reporter = DependencyReporter("dcgm-exporter")
+        self._content_reporter = DependencyReporter(upstream_words.name)
         # A section that raises is left out of the answer, down on /metrics, and logged once.
         self.failures = SectionFailures()
         self._lock = threading.Lock()
@@ -209,22 +212,22 @@ class Scraper:
                 self.upstream_failures += 1
             self._reporter.failed(exc.reason, str(exc), source=self._source.describe())
             return None
-        self._reporter.succeeded("dcgm-exporter answering again", source=self._source.describe())
+        self._reporter.succeeded(f"{self._words.name} answering again", source=self._source.describe())
         return body
 
     def _report_content(self, result: RewriteResult) -> None:
-        source = self._source.describe()
+        source, words = self._source.describe(), self._words
         if result.malformed:
             self._content_reporter.failed(
-                "malformed", f"dcgm-exporter at {source} sent {result.malformed} lines that break the Prometheus "
-                "text format; they are dropped and counted in pod_gpu_exporter_malformed_lines: check "
-                "its version and that the dcgm address points at its /metrics", source=source)
+                "malformed", f"{words.name} at {source} sent {result.malformed} lines that break the Prometheus "
+                f"text format; they are dropped and counted in pod_gpu_exporter_malformed_lines: {words.malformed_hint}",
+                source=source)
         elif not result.identities:
             self._content_reporter.failed(
-                "no_gpu_samples", f"dcgm-exporter at {source} answered without any GPU sample: it may not "
-                "see the GPUs (check its logs, the driver and its DCGM connection)", source=source)
+                "no_gpu_samples", f"{words.name} at {source} answered without any GPU sample: it may not "
+                f"see the GPUs ({words.no_samples_hint})", source=source)
         else:
-            self._content_reporter.succeeded("dcgm-exporter sends well-formed GPU samples again", source=source)
+            self._content_reporter.succeeded(f"{words.name} sends well-formed GPU samples again", source=source)
 
     def _rewrite(self, body: bytes, snapshot: Snapshot) -> _Cached:
         # dcgm-exporter refreshes its values every 30 s by default while Prometheus may scrape far more

@@ -48,32 +48,41 @@ class GuardedCollector:
 class SelfCollector:
     """Counters kept by the scraper and the refresher, and each collector's own part, exposed on /metrics."""
 
-    def __init__(self, scraper, attribution, sources=None):
+    def __init__(self, scraper, attribution, collectors=None):
         self._scraper = scraper
         self._attribution = attribution
         # The collectors of this run: their parts of /metrics (self_metrics_parts()); None for none.
-        self._sources = sources
+        self._collectors = collectors
         self.connections: Optional[ConnectionTable] = None  # the server's, once a server serves this app
 
     def parts(self):
         """Its families in parts, each a collector of its own: one that fails costs only its own."""
-        theirs = self._sources.self_metrics_parts() if self._sources is not None else ()
+        theirs = self._collectors.self_metrics_parts() if self._collectors is not None else ()
         return tuple((name, _Part(collect)) for name, collect in (
             ("scrapes", self._scrape_counters), *theirs, ("bounded_calls", self._bounded_calls), ("connections", self._connections),
             ("sections", lambda: _section_states(self._scraper.section_states()))))
+
+    def _vendor_family(self, field: str):
+        """The vendor's own name for one of the counters below (None: it has none, or no collectors here)."""
+        vendor = getattr(self._collectors, "vendor", None)
+        return getattr(vendor, field, None)
 
     def _scrape_counters(self):
         yield families.client_family(families.SCRAPES, self._scraper.scrapes)
         yield families.client_family(families.REWRITES, self._scraper.rewrites)
         yield families.client_family(families.REWRITE_SECONDS, self._scraper.rewrite_seconds)
-        yield families.client_family(families.DCGM_FETCH_FAILURES, self._scraper.upstream_failures)
+        upstream_failures = self._vendor_family("upstream_failures")
+        if upstream_failures is not None:
+            yield families.client_family(upstream_failures, self._scraper.upstream_failures)
         yield families.client_family(families.MALFORMED_LINES_TOTAL, self._scraper.malformed_lines)
         yield families.client_family(families.LIMITED_LABELS, self._scraper.label_limit.dropped)
         yield families.client_family(families.KUBELET_LIST_CALLS, self._attribution.list_calls)
         yield families.client_family(families.KUBELET_LIST_FAILURES, self._attribution.list_failures)
 
     def _bounded_calls(self):
-        yield families.client_family(families.NVML_TIMEOUTS, timeouts_total())
+        driver_timeouts = self._vendor_family("driver_timeouts")
+        if driver_timeouts is not None:
+            yield families.client_family(driver_timeouts, timeouts_total())
 
     def _connections(self):
         if self.connections is not None:

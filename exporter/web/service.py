@@ -37,7 +37,7 @@ _NO_ROUTE = "(no route)"  # how the failure log names a path no route serves: a 
 class App:
     """What the routes serve; kept apart from the HTTP plumbing so handlers stay small."""
 
-    def __init__(self, scraper, attribution, telemetry_path: str, web_config=None, sources=None):
+    def __init__(self, scraper, attribution, telemetry_path: str, web_config=None, collectors=None):
         self.scraper = scraper
         self.attribution = attribution
         self.telemetry_path = telemetry_path
@@ -45,10 +45,10 @@ class App:
         self._web_config = web_config
         # The collectors of this run (exporter/collectors/registry.Registry), known only by what it
         # answers: each source's state and each collector's part of /metrics; None: no collector.
-        self._sources = sources
-        self._self_collector = SelfCollector(scraper, attribution, sources)
+        self._collectors = collectors  # the run's collectors.registry.Registry, or None
+        self._self_collector = SelfCollector(scraper, attribution, collectors)
         self.registry = build_self_registry(self._self_collector)
-        self._node_page = NodePage(scraper, attribution, telemetry_path, sources)
+        self._node_page = NodePage(scraper, attribution, telemetry_path, collectors)
         # Whatever a handler raises is answered 500 and logged once per route while it keeps failing the same
         # way: the process goes on and the connection stays (an exception let out would drop it unlogged).
         self._failures = SectionFailures("route", "is answered 500 until it works again")
@@ -67,9 +67,9 @@ class App:
     def source_states(self) -> list:
         """Every source's state, the core kubelet mapping's first: each with `name`, `up`, `reason` (why
         not up, one line) and `age_seconds` (how old its data is), as the registry reports them."""
-        if self._sources is None:
+        if self._collectors is None:
             return []
-        return list(self._sources.states())
+        return list(self._collectors.states())
 
     def count_connections(self, connections: ConnectionTable) -> None:
         """Expose the server's connection counters on /metrics."""

@@ -15,7 +15,8 @@ from typing import Dict, Iterator, List, NamedTuple, Optional, Tuple
 import pytest
 import requests
 
-from exporter.exposition.families import CATALOGUE, OWNER
+from exporter.collectors.catalogue import CATALOGUE
+from exporter.exposition.families import OWNER
 from support.demo_process import start_demo
 from support.waiting import wait_until
 

@@ -10,7 +10,7 @@ import pytest
 
 from exporter.demo.node import gpu_uuid, mapping_command, simulated_allocations
 from exporter.demo.workload import SIMULATED_PODS
-from exporter.exposition.families import CATALOGUE
+from exporter.collectors.catalogue import CATALOGUE
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 README = (REPO_ROOT / "README.md").read_text(encoding="utf-8")

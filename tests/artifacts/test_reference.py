@@ -15,7 +15,8 @@ import pytest
 
 from exporter.base.flag_values import parse_duration
 from exporter.config import build_parser, env_var_name
-from exporter.exposition.families import CATALOGUE, OWNER
+from exporter.collectors.catalogue import CATALOGUE
+from exporter.exposition.families import OWNER
 from exporter.top.options import build_parser as build_top_parser
 
 ROOT = Path(__file__).resolve().parents[2]

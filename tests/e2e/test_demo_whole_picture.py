@@ -11,7 +11,8 @@ import requests
 
 from exporter.demo.nvml import LOST_AFTER_SECONDS
 from exporter.demo.workload import gpu_uuid
-from exporter.exposition.families import CATALOGUE, SELF, TELEMETRY
+from exporter.collectors.catalogue import CATALOGUE
+from exporter.exposition.families import SELF, TELEMETRY
 from support.demo_process import samples, start_demo
 from support.exporter_process import start_exporter
 from support.waiting import wait_until

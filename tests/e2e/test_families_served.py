@@ -6,8 +6,10 @@ from __future__ import annotations
 import re
 from typing import Dict, FrozenSet, Set, Tuple
 
-from exporter.exposition.families import (CATALOGUE, HPC_JOBS, KUBERNETES_API, OWNER, PROCESS_MODE, SELF,
-                                          STANDARD_COLLECTOR_PREFIXES, TELEMETRY, XID_EVENTS)
+from exporter.collectors.catalogue import CATALOGUE
+from exporter.collectors.hpc_jobs.families import HPC_JOBS
+from exporter.exposition.families import KUBERNETES_API, OWNER, SELF, STANDARD_COLLECTOR_PREFIXES, TELEMETRY
+from exporter.vendors.nvidia.families import PROCESS_MODE, XID_EVENTS
 from exporter.sources.kubelet import AllocatedDevice
 from support.fixtures import fixture_bytes
 from support.scrape_checks import FAST_REFRESH, L4, L4_UUID, scrape

@@ -18,9 +18,12 @@ LAYERS = (
     ("core", ("exporter.core",)),
     ("sources", ("exporter.sources",)),
     ("exposition", ("exporter.exposition",)),
-    ("shares", ("exporter.shares",)),
     ("web", ("exporter.web",)),
     ("collectors", ("exporter.collectors",)),
+    # A vendor's package holds what it knows at every level (its exporter's reader, its driver library,
+    # its shares and its collectors) on the framework below; the registry above takes its registration.
+    ("vendors", ("exporter.vendors",)),
+    ("registry", ("exporter.collectors.registry", "exporter.collectors.catalogue")),
     ("config", ("exporter.config",)),
     ("demo", ("exporter.demo",)),
     ("app", ("exporter.app", "exporter.mapping_report")),
@@ -106,12 +109,23 @@ def test_no_source_imports_another_source(graph):
     assert not crossing, "\n".join(crossing)
 
 
+def vendor_of(module: str) -> str:
+    """'exporter.vendors.nvidia.nvml.mig' → 'nvidia'; '' outside a vendor's package (the registration included)."""
+    return module.split(".")[2] if module.startswith("exporter.vendors.") else ""
+
+
+def test_no_vendor_imports_another_vendor(graph):
+    crossing = [f"{module} imports {target}" for module, targets in graph.items() for target in sorted(targets)
+                if vendor_of(module) and vendor_of(target) and vendor_of(module) != vendor_of(target)]
+    assert not crossing, "\n".join(crossing)
+
+
 def collector_of(module: str) -> str:
     """'exporter.collectors.hpc_jobs' → 'hpc_jobs'; '' for the framework (collector, registry) and the rest."""
     if not module.startswith("exporter.collectors."):
         return ""
     name = module.split(".")[2]
-    return "" if name in ("collector", "registry") else name
+    return "" if name in ("collector", "registry", "vendor", "catalogue", "roles") else name
 
 
 def test_no_collector_imports_another_collector(graph):
@@ -128,8 +142,8 @@ SOURCE_FREE = ("exporter.app", "exporter.cli", "exporter.config", "exporter.web"
 def test_the_framework_names_no_source(graph):
     naming = [f"{module} imports {target}" for module, targets in graph.items() for target in sorted(targets)
               if any(module == prefix or module.startswith(prefix + ".") for prefix in SOURCE_FREE)
-              and ((target.startswith(("exporter.sources.", "exporter.shares.")) and target != "exporter.sources.kubelet")
-                   or collector_of(target))]
+              and ((target.startswith("exporter.sources.") and target != "exporter.sources.kubelet")
+                   or collector_of(target) or vendor_of(target))]
     assert not naming, "\n".join(naming)
 
 
@@ -180,6 +194,7 @@ def test_the_checks_see_an_upward_import_and_a_circle():
     assert layer_of("exporter.web.b") > layer_of("exporter.core.a")
     assert _cycles(made_up) == [["exporter.web.b", "exporter.web.c", "exporter.web.b"]]
     assert source_of("exporter.sources.nvml.mig") != source_of("exporter.sources.procfs")
+    assert vendor_of("exporter.vendors.one.reader") != vendor_of("exporter.vendors.other.reader") != ""
 
 
 def _cycles(graph: Dict[str, Set[str]]) -> List[List[str]]:

@@ -159,7 +159,7 @@ def test_energy_idle_policy_flag_and_its_environment_variable():
 
 
 def test_the_configs_idle_policies_are_the_energy_splits():
-    from exporter.shares.energy import IDLE_POLICIES
+    from exporter.vendors.nvidia.shares.energy import IDLE_POLICIES
 
     assert Config().energy_idle_policy == IDLE_POLICIES[0]
     for policy in IDLE_POLICIES:
@@ -170,7 +170,7 @@ def test_each_choice_list_is_the_one_its_layer_uses():
     from exporter.base.logs import LOG_FORMATS, LOG_LEVELS
     from exporter.exposition.labels import LABEL_STYLES
     from exporter.exposition.series import LABEL_MODES
-    from exporter.shares.energy import IDLE_POLICIES
+    from exporter.vendors.nvidia.shares.energy import IDLE_POLICIES
 
     text = " ".join(build_parser().format_help().split())
     for flag, choices in (("--labels.style", tuple(LABEL_STYLES)), ("--labels.mode", LABEL_MODES),

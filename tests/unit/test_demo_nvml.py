@@ -8,7 +8,7 @@ from exporter.demo.nvml import (LOST_AFTER_SECONDS, LOST_GPU, NO_INSTANCE, NVML_
                                 XID_FALLEN_OFF_THE_BUS, XID_GPU, NVMLError, SimulatedNvml,
                                 nvmlEventTypeXidCriticalError)
 from exporter.demo.workload import SIMULATED_PROCESSES, gpu_uuid
-from exporter.sources.nvml.processes import NvmlProcessReader
+from exporter.vendors.nvidia.nvml.processes import NvmlProcessReader
 
 
 class ManualClock:

@@ -29,3 +29,11 @@ def test_mig_instances_escaped_labels_and_unusable_values():
     assert (instance.model, instance.engine_active_ratio) == ('A100 "SXM"', 0.25)
     whole = figures[GpuIdentity("GPU-1", "0", "", "")]
     assert (whole.model, whole.power_watts, whole.utilization_percent, whole.memory_total_mib) == ("A100", None, None, None)
+
+
+def test_the_node_name_is_read_from_either_spelling_of_the_hostname_label():
+    """dcgm-exporter 4.x renamed Hostname to hostname: the node page's title reads either, as attribution does."""
+    for spelling in ("Hostname", "hostname"):
+        body = f'DCGM_FI_DEV_GPU_UTIL{{gpu="0",UUID="GPU-1",{spelling}="node-7"}} 5\n'.encode()
+        (figures,) = read_device_figures(body).values()
+        assert figures.hostname == "node-7", spelling

@@ -8,11 +8,11 @@ import pytest
 
 from exporter.core.identity import GpuIdentity, Owner
 from exporter.core.mapping import build_mapping
-from exporter.shares.apportion import largest_remainder
-from exporter.shares.compute import PodContainers, compute_shares
-from exporter.shares.energy import IDLE, NO_HOLDER, SPLIT, UNATTRIBUTED, split_gpu_energy
-from exporter.shares.ledger import ShareLedger
-from exporter.sources.nvml.processes import DeviceProcesses
+from exporter.vendors.nvidia.shares.apportion import largest_remainder
+from exporter.vendors.nvidia.shares.compute import PodContainers, compute_shares
+from exporter.vendors.nvidia.shares.energy import IDLE, NO_HOLDER, SPLIT, UNATTRIBUTED, split_gpu_energy
+from exporter.vendors.nvidia.shares.ledger import ShareLedger
+from exporter.vendors.nvidia.nvml.processes import DeviceProcesses
 from exporter.sources.procfs import ProcessOwner
 from support.devices import Device
 
@@ -157,7 +157,7 @@ def test_a_holder_whose_pod_the_api_learns_late_keeps_its_counters():
 
 
 def test_a_gpu_nvml_misses_for_a_while_keeps_its_counters_then_forgets_them():
-    from exporter.shares.ledger import FORGET_UNREAD_AFTER_REFRESHES
+    from exporter.vendors.nvidia.shares.ledger import FORGET_UNREAD_AFTER_REFRESHES
 
     ledger = ShareLedger(SPLIT)
     other = GpuIdentity("GPU-66666666-7777-8888-9999-aaaaaaaaaaaa", "1", "nvidia1", "")

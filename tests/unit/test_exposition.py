@@ -15,7 +15,8 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from exporter.core.mapping import EMPTY_MAPPING, build_mapping
 from exporter.exposition.allocation import render_allocation_info
-from exporter.exposition.families import CATALOGUE, TELEMETRY
+from exporter.collectors.catalogue import CATALOGUE
+from exporter.exposition.families import TELEMETRY
 from exporter.exposition.rewriter import Rewriter
 from exporter.exposition.text import escape_label_value
 from support.devices import Device

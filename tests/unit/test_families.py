@@ -8,8 +8,9 @@ from pathlib import Path
 
 from prometheus_client.parser import text_string_to_metric_families
 
-from exporter.exposition.families import (CATALOGUE, DCGM_UP, MAPPING_AGE, SELF, TELEMETRY, Family,
-                                          render_status)
+from exporter.collectors.catalogue import CATALOGUE
+from exporter.exposition.families import MAPPING_AGE, SELF, TELEMETRY, Family, render_status
+from exporter.vendors.nvidia.families import DCGM_UP
 from exporter.exposition.text import HELP_LINE, TYPE_LINE
 
 PACKAGE_ROOT = Path(__file__).resolve().parents[2] / "exporter"

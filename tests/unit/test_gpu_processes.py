@@ -6,8 +6,8 @@ from __future__ import annotations
 import pytest
 
 from exporter.core.identity import GpuIdentity
-from exporter.sources.nvml.library import open_nvml
-from exporter.sources.nvml.processes import NvmlError, NvmlProcessReader
+from exporter.vendors.nvidia.nvml.library import open_nvml
+from exporter.vendors.nvidia.nvml.processes import NvmlError, NvmlProcessReader
 from support.nvml_node import NODE_ENV
 from support.waiting import wait_until
 

@@ -7,8 +7,8 @@ import os
 import threading
 import time
 
-from exporter.core.hpc_jobs import HpcJob
-from exporter.sources.hpc_jobs import HpcJobReader, HpcJobSource, HpcJobsOptions
+from exporter.collectors.hpc_jobs.jobs import HpcJob
+from exporter.collectors.hpc_jobs.source import HpcJobReader, HpcJobSource, HpcJobsOptions
 
 
 def test_reads_gpu_and_mig_instance_files_and_ignores_other_names(tmp_path):

@@ -11,11 +11,12 @@ from exporter.core.identity import GpuIdentity, GpuKey, Owner
 from exporter.core.mapping import build_mapping
 from exporter.exposition.allocation import AllocationSection
 from exporter.exposition.device_figures import read_device_figures
+from exporter.vendors.nvidia import NVIDIA
 from exporter.exposition.sections import StatusSection
-from exporter.shares.compute import DeviceShares, HolderShare, Remainder, Shares, UnallocatedShare
-from exporter.collectors.process_shares import shares_page_part
+from exporter.vendors.nvidia.shares.compute import DeviceShares, HolderShare, Remainder, Shares, UnallocatedShare
+from exporter.vendors.nvidia.collectors.process_shares import shares_page_part
 from exporter.collectors.registry import Registry
-from exporter.collectors.xid_events import lost_page_part
+from exporter.vendors.nvidia.collectors.xid_events import lost_page_part
 from exporter.config import parse_config
 from exporter.exposition.label_limit import LabelLimit
 from exporter.sources.kubelet import AllocatedDevice
@@ -134,8 +135,8 @@ def _app(path, kubelet: _Kubelet, sections=()) -> App:
     attribution = Attribution(kubelet.list_devices, refresh_interval_seconds=60, max_age_seconds=600)
     attribution.refresh()
     registry.build(attribution, LabelLimit(None))
-    scraper = Scraper(hub.upstream, attribution, "kubernetes", [*sections, StatusSection()])
-    return App(scraper, attribution, "/gpu/metrics", sources=registry)
+    scraper = Scraper(hub.upstream, attribution, "kubernetes", [*sections, StatusSection(NVIDIA.status)])
+    return App(scraper, attribution, "/gpu/metrics", collectors=registry)
 
 
 def test_the_page_reads_the_scrapers_last_answer_and_never_fetches(tmp_path):
@@ -184,3 +185,12 @@ def test_a_failing_kubelet_and_dcgm_exporter_are_shown_down_with_their_errors(tm
     assert f"dcgm textfile {path} does not exist" in html
     assert html.count('class="down">down<') == 2
     assert "NVIDIA H100 80GB HBM3" in html  # the last answer's figures stay, its source marked down
+
+
+def test_the_page_is_titled_by_dcgm_exporter_4s_lower_case_hostname_label_too(tmp_path):
+    """dcgm-exporter 4.x writes `hostname`, not `Hostname`: the title names the node all the same."""
+    path = tmp_path / "dcgm.prom"
+    path.write_bytes(_body().replace(b'Hostname="', b'hostname="'))
+    app = _app(path, _Kubelet([]))
+    app.scraper.scrape()
+    assert "GPUs of node-7" in app.index_page().decode()

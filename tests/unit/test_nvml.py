@@ -12,8 +12,8 @@ import pytest
 from exporter.core.identity import GpuKey, Owner
 from exporter.core.mapping import build_mapping
 from exporter.exposition.rewriter import Rewriter
-from exporter.sources.nvml.library import make_mig_resolver
-from exporter.sources.nvml.mig import NvmlMigResolver
+from exporter.vendors.nvidia.nvml.library import make_mig_resolver
+from exporter.vendors.nvidia.nvml.mig import NvmlMigResolver
 from support.clocks import ManualClock
 from support.devices import Device
 from support.nvml_binding import FakeNvml, NVMLError
@@ -132,7 +132,7 @@ def test_without_nvidia_ml_py_there_is_no_resolver():
     program = (
         "import sys; sys.modules['pynvml'] = None\n"
         "from exporter.base.logs import setup_logging; setup_logging('debug', 'logfmt', sys.stdout)\n"
-        "from exporter.sources.nvml.library import make_mig_resolver\n"
+        "from exporter.vendors.nvidia.nvml.library import make_mig_resolver\n"
         "print(make_mig_resolver())\n"
     )
     result = subprocess.run([sys.executable, "-c", program], capture_output=True, text=True, check=True,

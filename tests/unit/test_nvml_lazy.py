@@ -5,7 +5,7 @@ from __future__ import annotations
 import threading
 
 from exporter.core.mapping import build_mapping
-from exporter.sources.nvml.library import LazyMigResolver
+from exporter.vendors.nvidia.nvml.library import LazyMigResolver
 from support.devices import Device
 from support.nvml_binding import FakeNvml
 

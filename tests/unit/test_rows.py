@@ -11,7 +11,10 @@ import pytest
 from exporter.core.health import DeviceHealth, DeviceTaint
 from exporter.core.identity import GpuKey
 from exporter.core.mapping import Mapping
+from exporter.collectors.catalogue import CATALOGUE
+from exporter.collectors.hpc_jobs import families as hpc_families
 from exporter.exposition import families
+from exporter.vendors.nvidia import families as nvidia_families
 from exporter.exposition.health import render_device_health
 from exporter.exposition.rows import label_text, render_family
 
@@ -21,7 +24,7 @@ _NAME = re.compile(r'([A-Za-z_]+)="')
 
 
 def test_labels_are_written_in_the_entrys_order_whatever_the_callers():
-    text = label_text(families.CONTAINER_XID_ERRORS, {"xid": "79", "gpu": "0", "UUID": "GPU-1"}, 'namespace="a"')
+    text = label_text(nvidia_families.CONTAINER_XID_ERRORS, {"xid": "79", "gpu": "0", "UUID": "GPU-1"}, 'namespace="a"')
     assert text == 'UUID="GPU-1",gpu="0",namespace="a",xid="79"'
     assert label_text(families.DEVICE_TAINT, {"gpu": "1", "key": "k", "value": "", "effect": "None"}) == \
         'gpu="1",key="k",value="",effect="None"'  # a required label is written even empty; an absent optional not
@@ -29,15 +32,15 @@ def test_labels_are_written_in_the_entrys_order_whatever_the_callers():
 
 def test_a_label_the_entry_does_not_declare_or_a_required_one_missing_is_refused():
     with pytest.raises(ValueError, match="has no label"):
-        label_text(families.HPC_JOB_INFO, {"gpu": "0", "hpc_job": "1", "job": "1"})
+        label_text(hpc_families.HPC_JOB_INFO, {"gpu": "0", "hpc_job": "1", "job": "1"})
     with pytest.raises(ValueError, match="needs label hpc_job"):
-        label_text(families.HPC_JOB_INFO, {"gpu": "0"})
+        label_text(hpc_families.HPC_JOB_INFO, {"gpu": "0"})
 
 
 def test_a_family_without_rows_is_not_written_at_all():
-    assert render_family(families.HPC_JOB_INFO, ()) == ""
-    assert render_family(families.DEVICE_LOST, [('gpu="1"', 1)]) == \
-        families.DEVICE_LOST.header + 'pod_gpu_device_lost{gpu="1"} 1\n'
+    assert render_family(hpc_families.HPC_JOB_INFO, ()) == ""
+    assert render_family(nvidia_families.DEVICE_LOST, [('gpu="1"', 1)]) == \
+        nvidia_families.DEVICE_LOST.header + 'pod_gpu_device_lost{gpu="1"} 1\n'
 
 
 def test_a_device_no_sample_named_has_health_and_taint_rows_true_to_their_entries():
@@ -46,7 +49,7 @@ def test_a_device_no_sample_named_has_health_and_taint_rows_true_to_their_entrie
     key = GpuKey("gpu", "3", "")
     mapping = Mapping(device_health=DeviceHealth({key: "healthy"}, (DeviceTaint(key, "drain", "", "NoSchedule"),)))
     text = render_device_health(mapping, frozenset())
-    by_name = {family.name: family for family in families.CATALOGUE}
+    by_name = {family.name: family for family in CATALOGUE}
     rows = _ROW.findall(text)
     assert len(rows) == 2
     for name, labels in rows:

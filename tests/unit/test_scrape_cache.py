@@ -8,12 +8,13 @@ import zlib
 import pytest
 
 from exporter.core.attribution import Attribution
-from exporter.core.hpc_jobs import HpcJob, HpcJobs
+from exporter.collectors.hpc_jobs.jobs import HpcJob, HpcJobs
 from exporter.exposition.allocation import AllocationSection
-from exporter.exposition.hpc_jobs import HpcJobsSection
+from exporter.collectors.hpc_jobs.section import HpcJobsSection
+from exporter.vendors.nvidia import NVIDIA
 from exporter.exposition.sections import SectionState, StatusSection
-from exporter.sources.dcgm.file_source import FileSource
-from exporter.sources.dcgm.options import DcgmFileOptions
+from exporter.vendors.nvidia.dcgm.file_source import FileSource
+from exporter.vendors.nvidia.dcgm.options import DcgmFileOptions
 from exporter.sources.kubelet import AllocatedDevice
 from exporter.web.scrape import ScrapeBody, Scraper
 from support.fixtures import fixture_bytes
@@ -39,7 +40,7 @@ def node(tmp_path):
     kubelet = Kubelet([AllocatedDevice("ml", "trainer-0", "pytorch", "nvidia.com/gpu", L4_UUID)])
     attribution = Attribution(kubelet.list_devices, refresh_interval_seconds=60, max_age_seconds=600)
     attribution.refresh()
-    sections = [AllocationSection("kubernetes", None, lambda: True), StatusSection()]
+    sections = [AllocationSection("kubernetes", None, lambda: True), StatusSection(NVIDIA.status)]
     return path, kubelet, attribution, Scraper(FileSource(DcgmFileOptions(str(path))), attribution, "kubernetes",
                                                sections)
 
@@ -102,7 +103,7 @@ def test_new_hpc_jobs_are_served_at_once_without_rewriting_the_body(node):
     jobs = [HpcJobs((HpcJob("0", "", "7001"),))]
     hpc = HpcJobsSection(lambda: jobs[0], lambda: SectionState(True, 0.0))
     scraper = Scraper(FileSource(DcgmFileOptions(str(path))), attribution, "kubernetes",
-                      [AllocationSection("kubernetes", None, lambda: True), hpc, StatusSection()])
+                      [AllocationSection("kubernetes", None, lambda: True), hpc, StatusSection(NVIDIA.status)])
     assert b'hpc_job="7001"' in scraper.scrape()
     jobs[0] = HpcJobs((HpcJob("0", "", "7002"),), 1)
     answer = scraper.scrape()

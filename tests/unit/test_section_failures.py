@@ -14,7 +14,7 @@ import pytest
 from exporter.app import build_node
 from exporter.base.logs import setup_logging
 from exporter.collectors.collector import Collector, PagePart, SourceState
-from exporter.collectors.dcgm import DcgmReader
+from exporter.vendors.nvidia.collectors.dcgm import DcgmCollector
 from exporter.collectors.registry import Registry
 from exporter.config import parse_config
 from exporter.exposition import families
@@ -90,7 +90,7 @@ def _serving(tmp_path, collector: Collector):
                            "--web.listen-address", "127.0.0.1:0", "--kubernetes.api", "off"], {})
     logs = io.StringIO()
     setup_logging("debug", "logfmt", logs)
-    node = build_node(config, Registry(config, [DcgmReader(), collector]))
+    node = build_node(config, Registry(config, [DcgmCollector(), collector]))
     server = node.listen()
     node.start()
     thread = threading.Thread(target=server.serve_until_stopped, daemon=True)

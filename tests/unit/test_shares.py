@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from exporter.core.identity import GpuIdentity, Owner
 from exporter.core.mapping import build_mapping
-from exporter.shares.compute import PodContainers, Shares, compute_shares
-from exporter.shares.render import render_shares
-from exporter.sources.nvml.processes import DeviceProcesses
+from exporter.vendors.nvidia.shares.compute import PodContainers, Shares, compute_shares
+from exporter.vendors.nvidia.shares.render import render_shares
+from exporter.vendors.nvidia.nvml.processes import DeviceProcesses
 from exporter.sources.procfs import ProcessOwner
 from support.devices import Device
 

@@ -8,9 +8,9 @@ import threading
 import time
 
 from exporter.core.mapping import build_mapping
-from exporter.shares.compute import PodContainers
-from exporter.shares.process_shares import ProcessShares, ProcessSharesOptions
-from exporter.sources.nvml.library import open_nvml
+from exporter.vendors.nvidia.shares.compute import PodContainers
+from exporter.vendors.nvidia.shares.process_shares import ProcessShares, ProcessSharesOptions
+from exporter.vendors.nvidia.nvml.library import open_nvml
 from support.clocks import ManualClock
 from support.devices import Device
 from support.proc_tree import ProcTree

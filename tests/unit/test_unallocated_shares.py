@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from exporter.core.identity import GpuIdentity, Owner
 from exporter.core.mapping import build_mapping
-from exporter.shares.compute import NOT_HOLDER, PodContainers, compute_shares
-from exporter.shares.render import render_shares, render_unallocated
-from exporter.sources.nvml.processes import DeviceProcesses
+from exporter.vendors.nvidia.shares.compute import NOT_HOLDER, PodContainers, compute_shares
+from exporter.vendors.nvidia.shares.render import render_shares, render_unallocated
+from exporter.vendors.nvidia.nvml.processes import DeviceProcesses
 from exporter.sources.procfs import ProcessOwner
 from support.devices import Device
 from support.share_invariants import check_unallocated_breakdown, parse_samples

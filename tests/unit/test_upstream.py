@@ -1,4 +1,4 @@
-"""Tests of exporter.sources.dcgm.http_source against a real HTTP dcgm-exporter stand-in and real files."""
+"""Tests of exporter.vendors.nvidia.dcgm.http_source against a real HTTP dcgm-exporter stand-in and real files."""
 
 from __future__ import annotations
 
@@ -11,11 +11,11 @@ from typing import Callable, List
 import pytest
 
 from exporter.base.errors import UpstreamError
-from exporter.collectors.dcgm import parse_dcgm_url
-from exporter.sources.dcgm import DEFAULT_MAX_BODY_BYTES
-from exporter.sources.dcgm.file_source import FileSource
-from exporter.sources.dcgm.http_source import HttpSource
-from exporter.sources.dcgm.options import DcgmFileOptions, DcgmHttpOptions
+from exporter.vendors.nvidia.collectors.dcgm import parse_dcgm_url
+from exporter.vendors.nvidia.dcgm import DEFAULT_MAX_BODY_BYTES
+from exporter.vendors.nvidia.dcgm.file_source import FileSource
+from exporter.vendors.nvidia.dcgm.http_source import HttpSource
+from exporter.vendors.nvidia.dcgm.options import DcgmFileOptions, DcgmHttpOptions
 from support.fake_dcgm import FakeDcgmExporter
 from support.fixtures import fixture_bytes, fixture_path  # tests/ is on sys.path (conftest.py)
 

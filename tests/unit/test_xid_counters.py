@@ -7,9 +7,9 @@ from exporter.base.errors import KubeletError
 from exporter.core.attribution import Attribution
 from exporter.core.identity import GpuIdentity, GpuKey, Owner
 from exporter.core.mapping import Mapping
-from exporter.shares.xid_counters import XidCounters
+from exporter.vendors.nvidia.shares.xid_counters import XidCounters
 from exporter.sources.kubelet import AllocatedDevice
-from exporter.sources.nvml.events import EventsStatus, XidEvent
+from exporter.vendors.nvidia.nvml.events import EventsStatus, XidEvent
 from support.clocks import ManualClock
 
 GPU0 = "GPU-11111111-2222-3333-4444-555555555555"

@@ -9,9 +9,9 @@ import pytest
 
 from exporter.core.identity import GpuIdentity, GpuKey, Owner
 from exporter.core.mapping import Mapping
-from exporter.shares.xid_counters import XidCounters, holders_of
-from exporter.sources.nvml.events import EventsStatus, XidEvent, XidEventWatcher
-from exporter.sources.nvml.library import open_nvml
+from exporter.vendors.nvidia.shares.xid_counters import XidCounters, holders_of
+from exporter.vendors.nvidia.nvml.events import EventsStatus, XidEvent, XidEventWatcher
+from exporter.vendors.nvidia.nvml.library import open_nvml
 from support.waiting import wait_until
 
 GPU0 = "GPU-11111111-2222-3333-4444-555555555555"

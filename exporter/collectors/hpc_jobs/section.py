@@ -4,15 +4,12 @@ from __future__ import annotations
 
 from typing import Callable, Iterable
 
-from exporter.core.hpc_jobs import HpcJobs
+from exporter.collectors.hpc_jobs.families import HPC_JOB_FILES_SKIPPED, HPC_JOB_INFO
+from exporter.collectors.hpc_jobs.jobs import HpcJobs
 from exporter.core.identity import GpuIdentity, GpuKey
-from exporter.exposition import families
 from exporter.exposition.labels import gpu_label_pairs, identities_by_key
 from exporter.exposition.sections import BaseSection, Gauge, ScrapeView, SectionState
 from exporter.exposition.rows import label_text, render_family
-
-HPC_JOB_INFO = families.HPC_JOB_INFO
-
 
 def render_hpc_jobs(hpc_jobs: HpcJobs, identities: Iterable[GpuIdentity]) -> str:
     """`pod_gpu_hpc_job_info{[UUID,]gpu[,GPU_I_ID],hpc_job} 1` per job per device.
@@ -50,7 +47,7 @@ class HpcJobsSection(BaseSection):
         return render_hpc_jobs(self._current(), view.identities).encode()
 
     def gauges(self) -> Iterable[Gauge]:
-        return ((families.HPC_JOB_FILES_SKIPPED, self._current().skipped_files),)
+        return ((HPC_JOB_FILES_SKIPPED, self._current().skipped_files),)
 
     def state(self) -> SectionState:
         return SectionState(*self._source_state())  # the source's own tuple: sources may not import sections

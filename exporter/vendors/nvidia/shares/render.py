@@ -6,16 +6,17 @@ from typing import Callable, Dict, Iterable, List, Optional, Tuple
 from typing import Mapping as MappingType
 
 from exporter.core.identity import GpuIdentity
-from exporter.exposition.families import (CONTAINER_ENERGY, CONTAINER_IDLE, CONTAINER_MEMORY, CONTAINER_SM,
-                                          UNALLOCATED_MEMORY, UNALLOCATED_SM, UNATTRIBUTED_ENERGY,
-                                          UNATTRIBUTED_MEMORY, UNATTRIBUTED_PROCESSES, UNATTRIBUTED_SM, Family)
+from exporter.exposition.families import Family
+from exporter.vendors.nvidia.families import (CONTAINER_ENERGY, CONTAINER_IDLE, CONTAINER_MEMORY, CONTAINER_SM,
+                                              UNALLOCATED_MEMORY, UNALLOCATED_SM, UNATTRIBUTED_ENERGY,
+                                              UNATTRIBUTED_MEMORY, UNATTRIBUTED_PROCESSES, UNATTRIBUTED_SM)
 from exporter.exposition.label_limit import LabelLimit
 from exporter.exposition.labels import gpu_label_pairs, render_owner_labels, render_owner_labels_within
 from exporter.exposition.rows import label_text, render_family
 from exporter.exposition.text import LabelPairs
-from exporter.shares.compute import SM_UNITS, Shares, UnallocatedShare
-from exporter.shares.energy import ENERGY_REASONS
-from exporter.shares.ledger import Counters, HolderKey
+from exporter.vendors.nvidia.shares.compute import SM_UNITS, Shares, UnallocatedShare
+from exporter.vendors.nvidia.shares.energy import ENERGY_REASONS
+from exporter.vendors.nvidia.shares.ledger import Counters, HolderKey
 
 ExtraLabels = MappingType[Tuple[str, str], LabelPairs]
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Optional, Tuple
 
-from exporter.sources.dcgm import DEFAULT_MAX_BODY_BYTES
+from exporter.vendors.nvidia.dcgm import DEFAULT_MAX_BODY_BYTES
 
 
 @dataclass(frozen=True)

@@ -5,8 +5,8 @@ from __future__ import annotations
 from typing import Dict, List, NamedTuple, Optional, Tuple
 
 from exporter.core.identity import GpuIdentity, Owner
-from exporter.shares.compute import DeviceShares, PodIndex, Shares
-from exporter.shares.energy import split_gpu_energy
+from exporter.vendors.nvidia.shares.compute import DeviceShares, PodIndex, Shares
+from exporter.vendors.nvidia.shares.energy import split_gpu_energy
 
 HolderKey = Tuple[GpuIdentity, Owner]
 # A device NVML failed to read (a GPU lost for a moment) keeps its counters this many refreshes, so

@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import functools
 
-from exporter.collectors.collector import DEMO_SETS_NVML, Collector, Flag, Hub, PagePart, SourceState
+from exporter.collectors.collector import Collector, Flag, Hub, PagePart, SourceState
+from exporter.vendors.nvidia.collectors import DEMO_SETS_NVML
+from exporter.vendors.nvidia.families import XID_EVENTS
 
 XID_EVENTS_CHOICES = ("auto", "on", "off")
 
@@ -13,7 +15,7 @@ class XidEventsCollector(Collector):
     """NVML's XID error events counted per GPU and per holder (auto: in --sharing.mode process)."""
 
     name = "xid_events"
-    switch = "--health.xid-events on"
+    switch = XID_EVENTS
     flags = (
         Flag("--health.xid-events", "health_xid_events", XID_EVENTS_CHOICES, "Count NVML's XID error events per GPU and per holding container (needs NVML): auto = in --sharing.mode process; on; off.",
              "auto"),
@@ -31,12 +33,12 @@ class XidEventsCollector(Collector):
                                                     and config.sharing_mode == "process")
 
     def build(self, hub: Hub) -> None:
-        from exporter.shares.xid_events import XidEvents
-        from exporter.sources.nvml.library import open_nvml
+        from exporter.vendors.nvidia.shares.xid_events import XidEvents
+        from exporter.vendors.nvidia.nvml.library import open_nvml
 
         # The trusted mapping the shares attribute by: once the kubelet's has aged out it is None, and no
         # holder is then taken to have left (an empty mapping would read as every holder gone).
-        self._events = XidEvents(functools.partial(open_nvml, hub.nvml), hub.attribution.mapping_in_use,
+        self._events = XidEvents(functools.partial(open_nvml, hub.driver), hub.attribution.mapping_in_use,
                                  hub.config.labels_style, hub.label_limit)
 
     def start(self) -> None:

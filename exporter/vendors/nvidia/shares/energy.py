@@ -5,8 +5,8 @@ from __future__ import annotations
 from typing import Dict, List, NamedTuple, Sequence, Tuple
 
 from exporter.core.identity import GpuIdentity, Owner
-from exporter.shares.apportion import largest_remainder
-from exporter.shares.compute import SM_UNITS, DeviceShares
+from exporter.vendors.nvidia.shares.apportion import largest_remainder
+from exporter.vendors.nvidia.shares.compute import SM_UNITS, DeviceShares
 
 IDLE = "idle"  # the part of a shared device's energy no holder's activity accounts for (policy unattributed)
 NO_HOLDER = "no_holder"  # a device held by no pod

@@ -7,8 +7,11 @@ import os
 from typing import Mapping, Optional
 
 from exporter.base.errors import ConfigError
-from exporter.collectors.collector import DEMO_SETS_NVML, Collector, Flag, Hub, PagePart, SourceState
-from exporter.shares.energy import IDLE_POLICIES
+from exporter.collectors.collector import Collector, Flag, Hub, PagePart, SourceState
+from exporter.collectors.roles import POD_INDEX
+from exporter.vendors.nvidia.collectors import DEMO_SETS_NVML
+from exporter.vendors.nvidia.families import PROCESS_MODE
+from exporter.vendors.nvidia.shares.energy import IDLE_POLICIES
 
 SHARING_MODES = ("device", "process")
 
@@ -17,7 +20,8 @@ class ProcessSharesCollector(Collector):
     """--sharing.mode process: each holder's own share of a shared GPU, from NVML's processes and their cgroups."""
 
     name = "process_shares"
-    switch = "--sharing.mode process"
+    switch = PROCESS_MODE
+    takes = (POD_INDEX,)  # with the API off there is no pod index, and no share is served
     flags = (
         Flag("--sharing.mode", "sharing_mode", SHARING_MODES, "device = values are device-level; process = also serve each holding container's own memory and SM share of its GPU, from NVML's per-process data (needs NVML, hostPID and the Kubernetes API).",
              "device"),
@@ -35,7 +39,7 @@ class ProcessSharesCollector(Collector):
     def __init__(self) -> None:
         self._shares = None
 
-    def check(self, command: str, values: Mapping[str, object], sources: Mapping[str, str]) -> None:
+    def check(self, command: str, values: Mapping[str, object], origins: Mapping[str, str]) -> None:
         """A --sharing.proc-root that is no folder is a configuration mistake for the commands that read it
         (`mapping` never does, so a serving container's environment is not refused there)."""
         proc_root = values.get("sharing_proc_root", "/proc")
@@ -47,14 +51,14 @@ class ProcessSharesCollector(Collector):
         return config.sharing_mode == "process"
 
     def build(self, hub: Hub) -> None:
-        from exporter.shares.process_shares import ProcessShares, ProcessSharesOptions, pod_index_source
-        from exporter.sources.nvml.library import open_nvml
+        from exporter.vendors.nvidia.shares.process_shares import ProcessShares, ProcessSharesOptions, pod_index_source
+        from exporter.vendors.nvidia.nvml.library import open_nvml
 
         config = hub.config
         options = ProcessSharesOptions(config.sharing_proc_root, config.kubelet_refresh_interval_seconds,
                                        config.labels_style, config.energy_idle_policy)
         # The pod index another collector offered (None with the API off: no share is then served).
-        self._shares = ProcessShares(options, functools.partial(open_nvml, hub.nvml), hub.attribution.mapping_in_use,
+        self._shares = ProcessShares(options, functools.partial(open_nvml, hub.driver), hub.attribution.mapping_in_use,
                                      pod_index_source(hub.pod_index), label_limit=hub.label_limit)
 
     def start(self) -> None:

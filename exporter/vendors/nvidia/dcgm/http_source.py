@@ -10,9 +10,9 @@ import time
 from typing import Optional
 
 from exporter.base.errors import UpstreamError
-from exporter.sources.dcgm.http_body import CappedBody
-from exporter.sources.dcgm.http_connection import DeadlineResponse, Target
-from exporter.sources.dcgm.options import DcgmHttpOptions
+from exporter.vendors.nvidia.dcgm.http_body import CappedBody
+from exporter.vendors.nvidia.dcgm.http_connection import DeadlineResponse, Target
+from exporter.vendors.nvidia.dcgm.options import DcgmHttpOptions
 
 _READ_CHUNK_BYTES = 64 * 1024
 _GZIP_ENCODINGS = ("gzip", "x-gzip")

@@ -9,13 +9,13 @@ from typing import Callable, Dict, List, Optional, Set, Tuple
 from exporter.base.logs import LogOnce, log
 from exporter.core.identity import GpuIdentity, Owner
 from exporter.core.mapping import EMPTY_MAPPING, Mapping
-from exporter.exposition.families import (CONTAINER_XID_ERRORS, DEVICE_LOST, DEVICE_XID_ERRORS, XID_EVENTS_UP,
-                                          Family, render_status)
+from exporter.exposition.families import Family, render_status
+from exporter.vendors.nvidia.families import CONTAINER_XID_ERRORS, DEVICE_LOST, DEVICE_XID_ERRORS, XID_EVENTS_UP
 from exporter.exposition.label_limit import LabelLimit
 from exporter.exposition.labels import gpu_label_pairs, render_owner_labels_within
 from exporter.exposition.rows import label_text, render_family
 from exporter.exposition.text import LabelPairs
-from exporter.sources.nvml.events import EventsStatus, XidEvent
+from exporter.vendors.nvidia.nvml.events import EventsStatus, XidEvent
 
 _HolderKey = Tuple[GpuIdentity, Owner, LabelPairs, str]  # device, holder, its extras then, XID
 # A container's counters outlive its pod's leaving the mapping by this long: long enough for the alert

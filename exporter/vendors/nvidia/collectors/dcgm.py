@@ -10,9 +10,10 @@ from urllib.parse import urlsplit
 
 from exporter.base.errors import ConfigError, UpstreamError
 from exporter.collectors.collector import Collector, Flag, Hub, Kind, SourceState
-from exporter.sources.dcgm import DEFAULT_MAX_BODY_BYTES, redact_url
-from exporter.sources.dcgm.file_source import SETTLE_SECONDS
-from exporter.sources.dcgm.options import DcgmEndpoint
+from exporter.collectors.roles import UPSTREAM
+from exporter.vendors.nvidia.dcgm import DEFAULT_MAX_BODY_BYTES, redact_url
+from exporter.vendors.nvidia.dcgm.file_source import SETTLE_SECONDS
+from exporter.vendors.nvidia.dcgm.options import DcgmEndpoint
 
 _OWN_DCGM = "the demo runs its own simulated dcgm-exporter; leave out `demo` to serve a real node"
 
@@ -75,10 +76,11 @@ class _Tracked:
         return body
 
 
-class DcgmReader(Collector):
+class DcgmCollector(Collector):
     """dcgm-exporter's text, over HTTP or from its legacy textfile: always on; what the scraper rewrites."""
 
     name = "dcgm"
+    offers = (UPSTREAM,)
     flags = (
         Flag("--dcgm.url", "dcgm_url", Kind("URL", _checked_url), "dcgm-exporter metrics URL to scrape on every request.",
              "http://127.0.0.1:9401/metrics"),
@@ -96,12 +98,12 @@ class DcgmReader(Collector):
     def __init__(self) -> None:
         self._upstream: Optional[_Tracked] = None
 
-    def check(self, command: str, values: Mapping[str, object], sources: Mapping[str, str]) -> None:
+    def check(self, command: str, values: Mapping[str, object], origins: Mapping[str, str]) -> None:
         timeout = values.get("dcgm_timeout_seconds", 5.0)
         if values.get("dcgm_file") and timeout < SETTLE_SECONDS:
             # A textfile changed in place is read once left alone that long: every scrape in the second
             # after each rewrite would run out of time and serve no GPU series.
-            raise ConfigError(f"{sources.get('dcgm_timeout_seconds', '--dcgm.timeout')}: {timeout:g}s is shorter than "
+            raise ConfigError(f"{origins.get('dcgm_timeout_seconds', '--dcgm.timeout')}: {timeout:g}s is shorter than "
                               f"the {SETTLE_SECONDS:g}s a textfile changed in place is left to settle before it is "
                               "read (--dcgm.file); allow at least that")
 
@@ -113,9 +115,9 @@ class DcgmReader(Collector):
 
     def prepare(self, hub: Hub) -> None:
         # Imported here so `--help` and `mapping` stay fast and independent of the HTTP stack.
-        from exporter.sources.dcgm.file_source import FileSource
-        from exporter.sources.dcgm.http_source import HttpSource
-        from exporter.sources.dcgm.options import DcgmFileOptions, DcgmHttpOptions
+        from exporter.vendors.nvidia.dcgm.file_source import FileSource
+        from exporter.vendors.nvidia.dcgm.http_source import HttpSource
+        from exporter.vendors.nvidia.dcgm.options import DcgmFileOptions, DcgmHttpOptions
 
         config = hub.config
         source = (FileSource(DcgmFileOptions(config.dcgm_file, config.dcgm_timeout_seconds, config.dcgm_max_body_bytes))

@@ -9,7 +9,7 @@ import time
 from typing import NamedTuple, Optional, Tuple
 
 from exporter.base.errors import UpstreamError
-from exporter.sources.dcgm.options import DcgmFileOptions
+from exporter.vendors.nvidia.dcgm.options import DcgmFileOptions
 
 # A file changed in place less than this long ago may be in the middle of a rewrite (a writer that
 # truncates, or writes over the old text, and pauses between its write() calls): it is read only once

@@ -8,8 +8,8 @@ from typing import NamedTuple, Optional, Tuple
 
 from exporter.core.identity import GpuIdentity, Owner
 from exporter.core.mapping import Mapping
-from exporter.shares.apportion import largest_remainder
-from exporter.sources.nvml.processes import DeviceProcesses
+from exporter.vendors.nvidia.shares.apportion import largest_remainder
+from exporter.vendors.nvidia.nvml.processes import DeviceProcesses
 from exporter.sources.procfs import ProcessOwner
 
 # Why a process's use belongs to none of the device's holders.

@@ -7,7 +7,7 @@ from typing import Any, Optional, Tuple
 
 from exporter.base.bounded import BoundedRunner, CallTimeout
 from exporter.base.logs import log
-from exporter.sources.nvml.mig import NvmlMigResolver
+from exporter.vendors.nvidia.nvml.mig import NvmlMigResolver
 
 _UNRESOLVED_NOTE = ("MIG-<uuid> device IDs (nvidia.com/mig-* on R470+ drivers) and DRA MIG devices will be "
                     "reported as unresolved: make the driver's libnvidia-ml.so.1 visible in the container to resolve them "

@@ -10,14 +10,15 @@ from exporter.base.bounded import BoundedRunner, CallTimeout
 from exporter.base.logs import DependencyReporter
 from exporter.core.mapping import Mapping
 from exporter.core.refresher import Refresher
-from exporter.exposition.families import NVML_UP, PROCESS_SHARES_REFRESH_DURATION, render_status
+from exporter.exposition.families import render_status
+from exporter.vendors.nvidia.families import NVML_UP, PROCESS_SHARES_REFRESH_DURATION
 from exporter.exposition.label_limit import LabelLimit
 from exporter.exposition.sections import SectionState
-from exporter.shares.compute import PodIndex, Shares, compute_shares, pod_index
-from exporter.shares.energy import SPLIT
-from exporter.shares.ledger import ShareLedger
-from exporter.shares.render import render_shares, render_unallocated
-from exporter.sources.nvml.processes import DeviceProcesses, NvmlError, NvmlProcessReader
+from exporter.vendors.nvidia.shares.compute import PodIndex, Shares, compute_shares, pod_index
+from exporter.vendors.nvidia.shares.energy import SPLIT
+from exporter.vendors.nvidia.shares.ledger import ShareLedger
+from exporter.vendors.nvidia.shares.render import render_shares, render_unallocated
+from exporter.vendors.nvidia.nvml.processes import DeviceProcesses, NvmlError, NvmlProcessReader
 from exporter.sources.procfs import ProcessOwner, read_process_owner
 
 # The per-process SM samples asked of NVML go back at least this far, so a short refresh interval

@@ -8,15 +8,17 @@ from typing import Mapping
 
 from exporter.base.errors import ConfigError
 from exporter.collectors.collector import Collector, Flag, Hub, SourceState
+from exporter.collectors.hpc_jobs.families import FAMILIES, SWITCH
 
 
 class HpcJobsCollector(Collector):
     """The jobs each GPU runs, as a job-mapping directory lists them; served whatever the kubelet does."""
 
     name = "hpc_jobs"
-    switch = "--hpc.job-mapping-dir"
+    switch = SWITCH
+    families = FAMILIES
     flags = (
-        Flag("--hpc.job-mapping-dir", "hpc_job_mapping_dir", "text", "Directory of HPC job-mapping files as dcgm-exporter reads them (a file per GPU named <gpu> or <gpu>.<GPU_I_ID>, one job ID per line, e.g. written by a Slurm prolog): serves pod_gpu_hpc_job_info per job per device."),
+        Flag("--hpc.job-mapping-dir", "hpc_job_mapping_dir", "text", "Directory of HPC job-mapping files in the GPU exporter's format (a file per GPU named <gpu> or <gpu>.<GPU_I_ID>, one job ID per line, e.g. written by a Slurm prolog): serves pod_gpu_hpc_job_info per job per device."),
     )
     refused = {
         "demo": {"hpc_job_mapping_dir": "the demo writes its own job-mapping folder, for its simulated Slurm job, "
@@ -27,7 +29,7 @@ class HpcJobsCollector(Collector):
     def __init__(self) -> None:
         self._source = None
 
-    def check(self, command: str, values: Mapping[str, object], sources: Mapping[str, str]) -> None:
+    def check(self, command: str, values: Mapping[str, object], origins: Mapping[str, str]) -> None:
         """A file is a mistake; a directory not there yet is not (a job prolog may create it; the reader says so)."""
         directory = values.get("hpc_job_mapping_dir")
         if directory and os.path.exists(directory) and not os.path.isdir(directory):
@@ -37,7 +39,7 @@ class HpcJobsCollector(Collector):
         return bool(config.hpc_job_mapping_dir)
 
     def prepare(self, hub: Hub) -> bool:
-        from exporter.sources.hpc_jobs import make_hpc_job_source
+        from exporter.collectors.hpc_jobs.source import make_hpc_job_source
 
         self._source = make_hpc_job_source(hub.config.hpc_job_mapping_dir, hub.config.kubelet_refresh_interval_seconds)
         return True
@@ -53,7 +55,7 @@ class HpcJobsCollector(Collector):
         self._source.stop(timeout_seconds=0.2)
 
     def sections(self):
-        from exporter.exposition.hpc_jobs import HpcJobsSection
+        from exporter.collectors.hpc_jobs.section import HpcJobsSection
 
         return (HpcJobsSection(self._source.current, self._source.state),)
 

@@ -8,8 +8,8 @@ from exporter.core.identity import GpuIdentity
 from exporter.core.mapping import Mapping
 from exporter.exposition.label_limit import LabelLimit
 from exporter.exposition.sections import SectionState
-from exporter.shares.xid_counters import XidCounters
-from exporter.sources.nvml.events import XidEventWatcher
+from exporter.vendors.nvidia.shares.xid_counters import XidCounters
+from exporter.vendors.nvidia.nvml.events import XidEventWatcher
 
 
 class XidEvents:

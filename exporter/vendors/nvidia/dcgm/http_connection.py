@@ -11,7 +11,7 @@ import time
 from typing import Optional, Tuple
 
 from exporter import __version__
-from exporter.sources.dcgm.options import DcgmEndpoint
+from exporter.vendors.nvidia.dcgm.options import DcgmEndpoint
 
 # Sent with every fetch.
 _HEADERS = {
@@ -19,7 +19,7 @@ _HEADERS = {
     "Accept": "text/plain",
     # promhttp only compresses with gzip; we decode it ourselves to bound the decoded size.
     "Accept-Encoding": "gzip",
-    # One answer per connection (exporter.sources.dcgm.http_source): the server need not keep it open.
+    # One answer per connection (exporter.vendors.nvidia.dcgm.http_source): the server need not keep it open.
     "Connection": "close",
     "User-Agent": f"pod-gpu-metrics-exporter/{__version__}",
 }

@@ -13,7 +13,7 @@ from typing import List, NamedTuple, Optional, Tuple
 
 from exporter.base.bounded import BoundedRunner, CallTimeout
 from exporter.base.logs import DependencyReporter, LogOnce, log
-from exporter.core.hpc_jobs import NO_HPC_JOBS, HpcJob, HpcJobs
+from exporter.collectors.hpc_jobs.jobs import NO_HPC_JOBS, HpcJob, HpcJobs
 from exporter.core.refresher import Refresher
 
 # The names dcgm-exporter reads: "<gpu>" for a whole GPU, "<gpu>.<GPU instance ID>" for a MIG

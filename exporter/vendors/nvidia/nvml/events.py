@@ -9,7 +9,7 @@ from typing import Any, Callable, FrozenSet, NamedTuple, Optional, Tuple
 from exporter.base.bounded import BoundedRunner, CallTimeout
 from exporter.base.logs import DependencyReporter, LogOnce, log
 from exporter.core.identity import GpuIdentity
-from exporter.sources.nvml.event_registry import GPU_IS_LOST, TIMEOUT, EventRegistry, Refusal
+from exporter.vendors.nvidia.nvml.event_registry import GPU_IS_LOST, TIMEOUT, EventRegistry, Refusal
 
 XID_CRITICAL_ERROR = 0x8  # nvmlEventTypeXidCriticalError
 NO_INSTANCE = 0xFFFFFFFF  # gpuInstanceId of an event tied to no MIG instance

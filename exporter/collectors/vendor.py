@@ -1,0 +1,39 @@
+"""What one GPU vendor is to the exporter: its name, its upstream exporter's reader and words, its own collectors and status gauge."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Callable, Mapping, Optional, Tuple
+
+from exporter.base.upstream import GENERIC_UPSTREAM, UpstreamWords
+from exporter.collectors.collector import Flag
+
+if TYPE_CHECKING:  # `--help` and the flag tables load no section code
+    from exporter.exposition.families import Family
+    from exporter.exposition.sections import VendorStatus
+
+
+@dataclass(frozen=True)
+class Vendor:
+    """One GPU vendor, registered by one line in exporter/vendors (VENDORS). The framework knows this
+    shape only: everything the vendor knows (resource names, its exporter's labels, its driver library)
+    stays in its package, reached through these fields.
+
+    `reader` is the collector that reads the vendor's upstream exporter (it offers the hub's `upstream`);
+    `collectors` are its own (placed after the cluster context, whose pod index they may take).
+    `open_resolver(driver)` makes the lazy resolver of the partition device IDs only its driver can
+    name (None: none needed), whose first call may take up to `resolver_open_seconds`.
+    """
+
+    name: str
+    reader: type
+    collectors: Tuple[type, ...] = ()
+    upstream_words: UpstreamWords = GENERIC_UPSTREAM
+    status: Optional[VendorStatus] = None  # what the status block writes in its words
+    families: Tuple[Family, ...] = ()  # its own, for the catalogue
+    open_resolver: Optional[Callable[[object], Callable]] = None
+    resolver_open_seconds: float = 0.0
+    demo_flags: Tuple[Flag, ...] = ()  # flags of `demo` only, for its simulated node (listed last by --help)
+    demo_refused: Mapping[str, str] = field(default_factory=dict)  # their Config fields → why serve, mapping refuse them
+    upstream_failures: Optional[Family] = None  # /metrics: its name for the count of failed upstream fetches
+    driver_timeouts: Optional[Family] = None  # /metrics: its name for calls into its driver cut at their bound
