@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Tuple
 
-from exporter.collectors.registry import CONTEXT, SOURCES
+from exporter.collectors.registry import CONTEXT, SECTION_UP, SOURCES
 from exporter.exposition.families import FAMILIES as CORE_FAMILIES
 from exporter.exposition.families import Family
 from exporter.vendors import VENDORS
@@ -16,7 +16,8 @@ def _assembled() -> Tuple[Family, ...]:
     found = {}
     for family in (*CORE_FAMILIES, *(f for vendor in VENDORS for f in vendor.families),
                    *(f for kind in (*CONTEXT, *SOURCES) for f in kind.families)):
-        found.setdefault(family.name, family)
+        # The core's section_up is catalogued as the registry writes it: every collector's sections told.
+        found.setdefault(family.name, SECTION_UP if family.name == SECTION_UP.name else family)
     return tuple(found.values())
 
 

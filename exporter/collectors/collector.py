@@ -85,6 +85,8 @@ class Collector:
     # command → {Config field: why that command refuses it}
     refused: Mapping[str, Mapping[str, str]] = {}
     in_mapping = False  # whether `mapping` prepares and starts it (it offers the core's mapping context)
+    # Its sections' names -> what answered when one reads up (pod_gpu_exporter_section_up's help tells them)
+    section_sources: Mapping[str, str] = {}
     switch = ""  # the flag (and value) that switches it on, which the node page names while it is off
     families: Tuple[Family, ...] = ()  # the families it writes, for the catalogue (a vendor's are the vendor's)
     # The roles it puts on the hub in prepare, those it cannot run without, and those it reads when

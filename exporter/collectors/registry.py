@@ -10,6 +10,7 @@ from exporter.collectors.hpc_jobs.collector import HpcJobsCollector
 from exporter.collectors.kubernetes import KubernetesCollector
 from exporter.collectors.roles import UPSTREAM, Role
 from exporter.collectors.vendor import Vendor
+from exporter.exposition.families import Family, section_up_family
 from exporter.vendors import PENDING_VENDORS, VENDORS
 
 if TYPE_CHECKING:  # `--help` and the flag tables load no section code
@@ -36,6 +37,9 @@ COLLECTORS: Tuple[type, ...] = collector_kinds(VENDORS[0])
 # checks, derived values.
 _DECLARED: Tuple[Collector, ...] = tuple(kind() for kind in dict.fromkeys(
     kind for vendor in VENDORS for kind in collector_kinds(vendor)))
+# pod_gpu_exporter_section_up as /metrics and the reference write it: every collector's sections told.
+SECTION_UP: Family = section_up_family({name: source for collector in _DECLARED
+                                        for name, source in collector.section_sources.items()})
 VENDOR_AUTO = "auto"
 VENDOR_CHOICES: Tuple[str, ...] = (VENDOR_AUTO, *(vendor.name for vendor in VENDORS), *PENDING_VENDORS)
 
@@ -120,6 +124,8 @@ def _refuse_missing_roles(prepared: Sequence[Collector], framework_needs: Sequen
 class Registry:
     """The collectors of one run: those the Config switches on, prepared, built, started and stopped
     together; their sections, their parts of /metrics and every source's state, the core's included."""
+
+    section_up = SECTION_UP  # what /metrics writes pod_gpu_exporter_section_up with
 
     def __init__(self, config, collectors: Optional[Sequence[Collector]] = None, driver: object = None):
         """`driver`: the binding of the vendor's driver library to use instead of the node's own (the

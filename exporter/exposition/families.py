@@ -148,11 +148,20 @@ HTTP_CONNECTIONS_REFUSED = self_family("pod_gpu_exporter_http_connections_refuse
 HTTP_IDLE_CONNECTIONS_CLOSED = self_family("pod_gpu_exporter_http_idle_connections_closed_total", "counter", "Idle "
                                      "connections closed to make room for new ones when every slot was taken.")
 # Each section of /gpu/metrics (exposition/sections.py), as node_exporter reports its collectors.
-SECTION_UP = self_family("pod_gpu_exporter_section_up", "gauge", "1 when the section's source answered at its last "
-                         "refresh (allocation: the kubelet; device_health: the Kubernetes API; status, the block of the "
-                         "exporter's up gauges such as pod_gpu_exporter_upstream_up: none, so it reads 1 unless that "
-                         "block fails to be written; any other: its own source, read in time) and its rows were "
-                         "produced for the last scrape, else 0.", ("section",))
+def section_up_family(section_sources: Mapping[str, str] = {}) -> Family:
+    """pod_gpu_exporter_section_up, its help naming what each section's up stands for: the core's sections'
+    sources here, the others' as their collectors declare them (section name -> its source)."""
+    told = "; ".join(f"{name}: {source}" for name, source in sorted(section_sources.items()))
+    return self_family("pod_gpu_exporter_section_up", "gauge", "1 when the section's source answered at its last "
+                       "refresh (allocation: the kubelet; device_health: the Kubernetes API; "
+                       + (told + "; " if told else "") +
+                       "status, the block of the exporter's up gauges such as pod_gpu_exporter_upstream_up: none, so "
+                       "it reads 1 unless that block fails to be written; any other: its own source, read in time) "
+                       "and its rows were produced for the last scrape, else 0.", ("section",))
+
+
+# The core's own; the catalogue and a run's registry write it with every collector's sections told.
+SECTION_UP = section_up_family()
 SECTION_DURATION = self_family("pod_gpu_exporter_section_duration_seconds", "gauge", "Time the section's last refresh "
                          "took: its source's last reading, or the making of its rows where it has no source of its "
                          "own; none for a section that waits for events, nor for one whose source gauges its own "

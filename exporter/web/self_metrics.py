@@ -60,7 +60,11 @@ class SelfCollector:
         theirs = self._collectors.self_metrics_parts() if self._collectors is not None else ()
         return tuple((name, _Part(collect)) for name, collect in (
             ("scrapes", self._scrape_counters), *theirs, ("bounded_calls", self._bounded_calls), ("connections", self._connections),
-            ("sections", lambda: _section_states(self._scraper.section_states()))))
+            ("sections", lambda: _section_states(self._scraper.section_states(), self._section_up()))))
+
+    def _section_up(self):
+        """section_up with every collector's sections told, as the run's registry writes it; the core's without one."""
+        return getattr(self._collectors, "section_up", families.SECTION_UP)
 
     def _vendor_family(self, field: str):
         """The vendor's own name for one of the counters below (None: it has none, or no collectors here)."""
@@ -97,9 +101,9 @@ class _Part:
         self.collect = collect
 
 
-def _section_states(states):
+def _section_states(states, up_family):
     """Each section's up and last refresh duration, by section (a duration only once it has one)."""
-    up = families.client_family(families.SECTION_UP)
+    up = families.client_family(up_family)
     duration = families.client_family(families.SECTION_DURATION)
     for name, state in states:
         up.add_metric([name], int(state.up))

@@ -8,7 +8,7 @@ import re
 from pathlib import Path
 
 from exporter.config import all_flags
-from exporter.exposition.families import SECTION_UP
+from exporter.collectors.catalogue import CATALOGUE
 from exporter.sources.kubernetes.queues import VERSIONS
 from exporter.top.options import build_parser as build_top_parser
 
@@ -54,5 +54,6 @@ def section_names() -> set:
 def test_section_up_says_what_each_section_stands_for():
     names = section_names()
     assert {"allocation", "status", "process_shares", "xid_events"} <= names, names  # the finder finds
-    missing = [name for name in names if not re.search(rf"\b{name}\b", SECTION_UP.help)]
+    section_up, = [family for family in CATALOGUE if family.name == "pod_gpu_exporter_section_up"]  # as served
+    missing = [name for name in names if not re.search(rf"\b{name}\b", section_up.help)]
     assert not missing, f"pod_gpu_exporter_section_up's help says nothing of {missing}"

@@ -16,6 +16,7 @@ class HpcJobsCollector(Collector):
 
     name = "hpc_jobs"
     switch = SWITCH
+    section_sources = {"hpc_jobs": "the job directory read in time"}
     families = FAMILIES
     flags = (
         Flag("--hpc.job-mapping-dir", "hpc_job_mapping_dir", "text", "Directory of HPC job-mapping files in the GPU exporter's format (a file per GPU named <gpu> or <gpu>.<GPU_I_ID>, one job ID per line, e.g. written by a Slurm prolog): serves pod_gpu_hpc_job_info per job per device."),

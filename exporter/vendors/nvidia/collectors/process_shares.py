@@ -21,6 +21,7 @@ class ProcessSharesCollector(Collector):
 
     name = "process_shares"
     switch = PROCESS_MODE
+    section_sources = {"process_shares": "NVML"}
     takes = (POD_INDEX,)  # with the API off there is no pod index, and no share is served
     flags = (
         Flag("--sharing.mode", "sharing_mode", SHARING_MODES, "device = values are device-level; process = also serve each holding container's own memory and SM share of its GPU, from NVML's per-process data (needs NVML, hostPID and the Kubernetes API).",

@@ -16,6 +16,7 @@ class XidEventsCollector(Collector):
 
     name = "xid_events"
     switch = XID_EVENTS
+    section_sources = {"xid_events": "NVML"}
     flags = (
         Flag("--health.xid-events", "health_xid_events", XID_EVENTS_CHOICES, "Count NVML's XID error events per GPU and per holding container (needs NVML): auto = in --sharing.mode process; on; off.",
              "auto"),
