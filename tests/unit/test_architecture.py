@@ -21,6 +21,8 @@ LAYERS = (
     ("shares", ("exporter.shares",)),
     ("web", ("exporter.web",)),
     ("collectors", ("exporter.collectors",)),
+    # A vendor's package (exporter/vendors/<vendor>/) holds its sources, dialect, collectors and demo parts.
+    ("vendors", ("exporter.vendors",)),
     ("config", ("exporter.config",)),
     ("demo", ("exporter.demo",)),
     ("app", ("exporter.app", "exporter.mapping_report")),

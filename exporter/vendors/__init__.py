@@ -1,0 +1,1 @@
+"""Everything one GPU vendor knows, one package per vendor (`nvidia`, `amd`)."""
