@@ -37,7 +37,8 @@ class IdentitySnapshot:
         return state.health if state else "unknown"
 
 
-def _snapshot(up: bool, states: Tuple[GpuState, ...], failure: Optional[str]) -> IdentitySnapshot:
+def make_snapshot(up: bool, states: Tuple[GpuState, ...], failure: Optional[str] = None) -> IdentitySnapshot:
+    """A snapshot with its indexes built."""
     return IdentitySnapshot(up, states, failure, {s.pci_address: s for s in states if s.pci_address},
                             {s.gpu_id: s for s in states})
 
@@ -63,7 +64,7 @@ class AmdIdentity:
     def snapshot(self) -> IdentitySnapshot:
         with self._lock:
             if not self._snapshot.up and self._snapshot.states and self._expired():
-                self._snapshot = _snapshot(False, (), self._snapshot.failure)
+                self._snapshot = make_snapshot(False, (), self._snapshot.failure)
             return self._snapshot
 
     def refresh(self) -> None:
@@ -75,11 +76,11 @@ class AmdIdentity:
             self._reporter.failed("down", exc.message, cause=exc.reason)
             with self._lock:
                 kept = () if self._expired() else self._good
-                self._snapshot = _snapshot(False, kept, self._reporter.failure)
+                self._snapshot = make_snapshot(False, kept, self._reporter.failure)
             return
         with self._lock:
             self._good, self._good_at = states, self._clock()
-            self._snapshot = _snapshot(True, states, None)
+            self._snapshot = make_snapshot(True, states, None)
         self._reporter.succeeded("amd identity service answering again", gpus=len(states))
 
     def _expired(self) -> bool:
