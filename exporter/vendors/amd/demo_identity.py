@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 import threading
 from concurrent import futures
-from typing import Iterable, Optional, Tuple
+from typing import Callable, Iterable, Optional, Tuple
 
 import grpc
 from google.protobuf import empty_pb2
@@ -21,16 +21,18 @@ NOT_READY_DETAILS = "health status not available"
 
 
 class DemoIdentityService:
-    """Answers `List` (and `GetGPUState`) with the states set; before any are set, with AMD's not-ready error.
+    """Answers `List` (and `GetGPUState`) with the states set, or those `states` gives at each call (health that
+    changes over time); before any are set, with AMD's not-ready error.
 
     The socket is made mode 0600 and removed on stop, as AMD's exporter does on every restart; tests/support adds
     faults by overriding `_answer_list` and `_serialize`.
     """
 
-    def __init__(self, socket_path: str):
+    def __init__(self, socket_path: str, states: Optional[Callable[[], Iterable[GpuState]]] = None):
         self.socket_path = os.path.abspath(socket_path)
         self._lock = threading.Lock()
         self._states: Optional[Tuple[GpuState, ...]] = None
+        self._provider = states
         self._server: Optional[grpc.Server] = None
 
     def set_states(self, states: Iterable[GpuState]) -> None:
@@ -82,6 +84,8 @@ class DemoIdentityService:
     def _current(self, context: grpc.ServicerContext) -> Tuple[GpuState, ...]:
         with self._lock:
             states = self._states
+        if states is None and self._provider is not None:
+            states = tuple(self._provider())
         if states is None:
             context.abort(grpc.StatusCode.UNKNOWN, NOT_READY_DETAILS)
         return states
