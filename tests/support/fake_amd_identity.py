@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import threading
+from typing import Iterable, Optional
 
 import grpc
 
 from exporter.vendors.amd.demo_identity import DemoIdentityService
+from exporter.vendors.amd.identity_client import GpuState
 
 FAULTS = (None, "hang", "unavailable", "internal", "garbage", "missing_id", "bad_address")
 HANG_LIMIT_SECONDS = 60.0
@@ -17,10 +19,13 @@ _UNDECODABLE = b"\x0a\xff\xff\xff\xff\x0f"  # field 1, a length far past the end
 
 
 class FakeAmdIdentity(DemoIdentityService):
-    """Still a real gRPC server on a unix socket; `fault` (one of FAULTS) applies to every List."""
+    """Still a real gRPC server on a unix socket; `fault` (one of FAULTS) applies to every List. Without `states`
+    it answers as AMD's does before its first health pass."""
 
-    def __init__(self, socket_path: str):
+    def __init__(self, socket_path: str, states: Optional[Iterable[GpuState]] = None):
         super().__init__(socket_path)
+        if states is not None:
+            self.set_states(states)
         self.fault: str | None = None
         self._calls = 0
         self._count_lock = threading.Lock()

@@ -27,9 +27,7 @@ def logs():
 
 @pytest.fixture
 def service(tmp_path):
-    fake = FakeAmdIdentity(str(tmp_path / "amd.sock"))
-    fake.set_states(STATES)
-    with fake:
+    with FakeAmdIdentity(str(tmp_path / "amd.sock"), STATES) as fake:
         yield fake
 
 

@@ -79,9 +79,7 @@ def test_the_generated_code_keeps_the_wire_names_and_numbers():
 
 @pytest.fixture
 def service(tmp_path):
-    fake = FakeAmdIdentity(str(tmp_path / "amdgpu_device_metrics_exporter_grpc.socket"))
-    fake.set_states(STATES)
-    with fake:
+    with FakeAmdIdentity(str(tmp_path / "amdgpu_device_metrics_exporter_grpc.socket"), STATES) as fake:
         yield fake
 
 
