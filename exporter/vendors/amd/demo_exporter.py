@@ -18,19 +18,20 @@ from exporter.vendors.amd.demo_node import (NODE_NAME, PARTITION_VRAM_MB, WHOLE_
 CARD_LABELS = (("card_model", "102-G30211-0C"), ("card_series", "AMD Instinct MI300X OAM"), ("card_vendor", "AMD"))
 DRIVER_VERSION = "6.12.12"
 IDLE_WATTS, BUSY_WATTS = 140.0, 610.0
-# name, help, and whether a partition other than the first serves it (False: partition 0 only; "zero": as 0)
-FAMILIES = (
-    ("gpu_gfx_activity", "Graphics engine usage in Percentage (0-100)", False),
-    ("gpu_umc_activity", "Memory engine usage in Percentage (0-100)", False),
-    ("gpu_used_vram", "Used VRAM memory of the GPU (in MB)", True),
-    ("gpu_total_vram", "Total VRAM memory of the GPU (in MB)", True),
-    ("gpu_free_vram", "Free VRAM memory of the GPU (in MB)", True),
-    ("gpu_package_power", "Current socket power in Watts", "zero"),
-    ("gpu_energy_consumed", "Accumulated energy consumed by the GPU in uJ", False),
-    ("gpu_junction_temperature", "Current junction/hotspot temperature in Celsius", False),
-    ("gpu_memory_temperature", "Current memory temperature in Celsius", False),
-    ("gpu_clock", "List of current GPU clock frequencies in MHz", False),
-    ("gpu_health", "Health of the GPU (0 = Unhealthy | 1 = Healthy)", True),
+# What a partition other than the first serves of a family: its own value, nothing, or 0.
+OWN, NONE, ZERO = "own", "none", "zero"
+FAMILIES = (  # name, help, what a further partition serves
+    ("gpu_gfx_activity", "Graphics engine usage in Percentage (0-100)", NONE),
+    ("gpu_umc_activity", "Memory engine usage in Percentage (0-100)", NONE),
+    ("gpu_used_vram", "Used VRAM memory of the GPU (in MB)", OWN),
+    ("gpu_total_vram", "Total VRAM memory of the GPU (in MB)", OWN),
+    ("gpu_free_vram", "Free VRAM memory of the GPU (in MB)", OWN),
+    ("gpu_package_power", "Current socket power in Watts", ZERO),
+    ("gpu_energy_consumed", "Accumulated energy consumed by the GPU in uJ", NONE),
+    ("gpu_junction_temperature", "Current junction/hotspot temperature in Celsius", NONE),
+    ("gpu_memory_temperature", "Current memory temperature in Celsius", NONE),
+    ("gpu_clock", "List of current GPU clock frequencies in MHz", NONE),
+    ("gpu_health", "Health of the GPU (0 = Unhealthy | 1 = Healthy)", OWN),
 )
 
 
@@ -52,16 +53,16 @@ class SimulatedAmdExporter:
     def render(self) -> bytes:
         elapsed = self.elapsed_seconds
         values = {gpu.gpu_id: _figures(gpu, self._gpus, elapsed) for gpu in self._gpus}
-        lines = [f'{self._prefix}gpu_nodes_total{{hostname="{self._hostname}"}} {len(self._gpus)}']
-        lines[:0] = [f"# HELP {self._prefix}gpu_nodes_total Number of GPUs in the node",
-                     f"# TYPE {self._prefix}gpu_nodes_total gauge"]
-        for name, help_text, on_other_partitions in FAMILIES:
+        lines = [f"# HELP {self._prefix}gpu_nodes_total Number of GPUs in the node",
+                 f"# TYPE {self._prefix}gpu_nodes_total gauge",
+                 f'{self._prefix}gpu_nodes_total{{hostname="{self._hostname}"}} {len(self._gpus)}']
+        for name, help_text, further_partitions in FAMILIES:
             lines += [f"# HELP {self._prefix}{name} {help_text}", f"# TYPE {self._prefix}{name} gauge"]
             for gpu in self._gpus:
-                if gpu.partitioned and gpu.partition_id != "0" and not on_other_partitions:
+                further = gpu.partitioned and gpu.partition_id != "0"
+                if further and further_partitions == NONE:
                     continue
-                for extra, value in _samples(name, values[gpu.gpu_id], on_other_partitions == "zero" and
-                                             gpu.partitioned and gpu.partition_id != "0"):
+                for extra, value in _samples(name, values[gpu.gpu_id], further and further_partitions == ZERO):
                     lines.append(f"{self._prefix}{name}{{{self._labels(gpu, extra)}}} {_number(value)}")
         return ("\n".join(lines) + "\n").encode()
 
