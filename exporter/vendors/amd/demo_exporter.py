@@ -12,26 +12,47 @@ import math
 import time
 from typing import Callable, Dict, List, Optional, Sequence, Tuple
 
+from exporter.exposition.text import render_label_pairs
 from exporter.vendors.amd.demo_node import (NODE_NAME, PARTITION_VRAM_MB, WHOLE_VRAM_MB, DemoGpu, amd_own_holder,
                                             demo_gpus, is_unhealthy)
 
 CARD_LABELS = (("card_model", "102-G30211-0C"), ("card_series", "AMD Instinct MI300X OAM"), ("card_vendor", "AMD"))
 DRIVER_VERSION = "6.12.12"
 IDLE_WATTS, BUSY_WATTS = 140.0, 610.0
+# AMD's headers as its exporter writes them (the Help of its GaugeOpts; every family a gauge): upstream text,
+# kept as it is like the NVIDIA demo's recorded scrape, not families of this exporter.
+HEADERS = """\
+# HELP gpu_nodes_total Number of GPUs in the node
+# TYPE gpu_nodes_total gauge
+# HELP gpu_gfx_activity Graphics engine usage in Percentage (0-100)
+# TYPE gpu_gfx_activity gauge
+# HELP gpu_umc_activity Memory engine usage in Percentage (0-100)
+# TYPE gpu_umc_activity gauge
+# HELP gpu_used_vram Used VRAM memory of the GPU (in MB)
+# TYPE gpu_used_vram gauge
+# HELP gpu_total_vram Total VRAM memory of the GPU (in MB)
+# TYPE gpu_total_vram gauge
+# HELP gpu_free_vram Free VRAM memory of the GPU (in MB)
+# TYPE gpu_free_vram gauge
+# HELP gpu_package_power Current socket power in Watts
+# TYPE gpu_package_power gauge
+# HELP gpu_energy_consumed Accumulated energy consumed by the GPU in uJ
+# TYPE gpu_energy_consumed gauge
+# HELP gpu_junction_temperature Current junction/hotspot temperature in Celsius
+# TYPE gpu_junction_temperature gauge
+# HELP gpu_memory_temperature Current memory temperature in Celsius
+# TYPE gpu_memory_temperature gauge
+# HELP gpu_clock List of current GPU clock frequencies in MHz
+# TYPE gpu_clock gauge
+# HELP gpu_health Health of the GPU (0 = Unhealthy | 1 = Healthy)
+# TYPE gpu_health gauge
+"""
 # What a partition other than the first serves of a family: its own value, nothing, or 0.
 OWN, NONE, ZERO = "own", "none", "zero"
-FAMILIES = (  # name, help, what a further partition serves
-    ("gpu_gfx_activity", "Graphics engine usage in Percentage (0-100)", NONE),
-    ("gpu_umc_activity", "Memory engine usage in Percentage (0-100)", NONE),
-    ("gpu_used_vram", "Used VRAM memory of the GPU (in MB)", OWN),
-    ("gpu_total_vram", "Total VRAM memory of the GPU (in MB)", OWN),
-    ("gpu_free_vram", "Free VRAM memory of the GPU (in MB)", OWN),
-    ("gpu_package_power", "Current socket power in Watts", ZERO),
-    ("gpu_energy_consumed", "Accumulated energy consumed by the GPU in uJ", NONE),
-    ("gpu_junction_temperature", "Current junction/hotspot temperature in Celsius", NONE),
-    ("gpu_memory_temperature", "Current memory temperature in Celsius", NONE),
-    ("gpu_clock", "List of current GPU clock frequencies in MHz", NONE),
-    ("gpu_health", "Health of the GPU (0 = Unhealthy | 1 = Healthy)", OWN),
+FAMILIES = (  # name, what a further partition serves; in HEADERS' order
+    ("gpu_gfx_activity", NONE), ("gpu_umc_activity", NONE), ("gpu_used_vram", OWN), ("gpu_total_vram", OWN),
+    ("gpu_free_vram", OWN), ("gpu_package_power", ZERO), ("gpu_energy_consumed", NONE),
+    ("gpu_junction_temperature", NONE), ("gpu_memory_temperature", NONE), ("gpu_clock", NONE), ("gpu_health", OWN),
 )
 
 
@@ -53,18 +74,22 @@ class SimulatedAmdExporter:
     def render(self) -> bytes:
         elapsed = self.elapsed_seconds
         values = {gpu.gpu_id: _figures(gpu, self._gpus, elapsed) for gpu in self._gpus}
-        lines = [f"# HELP {self._prefix}gpu_nodes_total Number of GPUs in the node",
-                 f"# TYPE {self._prefix}gpu_nodes_total gauge",
-                 f'{self._prefix}gpu_nodes_total{{hostname="{self._hostname}"}} {len(self._gpus)}']
-        for name, help_text, further_partitions in FAMILIES:
-            lines += [f"# HELP {self._prefix}{name} {help_text}", f"# TYPE {self._prefix}{name} gauge"]
+        parts = [self._header("gpu_nodes_total"), f"{self._prefix}gpu_nodes_total"
+                 f"{{{render_label_pairs([('hostname', self._hostname)])}}} {len(self._gpus)}\n"]
+        for name, further_partitions in FAMILIES:
+            parts.append(self._header(name))
             for gpu in self._gpus:
                 further = gpu.partitioned and gpu.partition_id != "0"
                 if further and further_partitions == NONE:
                     continue
                 for extra, value in _samples(name, values[gpu.gpu_id], further and further_partitions == ZERO):
-                    lines.append(f"{self._prefix}{name}{{{self._labels(gpu, extra)}}} {_number(value)}")
-        return ("\n".join(lines) + "\n").encode()
+                    parts.append(f"{self._prefix}{name}{{{self._labels(gpu, extra)}}} {_number(value)}\n")
+        return "".join(parts).encode()
+
+    def _header(self, name: str) -> str:
+        """The family's two header lines from HEADERS, its name behind the prefix."""
+        return "".join(line.replace(f" {name} ", f" {self._prefix}{name} ", 1) + "\n"
+                       for line in HEADERS.splitlines() if line.split(" ")[2] == name)
 
     def _labels(self, gpu: DemoGpu, extra: Tuple[Tuple[str, str], ...]) -> str:
         namespace, pod, container = amd_own_holder(gpu.gpu_id) or ("", "", "")
@@ -74,7 +99,7 @@ class SimulatedAmdExporter:
                  ("gpu_partition_id", gpu.partition_id), ("gpu_uuid", gpu.uuid), ("hostname", self._hostname),
                  ("job_id", ""), ("job_partition", ""), ("job_user", ""), ("namespace", namespace), ("pod", pod),
                  ("pod_uuid", ""), ("serial_number", gpu.serial_number), *extra]
-        return ",".join(f'{name}="{value}"' for name, value in sorted(pairs))
+        return render_label_pairs(sorted(pairs))
 
 
 def _figures(gpu: DemoGpu, gpus: Sequence[DemoGpu], elapsed: float) -> Dict[str, float]:
