@@ -66,7 +66,7 @@ class _DrmNodes:
 
 
 def read_layout(root: str = "/sys") -> SysfsLayout:
-    """The AMD devices under `root`; an empty layout where the amdgpu driver or KFD is absent."""
+    """The AMD devices under `root`: none without the amdgpu driver, whole GPUs only without KFD's topology."""
     base = Path(root)
     kfd = _kfd_nodes(base.joinpath(*_KFD_NODES))
     gpus = list(_whole_gpus(base.joinpath(*_GPU_FOLDERS), kfd))

@@ -79,7 +79,7 @@ def test_the_generated_code_keeps_the_wire_names_and_numbers():
 
 @pytest.fixture
 def service(tmp_path):
-    with FakeAmdIdentity(str(tmp_path / "amdgpu_device_metrics_exporter_grpc.socket"), STATES) as fake:
+    with FakeAmdIdentity(str(tmp_path / "amd.sock"), STATES) as fake:
         yield fake
 
 
