@@ -55,7 +55,7 @@ class AmdIdentity:
         self._client = client
         self._keep_seconds = keep_seconds
         self._clock = clock
-        self._reporter = DependencyReporter("amd identity service")
+        self._reporter = DependencyReporter("amd-identity-service")
         self._lock = threading.Lock()
         self._good: Tuple[GpuState, ...] = ()
         self._good_at: Optional[float] = None
