@@ -30,7 +30,8 @@ def _variables():
 def test_the_cluster_variable_lists_clusters_and_matches_everything_where_there_is_no_label():
     variables = _variables()
     cluster = variables["cluster"]
-    assert cluster["definition"] == cluster["query"]["query"] == "label_values(pod_gpu_exporter_dcgm_up, cluster)"
+    # From a gauge every node serves, whichever GPU vendor it has (dcgm_up is NVIDIA's alone).
+    assert cluster["definition"] == cluster["query"]["query"] == "label_values(pod_gpu_exporter_kubelet_up, cluster)"
     # With no cluster label anywhere, label_values is empty and "All" must still match the label's absence:
     # `.*` matches the empty value, where Grafana's default (a join of every listed value) would match nothing.
     assert cluster["includeAll"] is True and cluster["allValue"] == ".*"
