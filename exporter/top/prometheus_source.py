@@ -61,7 +61,8 @@ class PrometheusSource:
         self._headers.update(access.headers)
 
     def read(self) -> Readings:
-        if not self.query(self._selector_of(PRESENCE)):
+        # NVIDIA's dcgm_up first, as always; then upstream_up, which an AMD node serves instead.
+        if not any(self.query(self._selector(name)) for name in PRESENCE):
             raise self._empty()
         readings, seen = Readings(), set()
         # The counters' latest samples too: one with no rate below has too few samples in the window yet.
@@ -99,7 +100,7 @@ class PrometheusSource:
         within = ""
         if self._matcher:
             found = sorted({r["metric"].get(self._cluster_label, "") for r in
-                            self.query(f"count by ({self._cluster_label}) ({self._selector_of(PRESENCE)})")} - {""})
+                            self.query(f"count by ({self._cluster_label}) ({{__name__=~\"{'|'.join(PRESENCE)}\"}})")} - {""})
             there = f"its clusters: {', '.join(found)}" if found else f"no series of it carries {self._cluster_label}"
             within = f" with {self._matcher} ({there})"
         # Named by NVIDIA's family, as it always was: an AMD exporter's upstream_up is looked for as well.
@@ -108,10 +109,6 @@ class PrometheusSource:
 
     def _selector(self, family: str) -> str:
         return f"{family}{{{self._matcher}}}" if self._matcher else family
-
-    def _selector_of(self, names) -> str:
-        """Any of several families, within the asked cluster."""
-        return "{" + ",".join(filter(None, (f'__name__=~"{"|".join(names)}"', self._matcher))) + "}"
 
     def query(self, promql: str) -> list:
         url = f"{self._root}/api/v1/query?" + urllib.parse.urlencode({"query": promql})
