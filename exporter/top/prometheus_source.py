@@ -99,8 +99,9 @@ class PrometheusSource:
         """No exporter's series (with --cluster: none of that cluster's, naming the clusters there are)."""
         within = ""
         if self._matcher:
+            present = '{__name__=~"' + "|".join(PRESENCE) + '"}'
             found = sorted({r["metric"].get(self._cluster_label, "") for r in
-                            self.query(f"count by ({self._cluster_label}) ({{__name__=~\"{'|'.join(PRESENCE)}\"}})")} - {""})
+                            self.query(f"count by ({self._cluster_label}) ({present})")} - {""})
             there = f"its clusters: {', '.join(found)}" if found else f"no series of it carries {self._cluster_label}"
             within = f" with {self._matcher} ({there})"
         # Named by NVIDIA's family, as it always was: an AMD exporter's upstream_up is looked for as well.

@@ -59,7 +59,8 @@ def test_every_recorded_series_of_the_rule_tests_names_its_vendor():
     # The promtool tests say so too: each expected sample of a recorded series has a vendor.
     unnamed = [sample["labels"] for path in RULES_DIR.glob("*.rules.test.yml")
                for case in yaml.safe_load(path.read_text())["tests"] for test in case.get("promql_expr_test", [])
-               for sample in test.get("exp_samples", []) if not re.search(r'[{,]vendor="(nvidia|amd)"', sample["labels"])]
+               for sample in test.get("exp_samples", [])
+               if not re.search(r'[{,]vendor="(nvidia|amd)"', sample["labels"])]
     assert unnamed == []
 
 

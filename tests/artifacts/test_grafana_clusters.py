@@ -5,22 +5,11 @@ tests/e2e/test_many_clusters_e2e.py runs the same queries on a central store hol
 
 from __future__ import annotations
 
-import json
-
-from support.deploy_tools import DASHBOARD
+from support.deploy_tools import dashboard as _dashboard
+from support.deploy_tools import dashboard_targets as _targets
 from support.promql_scan import dropping, selectors
 
 CLUSTER_MATCHER = 'cluster=~"$cluster"'
-
-
-def _dashboard():
-    return json.loads(DASHBOARD.read_text(encoding="utf-8"))
-
-
-def _targets():
-    panels = list(_dashboard()["panels"])
-    panels += [inner for panel in panels for inner in panel.get("panels", [])]
-    return [(panel["title"], target) for panel in panels for target in panel.get("targets", [])]
 
 
 def _variables():

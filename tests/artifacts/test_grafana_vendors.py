@@ -4,24 +4,13 @@ exporter's raw families by the vendor their node's exporter serves (pod_gpu_expo
 
 from __future__ import annotations
 
-import json
-
-from support.deploy_tools import DASHBOARD
+from support.deploy_tools import dashboard as _dashboard
+from support.deploy_tools import dashboard_targets as _targets
 from support.promql_scan import selectors
 
 VENDOR_MATCHER = 'vendor=~"$vendor"'
 # A raw family keeps the nodes of the chosen vendor, and those whose exporter does not say one.
 NODE_FILTER = 'unless on (cluster, instance, job) pod_gpu_exporter_vendor_info{cluster=~"$cluster", vendor!~"$vendor"}'
-
-
-def _dashboard():
-    return json.loads(DASHBOARD.read_text(encoding="utf-8"))
-
-
-def _targets():
-    panels = list(_dashboard()["panels"])
-    panels += [inner for panel in panels for inner in panel.get("panels", [])]
-    return [(panel["title"], target) for panel in panels for target in panel.get("targets", [])]
 
 
 def test_the_vendor_variable_follows_the_cluster_and_matches_everything_where_no_series_says_a_vendor():
@@ -39,8 +28,8 @@ def test_every_selector_of_every_panel_follows_the_vendor():
     for title, target in _targets():
         found = selectors(target["expr"])
         # dcgm_up after `and on`: a filter that keeps this exporter's own series, of series already filtered.
-        filters = ("pod_gpu_exporter_vendor_info",) + (
-            ("pod_gpu_exporter_dcgm_up",) if "and on (cluster, instance, job) pod_gpu_exporter_dcgm_up" in target["expr"] else ())
+        ours_only = "and on (cluster, instance, job) pod_gpu_exporter_dcgm_up" in target["expr"]
+        filters = ("pod_gpu_exporter_vendor_info",) + (("pod_gpu_exporter_dcgm_up",) if ours_only else ())
         raw = [s for s in found if ":" not in s.name and s.name not in filters]
         recorded = [s for s in found if ":" in s.name]
         unfollowed += [(title, s.name) for s in recorded if VENDOR_MATCHER not in s.matchers]
