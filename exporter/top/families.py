@@ -26,9 +26,19 @@ UNALLOCATED_MEMORY = nvidia.UNALLOCATED_MEMORY.name
 DEVICE_ACTIVE = "DCGM_FI_PROF_GR_ENGINE_ACTIVE"
 DEVICE_UTIL = "DCGM_FI_DEV_GPU_UTIL"
 DEVICE_FB_USED = "DCGM_FI_DEV_FB_USED"  # MiB
+# AMD nodes: AMD's device-metrics-exporter samples, re-served (docs/mixed-fleet.md), named by gpu_id and
+# gpu_partition_id, read with or without AMD's optional `amd_` name prefix. A partitioned GPU serves
+# activity and power for the whole GPU on its first partition: no partition holder's own.
+AMD_ACTIVITY = ("gpu_gfx_activity", "amd_gpu_gfx_activity")  # %
+AMD_VRAM_USED = ("gpu_used_vram", "amd_gpu_used_vram")  # MiB, each partition its own
+AMD_POWER = ("gpu_package_power", "amd_gpu_package_power", "gpu_power_usage", "amd_gpu_power_usage")  # W
+# Which GPU vendor a node's exporter serves: its status block's info gauge (label `vendor`).
+VENDOR_INFO = catalogue.VENDOR_INFO.name
 
 GAUGES = (ALLOCATED, ALLOCATION, HEALTH, LOST, SM, MEMORY, UNATTRIBUTED_SM, UNATTRIBUTED_MEMORY,
-          UNALLOCATED_SM, UNALLOCATED_MEMORY, DEVICE_ACTIVE, DEVICE_UTIL, DEVICE_FB_USED)
+          UNALLOCATED_SM, UNALLOCATED_MEMORY, DEVICE_ACTIVE, DEVICE_UTIL, DEVICE_FB_USED, VENDOR_INFO,
+          *AMD_ACTIVITY, *AMD_VRAM_USED, *AMD_POWER)
 COUNTERS = (ENERGY, IDLE, UNATTRIBUTED_ENERGY)
-# Whether the exporter is there at all: every scrape of its telemetry path carries it.
-PRESENCE = nvidia.DCGM_UP.name
+# Whether the exporter is there at all: every scrape of its telemetry path carries one of them (dcgm_up
+# on NVIDIA nodes, upstream_up on every vendor's; an exporter older than upstream_up serves dcgm_up).
+PRESENCE = (nvidia.DCGM_UP.name, catalogue.UPSTREAM_UP.name)

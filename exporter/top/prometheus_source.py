@@ -61,11 +61,12 @@ class PrometheusSource:
         self._headers.update(access.headers)
 
     def read(self) -> Readings:
-        if not self.query(self._selector(PRESENCE)):
+        # NVIDIA's dcgm_up first, as always; then upstream_up, which an AMD node serves instead.
+        if not any(self.query(self._selector(name)) for name in PRESENCE):
             raise self._empty()
         readings, seen = Readings(), set()
         # The counters' latest samples too: one with no rate below has too few samples in the window yet.
-        names = "|".join(GAUGES + COUNTERS)
+        names = "|".join(GAUGES + COUNTERS + PRESENCE)  # the presence gauges say which vendor an old exporter serves
         now = self.query("{" + ",".join(filter(None, (f'__name__=~"{names}"', self._matcher))) + "}")
         for result in now:
             if result["metric"].get("__name__", "") not in COUNTERS:
@@ -98,11 +99,13 @@ class PrometheusSource:
         """No exporter's series (with --cluster: none of that cluster's, naming the clusters there are)."""
         within = ""
         if self._matcher:
+            present = '{__name__=~"' + "|".join(PRESENCE) + '"}'
             found = sorted({r["metric"].get(self._cluster_label, "") for r in
-                            self.query(f"count by ({self._cluster_label}) ({PRESENCE})")} - {""})
+                            self.query(f"count by ({self._cluster_label}) ({present})")} - {""})
             there = f"its clusters: {', '.join(found)}" if found else f"no series of it carries {self._cluster_label}"
             within = f" with {self._matcher} ({there})"
-        return TopSourceError(f"Prometheus at {self._shown} has no {PRESENCE} series{within}: is it scraping "
+        # Named by NVIDIA's family, as it always was: an AMD exporter's upstream_up is looked for as well.
+        return TopSourceError(f"Prometheus at {self._shown} has no {PRESENCE[0]} series{within}: is it scraping "
                               "pod-gpu-metrics-exporter's /gpu/metrics?", "empty")
 
     def _selector(self, family: str) -> str:

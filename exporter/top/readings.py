@@ -9,13 +9,15 @@ from typing import Dict, Iterable, List, Mapping, Optional, Sequence, Tuple
 from exporter.exposition.text import parse_label_pairs, unescape_label_value
 from exporter.top.families import COUNTERS, GAUGES, PRESENCE
 
-WANTED = frozenset(GAUGES + COUNTERS + (PRESENCE,))
+WANTED = frozenset(GAUGES + COUNTERS + PRESENCE)
 # The labels the table reads; the rest (a dcgm sample's PCI bus ID, driver version, host name...) are
 # dropped as they are read, so that a thousand nodes' answers fit in little memory.
 # --labels.style legacy names the owner as the 2019 exporter did: read as the kubernetes style's names.
 LEGACY_OWNER = {"pod_namespace": "namespace", "pod_name": "pod", "container_name": "container"}
+# An AMD device's identity on AMD's samples and on our families there, and whether its GPU is partitioned.
+AMD_DEVICE_LABELS = ("gpu_id", "gpu_partition_id", "gpu_compute_partition_type")
 KEPT_LABELS = frozenset(("UUID", "gpu", "GPU_I_ID", "namespace", "pod", "container", "cluster_queue", "local_queue",
-                         "status", "reason", "device_id", *LEGACY_OWNER))
+                         "status", "reason", "device_id", "vendor", *LEGACY_OWNER, *AMD_DEVICE_LABELS))
 POD_LABEL_PREFIX = "label_"  # a pod's labels, as --labels.pod-labels serves them
 # The cluster a sample comes from, under this name whatever the store calls it (--cluster-label); the
 # exporter never serves it: Prometheus's external labels add it, or the pod proxy's context names it.

@@ -24,6 +24,8 @@ _NAME_COLUMNS: Dict[str, Tuple[Tuple[str, str], ...]] = {
     "cluster": (("CLUSTER", "cluster"),),
 }
 _CLUSTER_COLUMN = ("CLUSTER", "cluster")
+# Follows the names once rows of more than one GPU vendor are shown: a single-vendor fleet's table is unchanged.
+_VENDOR_COLUMN = ("VENDOR", "vendor")
 _DEVICE_NOTE = ("* the GPU's own utilisation and memory (--sharing.mode device): on a shared GPU, "
                 "every holder shows the whole GPU")
 # A `-` is otherwise a value the exporter does not serve: this one is a rate that needs one more sample.
@@ -63,6 +65,7 @@ def _known_values(objects: List[dict]) -> List[dict]:
 def _row_object(row: Row, by: str) -> dict:
     found = {name: getattr(row, name) for name in ROW_FIELDS}
     found["memory_bytes"] = _whole(row.memory_bytes)
+    found["vendor"] = row.vendor
     if by != "pod":
         found["containers"] = row.containers
     return found
@@ -73,10 +76,16 @@ def several_clusters(table: Table) -> bool:
     return len({row.cluster for row in table.rows}) > 1
 
 
+def several_vendors(table: Table) -> bool:
+    """Whether the rows shown hold GPUs of more than one vendor (rows whose vendor is not said are not counted)."""
+    return len({row.vendor for row in table.rows} - {None}) > 1
+
+
 def as_csv(table: Table, by: str) -> str:
     out = io.StringIO()
     named = several_clusters(table) or by == "cluster"
-    fields = ROW_FIELDS[0 if named else 1:] + (() if by == "pod" else ("containers",))
+    fields = ROW_FIELDS[0 if named else 1:] + (() if by == "pod" else ("containers",)) + (
+        ("vendor",) if several_vendors(table) else ())
     writer = csv.DictWriter(out, fieldnames=fields, lineterminator="\n")
     writer.writeheader()
     for row in table.rows:
@@ -89,6 +98,8 @@ def as_text(table: Table, by: str) -> str:
     names = _NAME_COLUMNS[by]
     if by != "cluster" and several_clusters(table):
         names = (_CLUSTER_COLUMN,) + names
+    if several_vendors(table):
+        names = names + (_VENDOR_COLUMN,)
     header = [title for title, _ in names] + ([] if by == "pod" else ["CONTAINERS"]) + [
         "GPUS", "SM", "UTIL", "MEMORY", "POWER", "IDLE", "HEALTH"] + (["QUEUE"] if by == "pod" else [])
     lines = [header] + [_cells(row, names, by) for row in table.rows]

@@ -18,11 +18,13 @@ _NAME_KEYS: Dict[str, Tuple[str, ...]] = {
     "pod": ("cluster", "namespace", "pod", "container", "node"),
     "queue": ("cluster", "cluster_queue", "namespace", "local_queue"),
 }
+# And the vendor: UTIL is never averaged over two vendors' GPUs (a namespace holding both shows a row for each;
+# a fleet of one vendor, or an exporter that does not say its vendor, groups as it always did).
 _GROUP_KEYS: Dict[str, Tuple[str, ...]] = {
-    "namespace": ("cluster", "namespace"),
-    "queue": ("cluster", "cluster_queue", "namespace", "local_queue"),  # a LocalQueue is namespaced
-    "node": ("cluster", "node"),
-    "cluster": ("cluster",),
+    "namespace": ("cluster", "namespace", "vendor"),
+    "queue": ("cluster", "cluster_queue", "namespace", "local_queue", "vendor"),  # a LocalQueue is namespaced
+    "node": ("cluster", "node", "vendor"),
+    "cluster": ("cluster", "vendor"),
 }
 _SORT_FIELDS = {"sm": "sm_ratio", "gpus": "gpus", "util": "utilization", "memory": "memory_bytes",
                 "power": "power_watts", "idle": "idle_ratio"}
@@ -110,8 +112,8 @@ def sort_rows(rows: List[Row], sort: str, by: str = "pod") -> List[Row]:
     """Widest first (unknown values last); `name` sorts by the row's names as its columns show them (a pod's
     namespace, pod, container; its queue is no name of it); ties go by name."""
     keys = _NAME_KEYS.get(by) or _GROUP_KEYS[by]
-    rest = tuple(key for key in ("cluster", "namespace", "pod", "container", "node", "cluster_queue", "local_queue")
-                 if key not in keys)
+    rest = tuple(key for key in ("cluster", "namespace", "pod", "container", "node", "cluster_queue", "local_queue",
+                                 "vendor") if key not in keys)
 
     def name(row: Row) -> tuple:
         return tuple(getattr(row, key) or "" for key in keys + rest)

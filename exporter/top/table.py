@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from collections import defaultdict
 from dataclasses import dataclass, field
 from typing import Dict, List, NamedTuple, Optional, Tuple
@@ -16,7 +17,14 @@ HEALTH_ORDER = ("lost", "unhealthy", "unknown", "healthy")
 PROCESS, DEVICE = "process", "device"  # where sm_ratio and memory_bytes come from
 # The cluster first: two clusters' nodes, pods and GPUs may bear the same names and are never one.
 Owner = Tuple[str, str, str, str, str]  # cluster ("" where unknown), node, namespace, pod, container
-Device = Tuple[str, str, str, str, str]  # cluster, node, UUID (or "" where unknown), gpu, GPU_I_ID
+# cluster, node, UUID (or "" where unknown), gpu, GPU_I_ID; an AMD device: "", its gpu_id marked as AMD's (each
+# partition has its own), "".
+Device = Tuple[str, str, str, str, str]
+_AMD_GPU = "gpu_id="  # the mark: an AMD gpu_id is never taken for an NVIDIA gpu index of the same node
+# gpu_compute_partition_type of a GPU that is not split (AMD's names for it, lower case; "" where not served).
+_WHOLE_GPU_MODES = ("", "spx", "none")
+# Device IDs AMD's device plugin gives a partition other than a GPU's first (some kernels write `amdgpu_xcp.N`).
+_AMD_PARTITION_ID = re.compile(r"amdgpu_xcp[._][0-9]+")
 
 
 @dataclass
@@ -38,6 +46,7 @@ class Row:
     pod_labels: Dict[str, str] = field(default_factory=dict, repr=False)
     cluster: Optional[str] = None  # where the series carry one (--cluster-label), or the pod proxy's context
     utilization: Optional[float] = None  # busy fraction (0-1) of the GPUs it holds: see utilization.py
+    vendor: Optional[str] = None  # the GPU vendor its node's exporter serves (nvidia, amd); None where not said
     # POWER or IDLE unknown for want of data, not because the exporter does not serve them: a counter of
     # its seen with fewer than two samples in the window so far.
     rates_pending: bool = False
@@ -91,9 +100,22 @@ def build_table(readings: Readings) -> Table:
         row.health = min(statuses, key=HEALTH_ORDER.index) if statuses else None
     add_utilization(rows, devices, readings)
     _mark_rates_pending(rows, readings)
+    vendors = _node_vendors(readings)
+    for owner, row in rows.items():
+        row.vendor = vendors.get(owner[:2])
     unreachable = sorted((Unreachable(*entry) for entry in readings.unreachable),
                          key=lambda u: (u.cluster or "", u.node, u.error))
     return Table(list(rows.values()), _unallocated(readings), _unattributed(readings), unreachable)
+
+
+def _node_vendors(readings: Readings) -> Dict[Tuple[str, str], str]:
+    """(cluster, node) → the GPU vendor its exporter serves: its vendor_info gauge; an exporter older than that
+    gauge that serves dcgm_up served NVIDIA alone (as the recording rules read it)."""
+    where = lambda labels: (labels.get(CLUSTER, ""), labels.get("node", ""))  # noqa: E731
+    vendors = {where(s.labels): "nvidia" for s in readings.samples(f.PRESENCE[0])}
+    vendors.update({where(s.labels): s.labels["vendor"] for s in readings.samples(f.VENDOR_INFO)
+                    if s.value and s.labels.get("vendor")})
+    return vendors
 
 
 def owner_of(labels: Dict[str, str]) -> Owner:
@@ -102,8 +124,29 @@ def owner_of(labels: Dict[str, str]) -> Owner:
 
 
 def device_of(labels: Dict[str, str]) -> Device:
+    if labels.get("gpu_id"):
+        return (labels.get(CLUSTER, ""), labels.get("node", ""), "", _AMD_GPU + labels["gpu_id"], "")
     return (labels.get(CLUSTER, ""), labels.get("node", ""), labels.get("UUID", ""), labels.get("gpu", ""),
             labels.get("GPU_I_ID", ""))
+
+
+def _samples_of(readings: Readings, names: Tuple[str, ...]) -> List[Sample]:
+    """One figure's samples under each of its names (AMD's, with and without its `amd_` prefix)."""
+    return [sample for name in names for sample in readings.samples(name)]
+
+
+def _partitioned_amd_devices(readings: Readings) -> set:
+    """AMD devices that are one partition of a split GPU, from AMD's samples (their partition type) and from
+    the device IDs the kubelet gives partitions: their GPU's activity and power are no one holder's."""
+    found = {device_of(s.labels) for s in _samples_of(readings, f.AMD_VRAM_USED + f.AMD_ACTIVITY + f.AMD_POWER)
+             if s.labels.get("gpu_id") and s.labels.get("gpu_compute_partition_type", "") not in _WHOLE_GPU_MODES}
+    return found | {device_of(s.labels) for s in readings.samples(f.ALLOCATION)
+                    if s.labels.get("gpu_id") and _AMD_PARTITION_ID.fullmatch(s.labels.get("device_id", ""))}
+
+
+def _whole_amd(samples: List[Sample], partitioned: set, scale: float) -> Dict[Device, float]:
+    """An AMD figure per device, of whole GPUs only (a partitioned GPU's is the whole GPU's, on partition 0)."""
+    return {device: value for device, value in _per_device(samples, scale).items() if device not in partitioned}
 
 
 def _by_owner(samples: List[Sample]) -> Dict[Owner, Sample]:
@@ -162,7 +205,12 @@ def _add_device_readings(rows: Dict[Owner, Row], devices: Dict[Owner, List[Devic
     activity = _per_device(readings.samples(f.DEVICE_ACTIVE), 1.0)
     if not activity:
         activity = _per_device(readings.samples(f.DEVICE_UTIL), 0.01)
+    # AMD: activity and power of whole GPUs; memory of every device (each partition has its own).
+    partitioned = _partitioned_amd_devices(readings)
+    activity.update(_whole_amd(_samples_of(readings, f.AMD_ACTIVITY), partitioned, 0.01))
+    power = _whole_amd(_samples_of(readings, f.AMD_POWER), partitioned, 1.0)
     framebuffer = _per_device(readings.samples(f.DEVICE_FB_USED), MIB)
+    framebuffer.update(_per_device(_samples_of(readings, f.AMD_VRAM_USED), MIB))
     for owner, row in rows.items():
         if row.sm_source == PROCESS:
             continue
@@ -170,17 +218,26 @@ def _add_device_readings(rows: Dict[Owner, Row], devices: Dict[Owner, List[Devic
         if any(value is not None for value in held):
             row.sm_ratio, row.sm_source = sum(value for value in held if value is not None), DEVICE
         if row.memory_bytes is None:
-            used = [_matching(device, framebuffer) for device in devices.get(owner, ())]
-            if any(value is not None for value in used):
-                row.memory_bytes = sum(value for value in used if value is not None)
+            row.memory_bytes = _held_sum(devices.get(owner, ()), framebuffer)
+        if row.power_watts is None:
+            row.power_watts = _held_sum(devices.get(owner, ()), power)
+
+
+def _held_sum(held, values: Dict[Device, float]) -> Optional[float]:
+    """The sum of a figure over the devices held that report it; None where none does."""
+    found = [value for value in (_matching(device, values) for device in held) if value is not None]
+    return sum(found) if found else None
 
 
 def add_utilization(rows: Dict[Owner, Row], devices: Dict[Owner, List[Device]], readings: Readings) -> None:
     """UTIL (utilization.py), the pod's, on each of its containers' rows: its own share where it has one,
     else its devices' utilisation where it holds each of them whole."""
     gpu_util = {device_of(s.labels): s.value for s in readings.samples(f.DEVICE_UTIL) if not s.labels.get("GPU_I_ID")}
+    # AMD's gfx activity (%) of whole GPUs reads as GPU_UTIL does; a partition holder has none of its own.
+    partitioned = _partitioned_amd_devices(readings)
+    gpu_util.update(_whole_amd(_samples_of(readings, f.AMD_ACTIVITY), partitioned, 1.0))
     engine_active = _per_device(readings.samples(f.DEVICE_ACTIVE), 1.0)
-    shared = _shared_devices(readings)
+    shared = _shared_devices(readings) | partitioned
     pods: Dict[Tuple[str, str, str], List[Owner]] = defaultdict(list)
     for owner in rows:
         pods[(owner[0], owner[2], owner[3])].append(owner)

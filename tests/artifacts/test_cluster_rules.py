@@ -1,5 +1,6 @@
-"""The rules on a store that holds many clusters: every aggregation and matching keeps `cluster`, and every
-promtool rule test gives each of two clusters that share every name its own single-cluster answer."""
+"""The rules on a store that holds many clusters and a fleet of several GPU vendors: every aggregation and matching
+keeps `cluster`, every recorded series keeps the `vendor` its branch sets, and every promtool rule test gives each of
+two clusters that share every name its own single-cluster answer."""
 
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ import pytest
 import yaml
 
 from support.deploy_tools import PROMETHEUS_DIR, SHIPPED_RULE_FILES
-from support.promql_scan import dropping, groupings
+from support.promql_scan import dropping, groupings, unset_where_read
 from support.promtool_tests import run_promtool
 
 RULES_DIR = PROMETHEUS_DIR / "rules"
@@ -29,6 +30,38 @@ def test_every_aggregation_and_matching_keeps_the_cluster_label(path):
     dropped = {rule.get("record") or rule["alert"]: problems for rule in _rules(path)
                if (problems := dropping(rule["expr"], "cluster"))}
     assert dropped == {}, f"rules that merge clusters: {dropped}"
+
+
+@pytest.mark.parametrize("path", SHIPPED_RULE_FILES.values(), ids=list(SHIPPED_RULE_FILES))
+def test_every_recorded_series_carries_the_vendor_its_branch_sets(path):
+    # A mixed fleet: each family is read inside a branch that sets `vendor` (label_replace), or is a recorded
+    # series that carries it; no aggregation after that drops it. Matching (on) keeps the left side's labels.
+    unset = {rule["record"]: problems for rule in _rules(path)
+             if "record" in rule and (problems := unset_where_read(rule["expr"], "vendor"))}
+    assert unset == {}, f"recorded series without a vendor: {unset}"
+
+
+@pytest.mark.parametrize("expr, problems", [
+    ('label_replace(sum by (cluster, pod) (x), "vendor", "nvidia", "", "")', []),
+    ('label_replace(a, "vendor", "amd", "", "") or label_replace(b, "vendor", "nvidia", "", "")', []),
+    ('a:recorded:sum * 1048576 or label_replace(sum by (cluster) (b), "vendor", "amd", "", "")', []),
+    ('sum by (cluster, vendor) (a:recorded:sum)', []),
+    ('sum by (cluster) (label_replace(x, "vendor", "amd", "", ""))', ["sum by (cluster)"]),
+    ('label_replace(x, "vendor", "amd", "", "") or y', ["y read without vendor"]),
+    ('label_replace(x, "node", "n", "", "")', ["x read without vendor"]),
+    ('avg without (vendor) (a:recorded:sum)', ["avg without (vendor)"]),
+])
+def test_the_vendor_scan_finds_each_way_of_losing_it(expr, problems):
+    assert unset_where_read(expr, "vendor") == problems
+
+
+def test_every_recorded_series_of_the_rule_tests_names_its_vendor():
+    # The promtool tests say so too: each expected sample of a recorded series has a vendor.
+    unnamed = [sample["labels"] for path in RULES_DIR.glob("*.rules.test.yml")
+               for case in yaml.safe_load(path.read_text())["tests"] for test in case.get("promql_expr_test", [])
+               for sample in test.get("exp_samples", [])
+               if not re.search(r'[{,]vendor="(nvidia|amd)"', sample["labels"])]
+    assert unnamed == []
 
 
 @pytest.mark.parametrize("expr, problems", [
@@ -86,12 +119,14 @@ def _two_clusters(case: dict) -> dict:
     return case
 
 
-def _rules_naming_only_the_cluster(path: Path) -> dict:
+def _rules_naming_only_the_cluster(path: Path, edit=lambda expr: expr) -> dict:
     """The rule file with each alert's annotations replaced by one that prints $labels.cluster: the labels
-    are what this test checks (pod-gpu-clusters.rules.test.yml checks the annotations' words)."""
+    are what this test checks (pod-gpu-clusters.rules.test.yml checks the annotations' words); `edit` changes
+    each expression as written (before YAML folds its lines)."""
     document = yaml.safe_load(path.read_text())
     for group in document["groups"]:
         for rule in group["rules"]:
+            rule["expr"] = edit(rule["expr"])
             if "alert" in rule:
                 rule["annotations"] = {"cluster": "{{ $labels.cluster }}"}
     return document
@@ -100,8 +135,8 @@ def _rules_naming_only_the_cluster(path: Path) -> dict:
 def _write_two_cluster_run(test_file: Path, folder: Path, edit=lambda text: text) -> Path:
     tests = yaml.safe_load(test_file.read_text())
     for name in tests["rule_files"]:
-        rules = _rules_naming_only_the_cluster(RULES_DIR / name)
-        (folder / name).write_text(edit(yaml.safe_dump(rules, sort_keys=False, allow_unicode=True)))
+        rules = _rules_naming_only_the_cluster(RULES_DIR / name, edit)
+        (folder / name).write_text(yaml.safe_dump(rules, sort_keys=False, allow_unicode=True))
     tests["tests"] = [_two_clusters(case) for case in tests["tests"]]
     path = folder / test_file.name
     path.write_text(yaml.safe_dump(tests, sort_keys=False, allow_unicode=True))

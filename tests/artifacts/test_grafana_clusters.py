@@ -5,22 +5,11 @@ tests/e2e/test_many_clusters_e2e.py runs the same queries on a central store hol
 
 from __future__ import annotations
 
-import json
-
-from support.deploy_tools import DASHBOARD
+from support.deploy_tools import dashboard as _dashboard
+from support.deploy_tools import dashboard_targets as _targets
 from support.promql_scan import dropping, selectors
 
 CLUSTER_MATCHER = 'cluster=~"$cluster"'
-
-
-def _dashboard():
-    return json.loads(DASHBOARD.read_text(encoding="utf-8"))
-
-
-def _targets():
-    panels = list(_dashboard()["panels"])
-    panels += [inner for panel in panels for inner in panel.get("panels", [])]
-    return [(panel["title"], target) for panel in panels for target in panel.get("targets", [])]
 
 
 def _variables():
@@ -30,7 +19,8 @@ def _variables():
 def test_the_cluster_variable_lists_clusters_and_matches_everything_where_there_is_no_label():
     variables = _variables()
     cluster = variables["cluster"]
-    assert cluster["definition"] == cluster["query"]["query"] == "label_values(pod_gpu_exporter_dcgm_up, cluster)"
+    # From a gauge every node serves, whichever GPU vendor it has (dcgm_up is NVIDIA's alone).
+    assert cluster["definition"] == cluster["query"]["query"] == "label_values(pod_gpu_exporter_kubelet_up, cluster)"
     # With no cluster label anywhere, label_values is empty and "All" must still match the label's absence:
     # `.*` matches the empty value, where Grafana's default (a join of every listed value) would match nothing.
     assert cluster["includeAll"] is True and cluster["allValue"] == ".*"

@@ -24,7 +24,9 @@ def _rules():
 
 
 def _unit_tests():
-    return yaml.safe_load(RULES_TESTS.read_text())["tests"]
+    """The cases of pod-gpu-metrics.rules.test.yml and of the mixed fleet's tests, which run these rules too."""
+    mixed = RULES_TESTS.with_name("pod-gpu-mixed-fleet.rules.test.yml")
+    return [case for path in (RULES_TESTS, mixed) for case in yaml.safe_load(path.read_text())["tests"]]
 
 
 def test_rule_file_passes_promtool_check():

@@ -31,7 +31,7 @@ def test_queue_rule_unit_tests_pass_and_cover_every_rule_in_both_modes():
 def test_queue_rule_unit_tests_fail_on_a_wrong_expectation(tmp_path):
     shutil.copy(QUEUE_RULES, tmp_path / QUEUE_RULES.name)
     text = QUEUE_RULES_TESTS.read_text()
-    ratio = """nominal_quota_ratio{cluster_queue="cq-research"}'\n            value: 0.25"""
+    ratio = """nominal_quota_ratio{cluster_queue="cq-research",vendor="nvidia"}'\n            value: 0.25"""
     changed = text.replace(ratio, ratio.replace("0.25", "0.3"), 1)
     assert changed != text
     (tmp_path / QUEUE_RULES_TESTS.name).write_text(changed)

@@ -25,7 +25,7 @@ NOT_FED_BY_THE_DEMO = {
                                             "Kueue's own controller exports",
 }
 # What Grafana puts in place of its variables and macros when a user picks "All".
-SUBSTITUTIONS = {"$cluster": ".*", "$namespace": ".*", "$pod": ".*", "$__rate_interval": "1m", "$__interval": "15s", "$__range": "1h"}
+SUBSTITUTIONS = {"$cluster": ".*", "$vendor": ".*", "$namespace": ".*", "$pod": ".*", "$__rate_interval": "1m", "$__interval": "15s", "$__range": "1h"}
 DEADLINE_SECONDS = 60.0
 
 

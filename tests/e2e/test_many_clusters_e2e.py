@@ -109,7 +109,7 @@ def test_alerts_evaluated_centrally_carry_and_name_their_cluster(centre):
 
 
 def _dashboard_queries(cluster: str):
-    substitutions = {"$cluster": cluster, "$namespace": ".*", "$pod": ".*", "$__rate_interval": "1m"}
+    substitutions = {"$cluster": cluster, "$vendor": ".*", "$namespace": ".*", "$pod": ".*", "$__rate_interval": "1m"}
     panels = json.loads(DASHBOARD.read_text())["panels"]
     panels += [inner for panel in panels for inner in panel.get("panels", [])]
     for panel in panels:

@@ -50,7 +50,7 @@ def test_dashboard_panels_and_rules_of_process_mode_answer_from_real_scrapes(gpu
         assert len(panels) >= 3
         for panel in panels:
             for target in panel["targets"]:
-                promql = target["expr"].replace("$cluster", ".*").replace("$namespace", "ml").replace("$pod", "busy|parked")
+                promql = target["expr"].replace("$cluster", ".*").replace("$vendor", ".*").replace("$namespace", "ml").replace("$pod", "busy|parked")
                 assert wait_until(lambda query=promql: prometheus.query(query), DEADLINE_SECONDS, POLL_SECONDS,
                                   panel["title"])
         # Shared or not, the holders' energy adds up to the board's at most (the burner may lag on a

@@ -91,5 +91,5 @@ def test_dashboard_queries_return_data_for_the_pod(stack):
                if not any(skipped.search(t["expr"]) for skipped in (PROCESS_MODE_SERIES, HEALTH_SERIES, QUEUE_SERIES))]
     assert targets
     for target in targets:
-        promql = target["expr"].replace("$cluster", ".*").replace("$namespace", NAMESPACE).replace("$pod", POD)
+        promql = target["expr"].replace("$cluster", ".*").replace("$vendor", ".*").replace("$namespace", NAMESPACE).replace("$pod", POD)
         assert wait_until(lambda query=promql: prometheus.query(query), DEADLINE_SECONDS, POLL_SECONDS, promql)

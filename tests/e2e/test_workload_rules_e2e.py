@@ -89,8 +89,9 @@ def _promtool_test(tmp_path, mode: str, text: str, expected=None) -> subprocess.
     checks = []
     for record, groups in (expected or EXPECTED).items():
         names = ("namespace", "workload_kind", "workload") if record.startswith("namespace_workload") else ("namespace",)
-        samples = [{"labels": record + "{" + ",".join(f'{n}="{v}"' for n, v in zip(names, key)) + "}", "value": value}
-                   for key, value in groups.items()]
+        # Each recorded series says its vendor: the exporter here serves an NVIDIA node.
+        samples = [{"labels": record + "{" + ",".join(f'{n}="{v}"' for n, v in zip(names, key)) + ',vendor="nvidia"}',
+                    "value": value} for key, value in groups.items()]
         checks.append({"expr": record, "eval_time": "10m", "exp_samples": samples})
     test = {"rule_files": [str(RULES)], "evaluation_interval": "1m",
             "tests": [{"name": f"--labels.mode {mode}", "interval": "1m",

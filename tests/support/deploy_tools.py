@@ -142,3 +142,15 @@ def core_schema_errors(definition: str, value, version: str = "1.30.0") -> list:
     schema = {"$ref": f"{definitions['$id']}#/$defs/{definition}"}
     validator = jsonschema.Draft202012Validator(schema, registry=registry)
     return [e.message for e in validator.iter_errors(value)]
+
+
+def dashboard() -> dict:
+    """The shipped Grafana dashboard."""
+    return json.loads(DASHBOARD.read_text(encoding="utf-8"))
+
+
+def dashboard_targets() -> list:
+    """(panel title, target) of every panel's query, rows' nested panels included."""
+    panels = list(dashboard()["panels"])
+    panels += [inner for panel in panels for inner in panel.get("panels", [])]
+    return [(panel["title"], target) for panel in panels for target in panel.get("targets", [])]

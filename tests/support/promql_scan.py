@@ -92,7 +92,11 @@ def _is(tokens: List[Token], index: int, *texts: str) -> bool:
 
 def groupings(expr: str) -> List[Grouping]:
     """Every aggregation and every on/ignoring of `expr`, in the order they appear."""
-    tokens = tokenize(expr)
+    return [grouping for _, grouping in _indexed_groupings(tokenize(expr))]
+
+
+def _indexed_groupings(tokens: List[Token]) -> List[Tuple[int, Grouping]]:
+    """Each aggregation and on/ignoring with the index of the token that starts it."""
     found, index = [], 0
     while index < len(tokens):
         token = tokens[index]
@@ -100,14 +104,15 @@ def groupings(expr: str) -> List[Grouping]:
             index = _closing(tokens, index) + 1
             continue
         if token.kind == "name" and token.text in ("on", "ignoring") and _is(tokens, index + 1, "("):
+            start = index
             labels, index = _label_list(tokens, index + 1)
-            found.append(Grouping("match", token.text, labels))
+            found.append((start, Grouping("match", token.text, labels)))
             continue
         if token.kind == "name" and token.text in ("group_left", "group_right") and _is(tokens, index + 1, "("):
             index = _label_list(tokens, index + 1)[1]  # labels copied over, not matched on
             continue
         if token.kind == "name" and token.text in AGGREGATORS and _is(tokens, index + 1, "(", "by", "without"):
-            found.append(_aggregation(tokens, index))
+            found.append((index, _aggregation(tokens, index)))
         index += 1
     return found
 
@@ -127,7 +132,11 @@ def _aggregation(tokens: List[Token], index: int) -> Grouping:
 
 def selectors(expr: str) -> List[Selector]:
     """Every vector selector of `expr` (a metric name not called as a function, or a bare `{...}`)."""
-    tokens = tokenize(expr)
+    return [selector for _, selector in _indexed_selectors(tokenize(expr))]
+
+
+def _indexed_selectors(tokens: List[Token]) -> List[Tuple[int, Selector]]:
+    """Each vector selector with the index of the token that starts it."""
     found, index = [], 0
     while index < len(tokens):
         token = tokens[index]
@@ -139,6 +148,7 @@ def selectors(expr: str) -> List[Selector]:
             index = _label_list(tokens, index + 1)[1]
             continue
         name: Optional[str] = None
+        start = index
         if token.kind == "name" and token.text not in KEYWORDS and not _is(tokens, index + 1, "(") \
                 and not (token.text in AGGREGATORS and _is(tokens, index + 1, "by", "without")):
             name, index = token.text, index + 1
@@ -152,7 +162,7 @@ def selectors(expr: str) -> List[Selector]:
             end = _closing(tokens, index)
             matchers = "".join(t.text for t in tokens[index + 1:end])
             index = end + 1
-        found.append(Selector(name, matchers))
+        found.append((start, Selector(name, matchers)))
     return found
 
 
@@ -166,3 +176,35 @@ def dropping(expr: str, label: str) -> List[str]:
             what = grouping.operator if grouping.operator != "match" else "vector matching"
             problems.append(f"{what} {grouping.clause} ({', '.join(grouping.labels)})")
     return problems
+
+
+def _setting_spans(tokens: List[Token], label: str) -> List[Tuple[int, int]]:
+    """The token spans of every `label_replace(x, "<label>", ...)`: inside one, the label is not set yet."""
+    spans = []
+    for index, token in enumerate(tokens):
+        if token.text != "label_replace" or not _is(tokens, index + 1, "("):
+            continue
+        end, depth, position = _closing(tokens, index + 1), 0, index + 2
+        while position < end and not (depth == 0 and tokens[position].text == ","):
+            depth += {"(": 1, "{": 1, "[": 1, ")": -1, "}": -1, "]": -1}.get(tokens[position].text, 0)
+            position += 1
+        if position + 1 < end and tokens[position + 1].text.strip("\"'`") == label:
+            spans.append((index, end))
+    return spans
+
+
+def unset_where_read(expr: str, label: str) -> List[str]:
+    """Where a recording loses `label` or never gets it: each aggregation outside the branches that set it
+    (`label_replace(branch, "<label>", ...)`) that does not keep it, and each family read outside those
+    branches that is not a recorded series (`level:metric:operations`, which carries the label already)."""
+    tokens = tokenize(expr)
+    spans = _setting_spans(tokens, label)
+    outside = lambda index: not any(start <= index <= end for start, end in spans)  # noqa: E731
+    problems = [f"{grouping.operator} {grouping.clause} ({', '.join(grouping.labels)})"
+                for index, grouping in _indexed_groupings(tokens)
+                if outside(index) and grouping.operator != "match"
+                and (label not in grouping.labels if grouping.clause == "by" else
+                     label in grouping.labels if grouping.clause == "without" else True)]
+    return problems + [f"{selector.name or '{' + selector.matchers + '}'} read without {label}"
+                       for index, selector in _indexed_selectors(tokens)
+                       if outside(index) and ":" not in selector.name]
