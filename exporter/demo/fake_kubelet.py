@@ -2,9 +2,7 @@
 
 from __future__ import annotations
 
-import os
 import threading
-from concurrent import futures
 from typing import Iterable, Sequence
 
 import grpc
@@ -13,6 +11,7 @@ from exporter._gen.podresources.v1 import api_pb2 as v1_pb2
 from exporter._gen.podresources.v1 import api_pb2_grpc as v1_grpc
 from exporter._gen.podresources.v1alpha1 import api_pb2 as v1alpha1_pb2
 from exporter._gen.podresources.v1alpha1 import api_pb2_grpc as v1alpha1_grpc
+from exporter.base.unix_grpc_server import UnixSocketGrpcServer
 from exporter.sources.kubelet import AllocatedDevice
 
 _PROTOS = {"v1": v1_pb2, "v1alpha1": v1alpha1_pb2}
@@ -20,7 +19,7 @@ _REGISTER = {"v1": v1_grpc.add_PodResourcesListerServicer_to_server,
              "v1alpha1": v1alpha1_grpc.add_PodResourcesListerServicer_to_server}
 
 
-class FakeKubelet:
+class FakeKubelet(UnixSocketGrpcServer):
     """Serves PodResources List for the `versions` given (others answer UNIMPLEMENTED, for real), and
     v1 GetAllocatableResources.
 
@@ -28,11 +27,13 @@ class FakeKubelet:
     `_build` and `_generic_handlers`.
     """
 
+    _workers = 8
+
     def __init__(self, socket_path: str, versions: Sequence[str] = ("v1", "v1alpha1")):
         unknown = set(versions) - set(_PROTOS)
         if unknown:
             raise ValueError(f"unknown PodResources versions {sorted(unknown)}; use v1 and/or v1alpha1")
-        self.socket_path = os.path.abspath(socket_path)
+        super().__init__(socket_path, "fake kubelet")
         self.versions = tuple(versions)
         self._lock = threading.Lock()
         self._devices: list[AllocatedDevice] = []
@@ -40,7 +41,6 @@ class FakeKubelet:
         # call is refused as a kubelet without the KubeletPodResourcesGetAllocatable gate refuses it.
         self._allocatable: list[tuple[str, str]] | None = None
         self._responses: dict[str, object] = {}  # built once per version until the devices change
-        self._server: grpc.Server | None = None
 
     def set_devices(self, devices: Iterable[AllocatedDevice]) -> None:
         with self._lock:
@@ -65,39 +65,12 @@ class FakeKubelet:
             response.devices.add(resource_name=resource, device_ids=ids)
         return response
 
-    def start(self) -> FakeKubelet:
-        """Bind the socket and serve; a stopped kubelet can be started again (a new server)."""
-        if self._server is not None:
-            raise RuntimeError(f"fake kubelet on {self.socket_path} is already running")
-        if os.path.exists(self.socket_path):
-            os.unlink(self.socket_path)  # a stale socket file makes bind fail
-        server = grpc.server(futures.ThreadPoolExecutor(max_workers=8, thread_name_prefix="fake-kubelet"))
+    def _register(self, server: grpc.Server) -> None:
         for version in self.versions:
             _REGISTER[version](_Servicer(self, version), server)
         handlers = self._generic_handlers()
         if handlers:
             server.add_generic_rpc_handlers(handlers)
-        if server.add_insecure_port("unix:" + self.socket_path) == 0:
-            raise OSError(f"fake kubelet could not bind {self.socket_path}")
-        server.start()
-        self._server = server
-        return self
-
-    def stop(self) -> None:
-        """Stop serving and delete the socket, as a kubelet that shuts down does."""
-        server, self._server = self._server, None
-        if server is not None:
-            server.stop(grace=None).wait()
-        try:
-            os.unlink(self.socket_path)
-        except FileNotFoundError:
-            pass
-
-    def __enter__(self) -> FakeKubelet:
-        return self.start()
-
-    def __exit__(self, *exc_info: object) -> None:
-        self.stop()
 
     def _generic_handlers(self) -> tuple:
         """gRPC handlers asked before the services are (none here: calls to absent ones are UNIMPLEMENTED)."""

@@ -2,15 +2,14 @@
 
 from __future__ import annotations
 
-import os
 import threading
-from concurrent import futures
 from typing import Callable, Iterable, Optional, Tuple
 
 import grpc
 from google.protobuf import empty_pb2
 
 from exporter._gen.amd import metricssvc_pb2
+from exporter.base.unix_grpc_server import UnixSocketGrpcServer
 from exporter.vendors.amd.identity_client import GpuState
 
 # Registered under the literal wire names, as AMD's generated Go server is (ServiceName in metricssvc_grpc.pb.go).
@@ -20,7 +19,7 @@ SERVICE = "metricssvc.MetricsService"
 NOT_READY_DETAILS = "health status not available"
 
 
-class DemoIdentityService:
+class DemoIdentityService(UnixSocketGrpcServer):
     """Answers `List` (and `GetGPUState`) with the states set, or those `states` gives at each call (health that
     changes over time); before any are set, with AMD's not-ready error.
 
@@ -28,45 +27,20 @@ class DemoIdentityService:
     faults by overriding `_answer_list` and `_serialize`.
     """
 
+    _socket_mode = 0o600  # as AMD's exporter makes it
+
     def __init__(self, socket_path: str, states: Optional[Callable[[], Iterable[GpuState]]] = None):
-        self.socket_path = os.path.abspath(socket_path)
+        super().__init__(socket_path, "identity service")
         self._lock = threading.Lock()
         self._states: Optional[Tuple[GpuState, ...]] = None
         self._provider = states
-        self._server: Optional[grpc.Server] = None
 
     def set_states(self, states: Iterable[GpuState]) -> None:
         with self._lock:
             self._states = tuple(states)
 
-    def start(self) -> DemoIdentityService:
-        if self._server is not None:
-            raise RuntimeError(f"identity service on {self.socket_path} is already running")
-        if os.path.exists(self.socket_path):
-            os.unlink(self.socket_path)
-        server = grpc.server(futures.ThreadPoolExecutor(max_workers=4, thread_name_prefix="amd-identity"))
+    def _register(self, server: grpc.Server) -> None:
         server.add_generic_rpc_handlers((self._handlers(),))
-        if server.add_insecure_port("unix:" + self.socket_path) == 0:
-            raise OSError(f"identity service could not bind {self.socket_path}")
-        os.chmod(self.socket_path, 0o600)
-        server.start()
-        self._server = server
-        return self
-
-    def stop(self) -> None:
-        server, self._server = self._server, None
-        if server is not None:
-            server.stop(grace=None).wait()
-        try:
-            os.unlink(self.socket_path)
-        except FileNotFoundError:
-            pass
-
-    def __enter__(self) -> DemoIdentityService:
-        return self.start()
-
-    def __exit__(self, *exc_info: object) -> None:
-        self.stop()
 
     def _handlers(self) -> grpc.GenericRpcHandler:
         return grpc.method_handlers_generic_handler(SERVICE, {
