@@ -66,6 +66,7 @@ class Hub:
 
     config: Any
     driver: Any = None  # the vendor's driver library binding to use instead of the node's own: None on a real node
+    devices: Any = None  # the vendor's device forms (core.device_ids.DeviceForms): which devices are its GPUs
     resolve_mig: Optional[Callable] = None  # a partition's device ID → identity, through the vendor's driver
     upstream: Optional[Upstream] = None  # where the vendor's exporter text is fetched (role UPSTREAM)
     mapping_context: Optional[MappingContextRole] = None  # the core's MappingContext (role MAPPING_CONTEXT), or None
