@@ -42,6 +42,7 @@ sys.path.insert(0, str(REPO_ROOT / "tests"))
 from exporter.core.mapping import build_mapping  # noqa: E402
 from exporter.exposition.rewriter import Rewriter  # noqa: E402
 from exporter.web.scrape import ScrapeBody  # noqa: E402
+from exporter.vendors.nvidia.device_ids import DEVICE_FORMS
 from support.exporter_process import start_exporter  # noqa: E402
 from support.fake_dcgm import FakeDcgmExporter  # noqa: E402
 from support.fake_kubelet import FakeKubelet  # noqa: E402
@@ -283,7 +284,7 @@ def in_process(shape: Shape, plan: Plan) -> InProcess:
     registry = CollectorRegistry()
     registry.register(Families())
     parse_render = cpu_time(lambda: generate_latest(registry), plan.repeats)
-    warm = Rewriter(build_mapping(node.allocations()))
+    warm = Rewriter(build_mapping(DEVICE_FORMS, node.allocations()))
     warm.rewrite(bodies[0])
     pending = iter(bodies[1:])
     refill = cpu_time(lambda: warm.rewrite(next(pending)), plan.repeats)

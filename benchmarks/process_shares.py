@@ -46,6 +46,7 @@ try:
 except ImportError:  # a --baseline revision from before ProcessShares took its settings as one value
     ProcessSharesOptions = None
 from exporter.sources.kubelet import AllocatedDevice  # noqa: E402
+from exporter.vendors.nvidia.device_ids import DEVICE_FORMS
 from support.nvml_node import NODE_ENV, FakeNode, build_fake_nvml, preload  # noqa: E402
 from support.proc_tree import ProcTree  # noqa: E402
 
@@ -98,7 +99,7 @@ def build_node(work: Path):
             proc.host_process(pid)
         nvml.process(gpu_uuid, pid, (number + 1) * 64 * MIB).sample(gpu_uuid, pid, number % 50)
     nvml.write()
-    return nvml, proc, build_mapping(devices), pods
+    return nvml, proc, build_mapping(DEVICE_FORMS, devices), pods
 
 
 def walls(action: Callable[[], object], iterations: int) -> List[float]:

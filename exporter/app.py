@@ -145,15 +145,17 @@ def _build_core(config: Config, registry: Registry) -> _Core:
 
     hub = registry.hub
     client = PodResourcesClient(KubeletOptions(config.kubelet_socket, config.kubelet_timeout_seconds))
-    attribution = Attribution(client.list_devices, config.kubelet_refresh_interval_seconds,
+    forms = registry.vendor.devices
+    attribution = Attribution(client.list_devices, forms, config.kubelet_refresh_interval_seconds,
                               config.mapping_max_age_seconds, resolve_mig=hub.resolve_mig,
                               describe=config.kubelet_socket, context=hub.mapping_context,
-                              offered=OfferedReplicas(client.list_offered))
+                              offered=OfferedReplicas(client.list_offered, forms))
     # One limit for every series written about a pod, so its count covers them all.
     label_limit = LabelLimit(config.labels_limit)
     registry.build(attribution, label_limit)
-    allocation = AllocationSection(config.labels_style, label_limit, lambda: attribution.current().kubelet_up)
     vendor = registry.vendor
+    allocation = AllocationSection(config.labels_style, label_limit, lambda: attribution.current().kubelet_up,
+                                   vendor.figures)
     sections = registry.sections((allocation,), StatusSection(vendor.status))
     scraper = Scraper(hub.upstream, attribution, config.labels_style, sections,
                       labels_mode=config.labels_mode, label_limit=label_limit, upstream_words=vendor.upstream_words)
@@ -216,7 +218,7 @@ def print_mapping(config: Config) -> int:
         client.close()
     registry.start_for_mapping()
     # The same core function as the refresher's, so `mapping` shows what `serve` attributes.
-    mapping = build_mapping(devices, hub.resolve_mig, hub.mapping_context)
+    mapping = build_mapping(registry.vendor.devices, devices, hub.resolve_mig, hub.mapping_context)
     registry.stop()
     try:
         print_report(client.api_version, mapping, config.output, with_labels=hub.mapping_context is not None)

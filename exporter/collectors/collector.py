@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING, Any, Callable, FrozenSet, Iterable, Mapping, N
 from exporter.collectors.roles import MappingContextRole, PodIndex, Role, Upstream
 
 if TYPE_CHECKING:  # `--help` and the flag tables load no section or page code
+    from exporter.core.device_ids import DeviceForms
     from exporter.core.identity import GpuIdentity
     from exporter.exposition.families import Family
     from exporter.exposition.sections import Section
@@ -66,6 +67,7 @@ class Hub:
 
     config: Any
     driver: Any = None  # the vendor's driver library binding to use instead of the node's own: None on a real node
+    devices: Optional[DeviceForms] = None  # the vendor's device forms: which devices are its GPUs, what each names
     resolve_mig: Optional[Callable] = None  # a partition's device ID → identity, through the vendor's driver
     upstream: Optional[Upstream] = None  # where the vendor's exporter text is fetched (role UPSTREAM)
     mapping_context: Optional[MappingContextRole] = None  # the core's MappingContext (role MAPPING_CONTEXT), or None

@@ -75,7 +75,7 @@ class KubernetesCollector(Collector):
         context = prepare_kubernetes(KubernetesOptions(
             api=config.kubernetes_api, kubeconfig=config.kubernetes_kubeconfig, node_name=config.kubernetes_node_name,
             labels=config.label_spec, grace_seconds=config.mapping_max_age_seconds,
-            watch_silence_seconds=config.kubernetes_watch_silence_seconds))
+            watch_silence_seconds=config.kubernetes_watch_silence_seconds), hub.devices)
         if context is None:
             return False
         self._lifecycle = context.lifecycle

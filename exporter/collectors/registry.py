@@ -131,7 +131,7 @@ class Registry:
         """`driver`: the binding of the vendor's driver library to use instead of the node's own (the
         demo's simulation enters here, as a real node's library would)."""
         self.vendor = vendor_for(getattr(config, "gpu_vendor", VENDOR_AUTO))
-        self.hub = Hub(config, driver=driver)
+        self.hub = Hub(config, driver=driver, devices=self.vendor.devices)
         candidates = [kind() for kind in collector_kinds(self.vendor)] if collectors is None else list(collectors)
         self._all = candidates
         self._active = [collector for collector in candidates if collector.enabled(config)]

@@ -9,6 +9,8 @@ from exporter.base.upstream import GENERIC_UPSTREAM, UpstreamWords
 from exporter.collectors.collector import Flag
 
 if TYPE_CHECKING:  # `--help` and the flag tables load no section code
+    from exporter.core.device_ids import DeviceForms
+    from exporter.exposition.device_figures import FigureNames
     from exporter.exposition.families import Family
     from exporter.exposition.sections import VendorStatus
 
@@ -19,13 +21,17 @@ class Vendor:
     shape only: everything the vendor knows (resource names, its exporter's labels, its driver library)
     stays in its package, reached through these fields.
 
-    `reader` is the collector that reads the vendor's upstream exporter (it offers the hub's `upstream`);
+    `devices` are its kubelet resource names, device-ID forms and DRA driver (core.device_ids.DeviceForms):
+    which allocated devices are its GPUs, and which sample labels each names. `figures` are its upstream
+    exporter's names for the figures the core reads and the labels naming a device. `reader` is the collector that reads the vendor's upstream exporter (it offers the hub's `upstream`);
     `collectors` are its own (placed after the cluster context, whose pod index they may take).
     `open_resolver(driver)` makes the lazy resolver of the partition device IDs only its driver can
     name (None: none needed), whose first call may take up to `resolver_open_seconds`.
     """
 
     name: str
+    devices: DeviceForms
+    figures: FigureNames
     reader: type
     collectors: Tuple[type, ...] = ()
     upstream_words: UpstreamWords = GENERIC_UPSTREAM

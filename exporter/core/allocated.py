@@ -2,77 +2,16 @@
 
 from __future__ import annotations
 
-import re
 from typing import Dict, Iterable, Optional, Tuple
 
-from exporter.core.hami import replica_gpu, share_of
+from exporter.core.device_ids import DeviceForms
+from exporter.core.hami import share_of
 
 
-# Memory slices out of 8 that each MIG profile holds, as NVIDIA's MIG user guide lists the profiles of
-# the MIG-capable GPUs (A30 has 4 memory slices: its shares are written as eighths here too). A profile
-# name alone tells its share, with one exception below: the share is what it costs its GPU, so this is
-# memory slices, not compute slices (a 4g instance holds half the memory, not 4/7 of it).
-_EIGHTHS = {
-    # A100 40GB
-    "1g.5gb": 1, "1g.5gb+me": 1, "2g.10gb": 2, "3g.20gb": 4, "4g.20gb": 4, "7g.40gb": 8,
-    # A100 80GB, H100 80GB, H800
-    "1g.10gb+me": 1, "1g.20gb": 2, "2g.20gb": 2, "3g.40gb": 4, "4g.40gb": 4, "7g.80gb": 8,
-    # A30 24GB (4 memory slices)
-    "1g.6gb": 2, "1g.6gb+me": 2, "2g.12gb": 4, "2g.12gb+me": 4, "4g.24gb": 8,
-    # H100 NVL 94GB, GH200 96GB
-    "1g.12gb": 1, "1g.12gb+me": 1, "1g.24gb": 2, "2g.24gb": 2, "3g.47gb": 4, "4g.47gb": 4, "7g.94gb": 8,
-    "3g.48gb": 4, "4g.48gb": 4, "7g.96gb": 8,
-    # H200 141GB
-    "1g.18gb": 1, "1g.18gb+me": 1, "1g.35gb": 2, "2g.35gb": 2, "3g.71gb": 4, "4g.71gb": 4, "7g.141gb": 8,
-    # B200 180GB
-    "1g.23gb": 1, "1g.23gb+me": 1, "1g.45gb": 2, "2g.45gb": 2, "3g.90gb": 4, "4g.90gb": 4, "7g.180gb": 8,
-}
-# "1g.10gb" is one memory slice of an 80GB A100/H100 but two of a 40GB A100, where it is a late and
-# rarely used profile: it counts as the 80GB one unless the node's other profiles are all 40GB ones.
-_AMBIGUOUS = "1g.10gb"
-_FAMILY_40GB = frozenset({"1g.5gb", "1g.5gb+me", "2g.10gb", "3g.20gb", "4g.20gb", "7g.40gb"})
-_MIG_RESOURCE = re.compile(r"^nvidia\.com/mig-(.+)$")
-_REPLICA = re.compile(r"^(.+?)(?:::\d+|/vgpu\d+)$")  # "GPU-…::3" (NVIDIA), "nvidia0/vgpu3" (GKE)
-_GKE_MIG_ID = re.compile(r"^nvidia\d+/gi\d+$")
-
-
-def mig_profile_of(resource: str) -> str:
-    """The MIG profile a device-plugin resource name carries ("nvidia.com/mig-1g.10gb" → "1g.10gb"), else ""."""
-    match = _MIG_RESOURCE.match(resource)
-    return match.group(1) if match else ""
-
-
-def mig_share(profile: str, node_profiles: Iterable[str] = ()) -> Optional[float]:
-    """A MIG instance's share of its GPU's memory slices, from its profile; None when unknown."""
-    eighths = _EIGHTHS.get(profile)
-    if profile == _AMBIGUOUS:
-        others = set(node_profiles) - {_AMBIGUOUS}
-        eighths = 2 if others and others <= _FAMILY_40GB else 1
-    return None if eighths is None else eighths / 8
-
-
-def whole_device_share(resource: str, device_id: str, dra: bool, profile: str,
-                       node_profiles: Iterable[str]) -> Optional[float]:
-    """What one device counts for before it is split among replicas or holders: 1 for a whole GPU,
-    the memory share for a MIG instance, None when it is a MIG instance of unknown profile."""
-    profile = profile or ("" if dra else mig_profile_of(resource))
-    if profile:
-        return mig_share(profile, node_profiles)
-    if device_id.startswith("MIG-") or _GKE_MIG_ID.match(device_id):
-        return None  # a MIG instance whose resource name does not say its profile (single strategy, GKE)
-    return 1.0
-
-
-def replica_of(device_id: str) -> Optional[str]:
-    """The GPU a replica's device ID names ("GPU-x::3" → "GPU-x", HAMi's "GPU-<uuid>-3" → "GPU-<uuid>"); None
-    for other forms."""
-    match = _REPLICA.match(device_id)
-    return match.group(1) if match else replica_gpu(device_id)
-
-
-def count_offered(devices: Iterable[Tuple[str, str]]) -> Dict[Tuple[str, str], int]:
-    """(resource, GPU) → how many replica device IDs the kubelet offers for it, from (resource, device ID) pairs."""
-    seen = {(resource, replica_of(device_id), device_id) for resource, device_id in devices}
+def count_offered(devices: Iterable[Tuple[str, str]], forms: DeviceForms) -> Dict[Tuple[str, str], int]:
+    """(resource, GPU) → how many replica device IDs the kubelet offers for it, from (resource, device ID)
+    pairs, replicas read by the vendor's `forms`."""
+    seen = {(resource, forms.replica_of(device_id), device_id) for resource, device_id in devices}
     counts: Dict[Tuple[str, str], int] = {}
     for resource, gpu, _device_id in seen:
         if gpu is not None:
@@ -80,9 +19,10 @@ def count_offered(devices: Iterable[Tuple[str, str]]) -> Dict[Tuple[str, str], i
     return counts
 
 
-def allocated_gpus(allocations, offered: Optional[Dict[Tuple[str, str], int]] = None,
+def allocated_gpus(allocations, forms: Optional[DeviceForms], offered: Optional[Dict[Tuple[str, str], int]] = None,
                    gpu_memory_mib: Optional[Dict[str, float]] = None) -> Dict[Tuple[str, str, str], float]:
-    """(namespace, pod, container) → the GPUs it holds, over allocations of one mapping.
+    """(namespace, pod, container) → the GPUs it holds, over allocations of one mapping, read by the
+    vendor's `forms` (a mapping's own: Mapping.forms; None only for a mapping of no allocation).
 
     A time-slicing replica is 1/N of its GPU, N the replicas the kubelet offers for it (`offered`,
     from GetAllocatableResources). Otherwise devices resolving to one GPU or MIG instance (one key)
@@ -93,12 +33,12 @@ def allocated_gpus(allocations, offered: Optional[Dict[Tuple[str, str], int]] = 
     """
     offered = offered or {}
     allocations = tuple(allocations)
-    node_profiles = {a.profile or mig_profile_of(a.resource) for a in allocations} - {""}
+    node_profiles = {a.profile or forms.partition_profile(a.resource) for a in allocations} - {""}
     group_sizes: Dict[object, int] = {}
     for allocation in allocations:
         if allocation.hami:
             continue  # its share is its own, whoever else holds its GPU
-        group = _group_of(allocation)
+        group = _group_of(allocation, forms)
         group_sizes[group] = group_sizes.get(group, 0) + 1
     totals: Dict[Tuple[str, str, str], float] = {}
     for allocation in allocations:
@@ -108,13 +48,13 @@ def allocated_gpus(allocations, offered: Optional[Dict[Tuple[str, str], int]] = 
                 owner = tuple(allocation.owner)
                 totals[owner] = totals.get(owner, 0.0) + share
             continue
-        share = whole_device_share(allocation.resource, allocation.device_id, allocation.dra,
-                                   allocation.profile, node_profiles)
+        share = forms.whole_device_share(allocation.resource, allocation.device_id, allocation.dra,
+                                         allocation.profile, node_profiles)
         if share is None:
             continue
-        replicas = offered.get((allocation.resource, replica_of(allocation.device_id) or ""))
+        replicas = offered.get((allocation.resource, forms.replica_of(allocation.device_id) or ""))
         owner = tuple(allocation.owner)
-        totals[owner] = totals.get(owner, 0.0) + share / (replicas or group_sizes[_group_of(allocation)])
+        totals[owner] = totals.get(owner, 0.0) + share / (replicas or group_sizes[_group_of(allocation, forms)])
     return totals
 
 
@@ -124,8 +64,8 @@ def memory_shared_gpus(allocations) -> frozenset:
                      if a.hami and not a.hami[1] and a.key is not None and a.key.label == "UUID")
 
 
-def _group_of(allocation) -> object:
+def _group_of(allocation, forms: DeviceForms) -> object:
     # Replicas of one GPU resolve to one key; an unresolved device stands alone but for its replicas.
     if allocation.key is not None:
         return allocation.key
-    return (allocation.resource, replica_of(allocation.device_id) or allocation.device_id)
+    return (allocation.resource, forms.replica_of(allocation.device_id) or allocation.device_id)

@@ -8,6 +8,7 @@ from typing import Callable, NamedTuple, Optional, Sequence
 
 from exporter.base.errors import KubeletError
 from exporter.base.logs import DependencyReporter, LogOnce, log
+from exporter.core.device_ids import DeviceForms
 from exporter.core.identity import MigResolver
 from exporter.core.mapping import EMPTY_MAPPING, DeviceLike, Mapping, MappingContext, build_mapping
 from exporter.core.refresher import Refresher
@@ -33,6 +34,7 @@ class Attribution:
     def __init__(
         self,
         list_devices: Callable[[], Sequence[DeviceLike]],
+        forms: DeviceForms,
         refresh_interval_seconds: float,
         max_age_seconds: float,
         resolve_mig: MigResolver | None = None,
@@ -42,6 +44,7 @@ class Attribution:
         offered: Optional[Callable[[list], Optional[dict]]] = None,
     ):
         self._list_devices = list_devices
+        self._forms = forms  # the vendor's device forms: which devices are its GPUs, and what each names
         self._max_age = max_age_seconds
         self._resolve_mig = resolve_mig
         self._context = context  # the Kubernetes API's DRA keys and extra labels, when it is in use
@@ -71,7 +74,7 @@ class Attribution:
             if self._unchanged(devices, offered):
                 mapping = self._mapping
             else:
-                mapping = build_mapping(devices, self._resolve_mig, self._context, offered)
+                mapping = build_mapping(self._forms, devices, self._resolve_mig, self._context, offered)
                 self._built_from = devices
         except KubeletError as exc:
             if self._refresher.stopping:
@@ -161,6 +164,6 @@ class Attribution:
         self._unresolved_log.retain(mapping.unresolved)
         new = [device for device in sorted(set(mapping.unresolved)) if self._unresolved_log.first(device)]
         if new:
-            log("warn", "some allocated GPU devices cannot be matched to dcgm samples; they are listed in "
+            log("warn", f"some allocated GPU devices cannot be matched to {self._forms.samples}; they are listed in "
                 "pod_gpu_allocation_info without UUID and counted in pod_gpu_exporter_unresolved_devices",
                 device_ids=",".join(new))

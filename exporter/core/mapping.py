@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 from typing import Dict, Iterable, List, NamedTuple, Optional, Protocol, Set, Tuple
 
 from exporter.core import hami
-from exporter.core.device_ids import is_gpu_device, key_for_device
+from exporter.core.device_ids import DeviceForms
 from exporter.core.health import NO_DEVICE_HEALTH, DeviceHealth, DeviceTaint, ResourceHealth, device_health
 from exporter.core.identity import GpuIdentity, GpuKey, MigResolver, Owner
 
@@ -100,6 +100,9 @@ class Mapping:
     # The held devices' health from their holders' pod status, and this node's DRA taints, from the
     # Kubernetes API (core.health); nothing without it.
     device_health: DeviceHealth = NO_DEVICE_HEALTH
+    # The vendor's device forms the devices were read by, for what is later counted of the allocations
+    # (core.allocated); None for a mapping built from nothing. Not compared: one vendor per process.
+    forms: Optional[DeviceForms] = field(default=None, compare=False)
 
     def owners_for(self, key: GpuKey) -> tuple:
         return self.owners.get(key, ())
@@ -113,24 +116,24 @@ class Mapping:
 EMPTY_MAPPING = Mapping()
 
 
-def build_mapping(devices: Iterable[DeviceLike], resolve_mig: MigResolver | None = None,
+def build_mapping(forms: DeviceForms, devices: Iterable[DeviceLike], resolve_mig: MigResolver | None = None,
                   context: MappingContext | None = None, offered: Optional[dict] = None) -> Mapping:
-    """The Mapping of a List answer: by the kubelet's devices alone, or with the cluster's `context`
-    (pods that have ended left out, DRA keys from ResourceSlices, adminAccess claims, the pods' extra
-    labels) and the replicas the kubelet `offered` per GPU. The one place a Mapping is built: the
+    """The Mapping of a List answer, its devices read by the vendor's `forms`: by the kubelet's devices
+    alone, or with the cluster's `context` (pods that have ended left out, DRA keys from ResourceSlices,
+    adminAccess claims, the pods' extra labels) and the replicas the kubelet `offered` per GPU. The one place a Mapping is built: the
     refresher and the `mapping` command both call it.
     """
     if offered:
-        mapping = build_mapping(devices, resolve_mig, context)
+        mapping = build_mapping(forms, devices, resolve_mig, context)
         return dataclasses.replace(mapping, offered=dict(offered))
     if context is None:
-        return _group(devices, resolve_mig, None)
+        return _group(forms, devices, resolve_mig, None)
     devices = list(devices)
     # The one place an ended pod is dropped: it owns no sample, has no allocation row, gets no labels.
     ended = context.ended_pods(sorted({(device.namespace, device.pod) for device in devices}))
     if ended:
         devices = [device for device in devices if (device.namespace, device.pod) not in ended]
-    mapping = _group(devices, resolve_mig, context, _followed_hami(devices, context))
+    mapping = _group(forms, devices, resolve_mig, context, _followed_hami(devices, context))
     context.retain_claims(devices)
     pods = sorted({(a.owner.namespace, a.owner.pod) for a in mapping.allocations})
     health = DeviceHealth(device_health(devices, mapping.allocations, context.resource_health_for(pods)),
@@ -146,7 +149,7 @@ def _followed_hami(devices: List[DeviceLike], context: MappingContext) -> dict:
     return hami.follow(devices, context.hami_assignments(pods)) if pods else {}
 
 
-def _group(devices: Iterable[DeviceLike], resolve_mig: MigResolver | None,
+def _group(forms: DeviceForms, devices: Iterable[DeviceLike], resolve_mig: MigResolver | None,
            context: MappingContext | None, followed: Optional[dict] = None) -> Mapping:
     """Group the GPU devices by key; replicas of one container collapse into one owner.
 
@@ -158,14 +161,14 @@ def _group(devices: Iterable[DeviceLike], resolve_mig: MigResolver | None,
     allocations: dict = {}  # keyed so that a replica listed twice gives one allocation
     unresolved: set = set()
     for device in devices:
-        if not is_gpu_device(device.resource, device.device_id, device.dra):
+        if not forms.is_gpu_device(device.resource, device.device_id, device.dra):
             continue
         owner = Owner(device.namespace, device.pod, device.container)
         given = (followed or {}).get((*owner, device.device_id))
         if given is not None:
-            key, profile, resource = key_for_device(given.uuid, False, resolve_mig), "", device.resource
+            key, profile, resource = forms.key_for_device(given.uuid, False, resolve_mig), "", device.resource
         else:
-            key, profile, resource = _device_key(device, resolve_mig, context)
+            key, profile, resource = _device_key(forms, device, resolve_mig, context)
         if key is _NOT_AN_OWNER:
             continue
         allocations[(owner, resource, device.device_id)] = Allocation(
@@ -181,13 +184,14 @@ def _group(devices: Iterable[DeviceLike], resolve_mig: MigResolver | None,
         owners={key: tuple(sorted(owners)) for key, owners in owner_sets.items()},
         allocations=tuple(sorted(allocations.values(), key=_allocation_order)),
         unresolved=tuple(sorted(unresolved)),
+        forms=forms,
     )
 
 
 _NOT_AN_OWNER = object()
 
 
-def _device_key(device: DeviceLike, resolve_mig: MigResolver | None, context: MappingContext | None):
+def _device_key(forms: DeviceForms, device: DeviceLike, resolve_mig: MigResolver | None, context: MappingContext | None):
     """(key, MIG profile from a ResourceSlice, resource of its allocation row) of one device; the key is
     _NOT_AN_OWNER for adminAccess and for a device its container does not hold."""
     if device.dra and context is not None:
@@ -197,8 +201,8 @@ def _device_key(device: DeviceLike, resolve_mig: MigResolver | None, context: Ma
         resource = resolution.resource or device.resource
         if resolution.known:  # a ResourceSlice describes it: its answer, even None, beats the name rule
             return resolution.key, resolution.profile, resource
-        return key_for_device(device.device_id, device.dra, resolve_mig), "", resource
-    return key_for_device(device.device_id, device.dra, resolve_mig), "", device.resource
+        return forms.key_for_device(device.device_id, device.dra, resolve_mig), "", resource
+    return forms.key_for_device(device.device_id, device.dra, resolve_mig), "", device.resource
 
 
 def _allocation_order(allocation: Allocation) -> tuple:

@@ -7,7 +7,8 @@ from typing import Callable, Dict, Iterable, Optional, Tuple
 
 from exporter.base.errors import KubeletError
 from exporter.base.logs import LogOnce
-from exporter.core.allocated import count_offered, replica_of
+from exporter.core.allocated import count_offered
+from exporter.core.device_ids import DeviceForms
 
 # Replica counts change only when a device plugin is reconfigured: asking once a minute keeps a
 # second kubelet call off most refreshes (the kubelet rate-limits all its PodResources clients).
@@ -18,9 +19,10 @@ class OfferedReplicas:
     """Called by the refresher with the devices just listed: (resource, GPU) → replicas offered, or
     None when unknown (no replica held, or a kubelet that refuses GetAllocatableResources)."""
 
-    def __init__(self, list_offered: Callable[[], Iterable[Tuple[str, str]]],
+    def __init__(self, list_offered: Callable[[], Iterable[Tuple[str, str]]], forms: DeviceForms,
                  clock: Callable[[], float] = time.monotonic, max_age_seconds: float = MAX_AGE_SECONDS):
         self._list_offered = list_offered
+        self._forms = forms  # which device IDs are replicas, and of which GPU
         self._clock = clock
         self._max_age = max_age_seconds
         self._counts: Optional[Dict[Tuple[str, str], int]] = None
@@ -33,6 +35,7 @@ class OfferedReplicas:
         self.calls = 0
 
     def __call__(self, devices) -> Optional[Dict[Tuple[str, str], int]]:
+        replica_of = self._forms.replica_of
         held = {(d.resource, replica_of(d.device_id)) for d in devices if not d.dra and replica_of(d.device_id)}
         if not held:
             return None
@@ -48,7 +51,7 @@ class OfferedReplicas:
     def _ask(self) -> Optional[Dict[Tuple[str, str], int]]:
         self.calls += 1
         try:
-            counts = count_offered(self._list_offered())
+            counts = count_offered(self._list_offered(), self._forms)
         except KubeletError as exc:
             self._failure_log.log(
                 "refused", "warn", "the kubelet does not list the GPU replicas it offers (GetAllocatableResources): "

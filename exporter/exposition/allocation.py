@@ -8,6 +8,7 @@ from exporter.core.allocated import allocated_gpus, memory_shared_gpus
 from exporter.core.identity import GpuIdentity, Owner
 from exporter.core.mapping import Mapping
 from exporter.exposition import families
+from exporter.exposition.device_figures import FigureNames
 from exporter.exposition.gpu_memory import framebuffer_mib
 from exporter.exposition.label_limit import LabelLimit
 from exporter.exposition.labels import device_label_pairs, identities_by_key, render_owner_labels_within
@@ -45,7 +46,7 @@ def render_allocation_info(mapping: Mapping, identities: Iterable[GpuIdentity], 
 
 def _render_allocated_gpus(mapping: Mapping, style: str, limit: Optional[LabelLimit],
                            gpu_memory_mib: Optional[dict]) -> str:
-    totals = allocated_gpus(mapping.allocations, mapping.offered or {}, gpu_memory_mib)
+    totals = allocated_gpus(mapping.allocations, mapping.forms, mapping.offered or {}, gpu_memory_mib)
     # 12 significant digits: 1/3 + 1/3 + 1/3 reads back as 1, not 0.9999999999999999.
     return render_family(families.ALLOCATED_GPUS, ((label_text(families.ALLOCATED_GPUS, {}, _owner_labels(
         mapping, Owner(*owner), style, limit, 0)), f"{totals[owner]:.12g}") for owner in sorted(totals)))
@@ -61,8 +62,9 @@ class AllocationSection(BaseSection):
 
     name = "allocation"
 
-    def __init__(self, style: str, limit: Optional[LabelLimit], kubelet_up: Callable[[], bool]):
+    def __init__(self, style: str, limit: Optional[LabelLimit], kubelet_up: Callable[[], bool], figures: FigureNames):
         super().__init__(kubelet_up)
+        self._figures = figures  # the vendor's names of its memory figures, for GPUs shared by memory
         self._style = style  # --labels.style
         self._limit = limit  # --labels.limit, shared with every series written about a pod
         # UUID → framebuffer MiB of the GPUs HAMi shares by memory alone, as dcgm-exporter last reported it:
@@ -75,5 +77,5 @@ class AllocationSection(BaseSection):
         missing = wanted - self._gpu_memory.keys()
         if missing and view.body:
             known = {uuid: mib for uuid, mib in self._gpu_memory.items() if uuid in wanted}  # the others are gone
-            self._gpu_memory = {**known, **framebuffer_mib(view.body, missing)}
+            self._gpu_memory = {**known, **framebuffer_mib(view.body, missing, self._figures)}
         return render_allocation_info(mapping, view.identities, self._style, self._limit, self._gpu_memory).encode()

@@ -1,35 +1,49 @@
-"""Pure: each device's model and a few device-level figures, read from one dcgm-exporter answer."""
+"""Pure: each device's model and a few device-level figures, read from one upstream answer by the vendor's figure names."""
 
 from __future__ import annotations
 
+import functools
 import re
-from typing import Dict, NamedTuple, Optional
+from typing import Dict, NamedTuple, Optional, Tuple
 
 from exporter.core.identity import GpuIdentity
 from exporter.exposition.text import parse_label_pairs, unescape_label_value
 
-# The fields a person looking at a node wants first; dcgm-exporter's default counters carry all but
-# GR_ENGINE_ACTIVE, which stands for utilisation on MIG instances (GPU_UTIL is per GPU only).
-_FIELDS = {
-    b"DCGM_FI_DEV_GPU_UTIL": "utilization_percent",
-    b"DCGM_FI_PROF_GR_ENGINE_ACTIVE": "engine_active_ratio",
-    b"DCGM_FI_DEV_FB_USED": "memory_used_mib",
-    b"DCGM_FI_DEV_FB_FREE": "memory_free_mib",
-    b"DCGM_FI_DEV_FB_RESERVED": "memory_reserved_mib",
-    b"DCGM_FI_DEV_POWER_USAGE": "power_watts",
-}
-# One sample of those fields: its name, the text between its braces, its value. A regular expression over
-# the whole body skips every other line without splitting it: a page view costs one pass in C.
-# The labels that carry the node's name: dcgm-exporter's `Hostname` until mid 4.x, `hostname` since.
-NODE_NAME_LABELS = ("Hostname", "hostname")
-_LINE = re.compile(rb"^(" + b"|".join(_FIELDS) + rb")\{([^}\n]*)\}[ \t]+(\S+)", re.MULTILINE)
+
+# The families that give one figure: (family name, what to multiply its value by for the figure's unit),
+# several where a vendor's exporter names it differently by model or with an optional prefix.
+Families = Tuple[Tuple[str, float], ...]
+
+
+class FigureNames(NamedTuple):
+    """A vendor's upstream exporter's families for the figures the core reads, and the labels that name
+    a device, its model and its node (empty where its exporter has none). Handed in as Vendor.figures."""
+
+    utilization_percent: Families  # a whole device's utilisation, 0-100
+    engine_active_ratio: Families  # utilisation where the percentage is not reported (a partition's), 0-1
+    memory_used_mib: Families
+    memory_free_mib: Families
+    memory_reserved_mib: Families
+    memory_total_mib: Families  # where the exporter reports the size itself, else used + free + reserved
+    power_watts: Families
+    uuid_labels: Tuple[str, ...]  # the labels carrying the device's UUID, first found wins
+    index_label: str  # the driver's index of the device
+    device_label: str  # the device's node name
+    instance_label: str  # a partition's instance within its GPU; absent for a whole GPU
+    model_label: str
+    node_name_labels: Tuple[str, ...]  # the labels carrying the node's name, first non-empty wins
+
+
+# The figures of the node page, by DeviceFigures field: what a person looking at a node wants first.
+_PAGE_FIELDS = ("utilization_percent", "engine_active_ratio", "memory_used_mib", "memory_free_mib",
+                "memory_reserved_mib", "power_watts")
 
 
 class DeviceFigures(NamedTuple):
-    """One GPU or MIG instance as the answer describes it; None where the answer has no such sample."""
+    """One GPU or partition as the answer describes it; None where the answer has no such sample."""
 
-    model: str = ""  # the modelName label ("NVIDIA L4")
-    hostname: str = ""  # the node's name as the upstream sees it (NODE_NAME_LABELS)
+    model: str = ""  # the model label ("NVIDIA L4")
+    hostname: str = ""  # the node's name as the upstream sees it (FigureNames.node_name_labels)
     utilization_percent: Optional[float] = None
     engine_active_ratio: Optional[float] = None
     memory_used_mib: Optional[float] = None
@@ -43,28 +57,52 @@ class DeviceFigures(NamedTuple):
         return None if None in parts else sum(parts) + (self.memory_reserved_mib or 0.0)
 
 
-def read_device_figures(body: bytes) -> Dict[GpuIdentity, DeviceFigures]:
-    """Each device the answer's samples of the fields name → its figures (the last sample wins)."""
+def families_of(names: FigureNames, fields: Tuple[str, ...]) -> Dict[bytes, Tuple[str, float]]:
+    """Family name → (the FigureNames field it gives, its scale), over these fields."""
+    return {family.encode(): (field, scale) for field in fields for family, scale in getattr(names, field)}
+
+
+def samples_of(families: Dict[bytes, Tuple[str, float]], value: bytes) -> re.Pattern:
+    """A sample of these families: its name, the text between its braces, and a value matching `value`.
+    A regular expression over the whole body skips every other line without splitting it: a read costs
+    one pass in C."""
+    alternatives = b"|".join(re.escape(name) for name in families) or rb"(?!)"  # no family: no sample
+    return re.compile(rb"^(" + alternatives + rb")\{([^}\n]*)\}[ \t]+(" + value + rb")", re.MULTILINE)
+
+
+@functools.lru_cache(maxsize=None)
+def _page_lines(names: FigureNames) -> Tuple[re.Pattern, Dict[bytes, Tuple[str, float]]]:
+    """The page's figures' samples of one vendor's exporter, and what each family gives; made once."""
+    families = families_of(names, _PAGE_FIELDS)
+    return samples_of(families, rb"\S+"), families
+
+
+def read_device_figures(body: bytes, names: FigureNames) -> Dict[GpuIdentity, DeviceFigures]:
+    """Each device the answer's samples of the figures name → its figures (the last sample wins)."""
+    line, families = _page_lines(names)
     found: Dict[GpuIdentity, DeviceFigures] = {}
-    for match in _LINE.finditer(body):
+    for match in line.finditer(body):
         labels = _labels(match.group(2))
         value = _number(match.group(3))
         if labels is None:
             continue  # a line the exposition grammar refuses is dropped from the answer too
-        identity = GpuIdentity(labels.get("UUID") or labels.get("uuid", ""), labels.get("gpu", ""),
-                               labels.get("device", ""), labels.get("GPU_I_ID", ""))
+        identity = GpuIdentity(_first_label(labels, names.uuid_labels), labels.get(names.index_label, ""),
+                               labels.get(names.device_label, ""), labels.get(names.instance_label, ""))
         if not any(identity[:3]):
             continue
         known = found.get(identity, DeviceFigures())
-        figures = known._replace(model=labels.get("modelName") or known.model,
-                                 hostname=_node_name(labels) or known.hostname)
-        found[identity] = figures if value is None else figures._replace(**{_FIELDS[match.group(1)]: value})
+        figures = known._replace(model=labels.get(names.model_label) or known.model,
+                                 hostname=_first_label(labels, names.node_name_labels) or known.hostname)
+        if value is not None:
+            field, scale = families[match.group(1)]
+            figures = figures._replace(**{field: value * scale if scale != 1.0 else value})
+        found[identity] = figures
     return found
 
 
-def _node_name(labels: Dict[str, str]) -> str:
-    """The node's name as the upstream labels it: `Hostname` up to mid 4.x, `hostname` since (and on AMD's)."""
-    return next((labels[name] for name in NODE_NAME_LABELS if labels.get(name)), "")
+def _first_label(labels: Dict[str, str], names: Tuple[str, ...]) -> str:
+    """The first non-empty of these labels (a vendor's exporter renamed one across versions), else ""."""
+    return next((labels[name] for name in names if labels.get(name)), "")
 
 
 def _labels(raw: bytes) -> Optional[Dict[str, str]]:
@@ -77,4 +115,4 @@ def _number(raw: bytes) -> Optional[float]:
         value = float(raw)
     except ValueError:
         return None
-    return value if value == value and abs(value) != float("inf") else None  # NaN and Inf say nothing here
+    return value if value == value and abs(value) != float("inf") else None

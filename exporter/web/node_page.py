@@ -6,6 +6,7 @@ import html
 from dataclasses import dataclass
 from typing import Callable, List, NamedTuple, Optional, Protocol, Sequence, Tuple
 
+from exporter.base.upstream import GENERIC_UPSTREAM
 from exporter.core.identity import GpuIdentity, Owner
 from exporter.web.page_parts import BYTES, DOWN, LOST, RATIO, UP, WATTS, WITH_UNHELD, Amount, Block, Value
 
@@ -75,7 +76,7 @@ class GpuRow:
 class NodeView:
     """Everything the page shows, read once from what the process holds."""
 
-    node: str  # the node's name as dcgm-exporter's Hostname label gives it; "" when unknown
+    node: str  # the node's name as the upstream exporter's samples give it; "" when unknown
     gpus: Tuple[GpuRow, ...]
     sources: Tuple[SourceStateLike, ...]
     sources_off: Tuple[Tuple[str, str], ...] = ()  # (source, the flag that turns it on) of those not in use
@@ -84,6 +85,7 @@ class NodeView:
     blocks: Tuple[Tuple[str, str], ...] = ()  # (place, the block written) of the collectors' blocks
     unresolved: Tuple[str, ...] = ()  # device IDs the kubelet lists that no sample names
     figures_note: str = ""  # why device figures are missing ("no scrape yet"); "" when shown
+    upstream: str = GENERIC_UPSTREAM.name  # how the page names the vendor's exporter (UpstreamWords.name)
     telemetry_path: str = "/gpu/metrics"
     links: Tuple[Tuple[str, str], ...] = ()  # (path, what it is), after the telemetry path
 
@@ -102,7 +104,7 @@ def render_node_page(view: NodeView, refresh_seconds: int = REFRESH_SECONDS) -> 
         _gpus(view),
         *(block for place, block in view.blocks if place != WITH_UNHELD),
         _unheld(view),
-        _unresolved(view.unresolved),
+        _unresolved(view.unresolved, view.upstream),
         "</body></html>\n",
     ]
     return "".join(parts).encode()
@@ -188,11 +190,11 @@ def _unheld(view: NodeView) -> str:
     return f"<section><h2>Held by nobody</h2>{listed}{theirs}</section>"
 
 
-def _unresolved(devices: Sequence[str]) -> str:
+def _unresolved(devices: Sequence[str], upstream: str) -> str:
     if not devices:
         return ""
     items = "".join(f"<li><code>{_e(device)}</code></li>" for device in devices)
-    return ("<section><h2>Unresolved devices</h2><p>Allocated, yet no dcgm-exporter sample names them:</p>"
+    return (f"<section><h2>Unresolved devices</h2><p>Allocated, yet no {_e(upstream)} sample names them:</p>"
             f"<ul>{items}</ul></section>")
 
 

@@ -7,12 +7,13 @@ import functools
 import threading
 from typing import Any, Dict, NamedTuple, Optional, Sequence, Tuple
 
+from exporter.base.upstream import GENERIC_UPSTREAM
 from exporter.core.allocated import allocated_gpus
 from exporter.core.attribution import Snapshot
 from exporter.core.health import DeviceHealth, combined_status
 from exporter.core.identity import GpuIdentity, GpuKey, Owner
 from exporter.core.mapping import Mapping
-from exporter.exposition.device_figures import DeviceFigures, read_device_figures
+from exporter.exposition.device_figures import DeviceFigures, FigureNames, read_device_figures
 from exporter.exposition.sections import SectionFailures
 from exporter.web.node_page import (DEVICE_COLUMNS, HOLDER_COLUMNS, GpuRow, Holder, NodeView, Written,
                                     render_node_page, write_block, write_value)
@@ -49,6 +50,10 @@ class NodePage:
         # The collectors of this run (collectors/registry.Registry), known only by what they answer:
         # their page parts and the flags that switch them on; None: no collector.
         self._sources = sources
+        # The vendor's names of the figures the page shows; None without collectors: no figures read.
+        vendor = getattr(sources, "vendor", None)
+        self._figure_names: Optional[FigureNames] = vendor.figures if vendor is not None else None
+        self._upstream = vendor.upstream_words.name if vendor is not None else GENERIC_UPSTREAM.name
         # Each collector's part read, and each of its columns, figures and blocks written, on its own: one
         # that raises is left off the page (logged once while it keeps failing), never the page.
         self._failures = SectionFailures("collector", _LEFT_OFF)
@@ -67,7 +72,7 @@ class NodePage:
         off = tuple((state.name, switches.get(state.name, "")) for state in states if _is_off(state))
         return render_node_page(dataclasses.replace(
             build_node_view(inputs, self._failures), sources=tuple(state for state in states if not _is_off(state)),
-            sources_off=off, telemetry_path=self._telemetry_path,
+            sources_off=off, telemetry_path=self._telemetry_path, upstream=self._upstream,
             links=((SELF_METRICS_PATH, "this process's own metrics"), (HEALTH_PATH, "liveness"))))
 
     def _figures_of(self, body: Optional[bytes]) -> Tuple[Dict[GpuIdentity, DeviceFigures], bool]:
@@ -76,7 +81,7 @@ class NodePage:
         with self._lock:
             read_hash, figures = self._figures
             if body is not None and hash(body) != read_hash:
-                figures = read_device_figures(body)
+                figures = read_device_figures(body, self._figure_names) if self._figure_names is not None else {}
                 self._figures = (hash(body), figures)
             return figures, self._figures[0] is not None
 
@@ -247,7 +252,7 @@ def _holders(identity: GpuIdentity, mapping: Mapping, figures: DeviceFigures, th
     owners = mapping.owners_of(identity)
     keys = set(identity.keys())
     gpu_memory = {identity.uuid: figures.memory_total_mib} if figures.memory_total_mib else None
-    held = allocated_gpus([a for a in mapping.allocations if a.key in keys], mapping.offered, gpu_memory)
+    held = allocated_gpus([a for a in mapping.allocations if a.key in keys], mapping.forms, mapping.offered, gpu_memory)
     alone = len(owners) == 1 and held.get(tuple(owners[0])) == 1.0 if owners else False
     memory = int(figures.memory_used_mib * MIB) if alone and figures.memory_used_mib is not None else None
     util = figures.utilization_percent

@@ -3,6 +3,7 @@ independently of the exporter's own parser."""
 
 from __future__ import annotations
 
+import functools
 import re
 from typing import List, NamedTuple, Optional, Tuple
 
@@ -13,6 +14,7 @@ from exporter.core.identity import Owner
 from exporter.core.mapping import Mapping, build_mapping
 from exporter.exposition.labels import LABEL_STYLES, UPSTREAM_OWNER_LABELS
 from exporter.sources.kubelet import AllocatedDevice
+from exporter.vendors.nvidia.device_ids import DEVICE_FORMS
 
 # No "explain" phase: on a failure it costs minutes here and the shrunk example says enough.
 SETTINGS = settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow],
@@ -130,7 +132,7 @@ def allocated_devices(draw) -> AllocatedDevice:
     return AllocatedDevice(namespace, pod, container, resource, draw(device_ids))
 
 
-mappings = st.lists(allocated_devices(), max_size=6).map(build_mapping)
+mappings = st.lists(allocated_devices(), max_size=6).map(functools.partial(build_mapping, DEVICE_FORMS))
 styles = st.sampled_from(sorted(LABEL_STYLES))
 
 # ---------------------------------------------------------------- reading the output back

@@ -6,12 +6,14 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from exporter.base.errors import KubeletError
-from exporter.core.allocated import allocated_gpus, count_offered, mig_share
+from exporter.core.allocated import allocated_gpus, count_offered
+from exporter.vendors.nvidia.mig_shares import mig_share
 from exporter.core.identity import GpuKey
 from exporter.core.mapping import DraResolution, build_mapping
 from exporter.core.offered import MAX_AGE_SECONDS, OfferedReplicas
 from exporter.exposition.allocation import render_allocation_info
 from exporter.sources.kubelet import AllocatedDevice, KubeletOptions, PodResourcesClient
+from exporter.vendors.nvidia.device_ids import DEVICE_FORMS
 from support.clocks import ManualClock
 from support.mapping_contexts import StaticContext
 
@@ -25,7 +27,7 @@ def _values(text: str, name: str) -> dict:
 
 
 def _gpus(devices, context=None) -> dict:
-    return {owner[:2]: value for owner, value in allocated_gpus(build_mapping(devices, context=context).allocations)
+    return {owner[:2]: value for owner, value in allocated_gpus(build_mapping(DEVICE_FORMS, devices, context=context).allocations, DEVICE_FORMS)
             .items()}
 
 
@@ -94,7 +96,7 @@ def test_the_series_render_after_allocation_info_with_claim_labels():
                AllocatedDevice("ml", "rep", "c", "nvidia.com/gpu", f"{UUID_B}::0"),
                AllocatedDevice("ml", "rep2", "c", "nvidia.com/gpu", f"{UUID_B}::1"),
                AllocatedDevice("ml", "rep2", "c", "nvidia.com/gpu", f"{UUID_B}::2")]
-    text = render_allocation_info(build_mapping(devices), frozenset(), "kubernetes")
+    text = render_allocation_info(build_mapping(DEVICE_FORMS, devices), frozenset(), "kubernetes")
     assert ('pod_gpu_allocation_info{namespace="d",pod="trainer",container="main",resource="gpu.nvidia.com",'
             'device_id="gpu-0",resourceclaim_namespace="d",resourceclaim_name="trainer-gpu-x7k2"} 1') in text
     assert 'resourceclaim' not in text.split("pod=\"rep\"")[1].split("\n")[0]  # device plugin: no claim
@@ -116,11 +118,11 @@ def test_a_replica_is_one_nth_of_a_gpu_offered_n_ways():
             AllocatedDevice("b", "q", "c", "nvidia.com/gpu", f"{UUID}::3"),
             AllocatedDevice("g", "k", "c", "nvidia.com/gpu", "nvidia1/vgpu0")]
     offered = count_offered(_replicas(UUID, 4) + [("nvidia.com/gpu", UUID_B), ("nvidia.com/gpu", "nvidia1/vgpu0"),
-                                                  ("nvidia.com/gpu", "nvidia1/vgpu1"), ("nvidia.com/gpu", "nvidia1/vgpu2")])
+                                                  ("nvidia.com/gpu", "nvidia1/vgpu1"), ("nvidia.com/gpu", "nvidia1/vgpu2")], DEVICE_FORMS)
     assert offered == {("nvidia.com/gpu", UUID): 4, ("nvidia.com/gpu", "nvidia1"): 3}  # whole GPUs: no entry
-    mapping = build_mapping(held, offered=offered)
-    assert mapping.offered == offered and build_mapping(held).offered is None
-    totals = {owner[:2]: value for owner, value in allocated_gpus(mapping.allocations, offered).items()}
+    mapping = build_mapping(DEVICE_FORMS, held, offered=offered)
+    assert mapping.offered == offered and build_mapping(DEVICE_FORMS, held).offered is None
+    totals = {owner[:2]: value for owner, value in allocated_gpus(mapping.allocations, DEVICE_FORMS, offered).items()}
     assert totals == pytest.approx({("a", "p"): 1 / 4, ("b", "q"): 2 / 4, ("g", "k"): 1 / 3})
     text = render_allocation_info(mapping, frozenset(), "kubernetes")
     assert _values(text, "pod_gpu_container_allocated_gpus") == pytest.approx(
@@ -142,7 +144,7 @@ class Lister:
 
 def test_offered_replicas_are_asked_only_when_replicas_are_held_and_then_once_a_minute():
     clock, lister = ManualClock(), Lister(_replicas(UUID, 4))
-    offered = OfferedReplicas(lister, clock=clock)
+    offered = OfferedReplicas(lister, DEVICE_FORMS, clock=clock)
     whole = [AllocatedDevice("a", "p", "c", "nvidia.com/gpu", UUID_B)]
     assert offered(whole) is None and lister.calls == 0  # no shared GPU on the node: never asked
     shared = whole + [AllocatedDevice("a", "q", "c", "nvidia.com/gpu", f"{UUID}::1")]
@@ -159,7 +161,7 @@ def test_offered_replicas_are_asked_only_when_replicas_are_held_and_then_once_a_
 
 def test_a_kubelet_refusing_the_call_leaves_the_split_among_held_replicas(caplog):
     lister = Lister(KubeletError("kubelet socket /x: List failed with UNKNOWN: disabled", reason="error"))
-    offered = OfferedReplicas(lister, clock=ManualClock())
+    offered = OfferedReplicas(lister, DEVICE_FORMS, clock=ManualClock())
     held = [AllocatedDevice("a", "p", "c", "nvidia.com/gpu", f"{UUID}::0")]
     assert offered(held) is None and offered(held) is None
     assert lister.calls == 1  # not asked again on every refresh: once a minute, as when it answers
@@ -169,7 +171,7 @@ def test_a_kubelet_refusing_the_call_leaves_the_split_among_held_replicas(caplog
 
 def test_an_answer_lacking_a_held_gpu_is_not_asked_again_on_every_refresh():
     clock, lister = ManualClock(), Lister(_replicas(UUID_B, 2))  # the held replica's GPU is not listed
-    offered = OfferedReplicas(lister, clock=clock)
+    offered = OfferedReplicas(lister, DEVICE_FORMS, clock=clock)
     held = [AllocatedDevice("a", "p", "c", "nvidia.com/gpu", f"{UUID}::0")]
     for _ in range(3):
         offered(held)

@@ -11,6 +11,7 @@ from exporter.base.errors import KubeletError
 from exporter.base.logs import setup_logging
 from exporter.core.attribution import Attribution
 from exporter.sources.kubelet import AllocatedDevice
+from exporter.vendors.nvidia.device_ids import DEVICE_FORMS
 from support.clocks import ManualClock
 from support.mapping_contexts import StaticContext
 from support.waiting import holds_throughout, wait_until
@@ -34,7 +35,7 @@ class Kubelet:
 
 
 def make(kubelet, clock, max_age=60.0):
-    return Attribution(kubelet.list_devices, refresh_interval_seconds=5, max_age_seconds=max_age, clock=clock)
+    return Attribution(kubelet.list_devices, DEVICE_FORMS, refresh_interval_seconds=5, max_age_seconds=max_age, clock=clock)
 
 
 def test_current_never_lists():
@@ -128,7 +129,7 @@ def test_repeated_failure_is_logged_once_and_recovery_once():
 
 def test_background_thread_refreshes_and_stops():
     kubelet = Kubelet()
-    attribution = Attribution(kubelet.list_devices, refresh_interval_seconds=0.05, max_age_seconds=60)
+    attribution = Attribution(kubelet.list_devices, DEVICE_FORMS, refresh_interval_seconds=0.05, max_age_seconds=60)
     attribution.start()
     try:
         wait_until(lambda: kubelet.calls >= 3, 10, 0.01)
@@ -140,7 +141,7 @@ def test_background_thread_refreshes_and_stops():
 
 def test_a_healthy_kubelet_never_ages_out_even_with_a_refresh_interval_above_max_age():
     kubelet, clock = Kubelet(), ManualClock()
-    attribution = Attribution(kubelet.list_devices, refresh_interval_seconds=120, max_age_seconds=60, clock=clock)
+    attribution = Attribution(kubelet.list_devices, DEVICE_FORMS, refresh_interval_seconds=120, max_age_seconds=60, clock=clock)
     attribution.refresh()
     clock.now += 119  # just before the next refresh: the kubelet answered last time
     snapshot = attribution.current()
@@ -156,7 +157,7 @@ class Cluster(StaticContext):
 
 def test_each_refresh_builds_the_mapping_with_the_cluster_context():
     kubelet, clock = Kubelet(), ManualClock()
-    attribution = Attribution(kubelet.list_devices, refresh_interval_seconds=5, max_age_seconds=60, clock=clock,
+    attribution = Attribution(kubelet.list_devices, DEVICE_FORMS, refresh_interval_seconds=5, max_age_seconds=60, clock=clock,
                               context=Cluster())
     attribution.refresh()
     assert attribution.current().mapping.extra_labels == {("ns", "p"): ',team="x"'}
@@ -169,7 +170,7 @@ def test_the_first_list_runs_on_the_kubelet_refresher_thread_and_scrapes_wait_fo
         threads.append(threading.current_thread().name)
         return kubelet.list_devices()
 
-    attribution = Attribution(list_devices, refresh_interval_seconds=3600, max_age_seconds=60)
+    attribution = Attribution(list_devices, DEVICE_FORMS, refresh_interval_seconds=3600, max_age_seconds=60)
     attribution.start(first_wait_seconds=10)
     try:
         attribution.wait_first_refresh()  # what a scrape does before it reads the mapping
@@ -185,7 +186,7 @@ def test_a_scrape_waits_for_a_first_list_that_hangs_only_up_to_the_bound():
         release.wait(10)
         return []
 
-    attribution = Attribution(hanging_list, refresh_interval_seconds=3600, max_age_seconds=60)
+    attribution = Attribution(hanging_list, DEVICE_FORMS, refresh_interval_seconds=3600, max_age_seconds=60)
     started = time.monotonic()
     attribution.start(first_wait_seconds=0.1)
     try:
@@ -208,7 +209,7 @@ def test_an_unchanged_kubelet_answer_is_not_built_again():
         resolved.append(device_id)
         return GPU, "11"
 
-    attribution = Attribution(lambda: answers["devices"], refresh_interval_seconds=5, max_age_seconds=60,
+    attribution = Attribution(lambda: answers["devices"], DEVICE_FORMS, refresh_interval_seconds=5, max_age_seconds=60,
                               resolve_mig=resolve, clock=ManualClock())
     attribution.refresh()
     first = attribution.current().mapping
@@ -231,7 +232,7 @@ def test_an_unresolved_device_is_warned_about_once_while_it_stays_and_again_when
     unresolvable = AllocatedDevice("ns", "p", "c", "nvidia.com/mig-1g.10gb", mig)
     whole = [AllocatedDevice("ns", f"p{index}", "c", "nvidia.com/gpu", GPU) for index in range(3)]
     answers = {"devices": [unresolvable, whole[0]]}
-    attribution = Attribution(lambda: list(answers["devices"]), refresh_interval_seconds=5, max_age_seconds=60,
+    attribution = Attribution(lambda: list(answers["devices"]), DEVICE_FORMS, refresh_interval_seconds=5, max_age_seconds=60,
                               resolve_mig=lambda device_id: None, clock=ManualClock())
     for devices in ([unresolvable, whole[0]], [unresolvable, whole[1]], [whole[2]], [unresolvable]):
         answers["devices"] = devices  # each a new mapping: the warning is considered every time

@@ -10,6 +10,7 @@ from exporter.collectors.collector import Collector, PagePart
 from exporter.collectors.registry import COLLECTORS, Registry, collector_flags
 from exporter.config import build_parser, parse_config, refusing_commands
 from exporter.core.identity import GpuIdentity
+from exporter.vendors.nvidia.device_ids import DEVICE_FORMS
 
 
 def test_every_collectors_flag_is_in_the_one_parser_with_its_variable():
@@ -57,7 +58,7 @@ def test_process_shares_take_the_pod_index_from_the_hub_not_from_the_api_collect
     registry = Registry(config)
     hub = registry.prepare()
     assert hub.pod_index is None and hub.mapping_context is None
-    registry.build(Attribution(lambda: [], 60, 600), LabelLimit(None))
+    registry.build(Attribution(lambda: [], DEVICE_FORMS, 60, 600), LabelLimit(None))
     names = [section.name for section in registry.sections((), _Status())]
     assert names == ["status", "process_shares", "xid_events"]  # xid_events: auto, in process mode
 

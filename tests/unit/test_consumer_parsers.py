@@ -8,6 +8,7 @@ from exporter.core.mapping import build_mapping
 from exporter.exposition.rewriter import Rewriter
 from exporter.exposition.series import SeriesBuilder
 from exporter.exposition.streamed import rewrite_streamed
+from exporter.vendors.nvidia.device_ids import DEVICE_FORMS
 from support.devices import Device
 
 UUID0 = "GPU-be839661-c0f5-7452-284b-b875666df60c"
@@ -64,16 +65,16 @@ ACCEPTED = {
 
 
 def line_by_line(body: str):
-    return Rewriter(build_mapping(DEVICES)).rewrite(body.encode())
+    return Rewriter(build_mapping(DEVICE_FORMS, DEVICES)).rewrite(body.encode())
 
 
 def streamed(body: str):
-    return rewrite_streamed(SeriesBuilder(build_mapping(DEVICES)), body.encode(), 64)
+    return rewrite_streamed(SeriesBuilder(build_mapping(DEVICE_FORMS, DEVICES)), body.encode(), 64)
 
 
 def refilled(body: str):
     """The rewrite of body by a template built from body with other values."""
-    rewriter = Rewriter(build_mapping(DEVICES))
+    rewriter = Rewriter(build_mapping(DEVICE_FORMS, DEVICES))
     first = body.replace("} 41\n", "} 40\n").replace("} 71.5\n", "} 70\n")
     rewriter.rewrite(first.encode())
     rewriter.rewrite(first.encode())  # builds the template
@@ -129,7 +130,7 @@ def test_families_are_tracked_as_expfmt_gathers_them(lines, kept, rewrite):
 
 def test_a_second_refill_after_a_dropped_line_drops_it_again():
     body = BODY + f"{SAMPLE} 1 -2\n"
-    rewriter = Rewriter(build_mapping(DEVICES))
+    rewriter = Rewriter(build_mapping(DEVICE_FORMS, DEVICES))
     results = [rewriter.rewrite(body.replace(" 41\n", f" {value}\n").encode()) for value in (40, 41, 42)]
     assert rewriter.refills == 2
     assert [result.malformed for result in results] == [1, 1, 1]
@@ -138,7 +139,7 @@ def test_a_second_refill_after_a_dropped_line_drops_it_again():
 
 @pytest.mark.parametrize("value", ["1e400", "-1E+309", "+NaN", "1 "])
 def test_a_refill_with_a_value_go_refuses_goes_line_by_line_and_drops_it(value):
-    rewriter = Rewriter(build_mapping(DEVICES))
+    rewriter = Rewriter(build_mapping(DEVICE_FORMS, DEVICES))
     for _ in range(2):
         rewriter.rewrite(BODY.encode())
     result = rewriter.rewrite(BODY.replace("} 41\n", f"}} {value}\n").encode())

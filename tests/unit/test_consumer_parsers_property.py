@@ -14,6 +14,7 @@ from exporter.core.mapping import build_mapping
 from exporter.exposition.rewriter import Rewriter
 from exporter.exposition.series import SeriesBuilder
 from exporter.exposition.streamed import rewrite_streamed
+from exporter.vendors.nvidia.device_ids import DEVICE_FORMS
 from support.devices import Device
 from support.fixtures import FIXTURES_DIR
 
@@ -21,7 +22,7 @@ REAL_LINES = [line for path in sorted((FIXTURES_DIR / "dcgm").glob("*.prom"))
               for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
 SAMPLES = [line for line in REAL_LINES if not line.startswith("#")]
 UUID = "GPU-c2f76b33-7953-256e-8f33-1343419b1a1c"  # the L4 fixture's GPU: its lines get owner labels
-MAPPING = build_mapping([Device("ns", "pod", "ctr", "nvidia.com/gpu", UUID)])
+MAPPING = build_mapping(DEVICE_FORMS, [Device("ns", "pod", "ctr", "nvidia.com/gpu", UUID)])
 
 # Each piece is one a parser may mind somewhere: blanks, quotes and escapes, structure, signs.
 PIECES = [" ", "\t", "  ", "\\", "\\\\", '\\"', "\\n", "\\q", '"', "{", "}", ",", "=", "#", "-", "+", ".", "e",

@@ -14,6 +14,7 @@ from exporter.exposition.rewriter import Rewriter
 from exporter.exposition.series import SeriesBuilder
 from exporter.exposition.streamed import rewrite_streamed
 from exporter.sources.kubelet import AllocatedDevice
+from exporter.vendors.nvidia.device_ids import DEVICE_FORMS
 from support.dcgm_head_bodies import HeadOptions, HeadPod, head_body, samples_of
 from support.fixtures import fixture_bytes
 from support.scrape_checks import L4, L4_UUID, assert_parses
@@ -33,7 +34,7 @@ FAMILIES = sorted({name for name in re.findall(r"(?m)^(DCGM_\w+)\{", FIXTURE)})
 
 def kubelet_mapping(extras=None):
     devices = [AllocatedDevice(p.namespace, p.pod, p.container, "nvidia.com/gpu", d) for p in PODS for d in p.device_ids]
-    mapping = build_mapping(devices)
+    mapping = build_mapping(DEVICE_FORMS, devices)
     return dataclasses.replace(mapping, extra_labels=extras) if extras else mapping
 
 

@@ -16,6 +16,7 @@ from exporter.sources.kubernetes.dra import DraDevices, slice_devices
 from exporter.sources.kubernetes.labels import LabelSpec
 from exporter.sources.kubernetes.pod_store import pod_info
 from exporter.sources.kubernetes.stream import decode_object
+from exporter.vendors.nvidia.device_ids import DEVICE_FORMS
 from support.devices import Device
 from support.fake_kube_api import make_pod
 
@@ -42,7 +43,7 @@ def _slice(version: str, taints=TAINTS, uuid: str = GPU_A) -> object:
 @pytest.mark.parametrize("version", ["v1", "v1beta2", "v1beta1"])
 def test_slice_taints_are_read_in_every_api_version_and_an_unknown_effect_as_none(version):
     """The API: "Consumers must treat unknown effects like None" (an effect a newer API adds, or none)."""
-    dra = DraDevices(lambda namespace, name: None)
+    dra = DraDevices(lambda namespace, name: None, forms=DEVICE_FORMS)
     dra.replace([_slice(version)])
     key = GpuKey("UUID", GPU_A, "")
     assert dra.taints() == (DeviceTaint(key, "example.com/drain", "soon", "None"),
@@ -52,7 +53,7 @@ def test_slice_taints_are_read_in_every_api_version_and_an_unknown_effect_as_non
 
 def test_an_untainted_slice_and_a_mig_device_without_nvml_give_no_taint():
     assert slice_devices(_slice("v1", taints=None))[("gpu.nvidia.com", "n", "gpu-0")].taints == ()
-    dra = DraDevices(lambda namespace, name: None)
+    dra = DraDevices(lambda namespace, name: None, forms=DEVICE_FORMS)
     dra.replace([_slice("v1", uuid=MIG_A)])
     assert dra.taints() == ()  # its GPU instance is NVML's to tell; never guessed
     dra.resolve_mig = {MIG_A: (GPU_B, "13")}.get
@@ -135,7 +136,7 @@ def test_every_kubelet_device_kind_names_a_dra_device_by_its_cdi_id_as_the_proto
 
 
 def test_each_held_device_gets_its_holders_health_in_every_device_id_form():
-    mapping = build_mapping(DEVICES, context=_Context(REPORTS))
+    mapping = build_mapping(DEVICE_FORMS, DEVICES, context=_Context(REPORTS))
     assert mapping.device_health.statuses == {
         GpuKey("UUID", GPU_A, ""): "unhealthy",  # two replicas' holders disagree: unhealthy wins
         GpuKey("gpu", "3", ""): "healthy",
@@ -150,7 +151,7 @@ def test_a_known_answer_beats_unknown_and_anything_else_reads_unknown():
     devices = DEVICES[:2]
     reports = {("ml", "a"): (ResourceHealth("main", "nvidia.com/gpu.shared", GPU_A + "::0", "Unknown"),),
                ("ml", "b"): (ResourceHealth("main", "nvidia.com/gpu.shared", GPU_A + "::1", "Healthy"),)}
-    allocations = build_mapping(devices).allocations
+    allocations = build_mapping(DEVICE_FORMS, devices).allocations
     assert device_health(devices, allocations, reports) == {GpuKey("UUID", GPU_A, ""): "healthy"}
     odd = {("ml", "a"): (ResourceHealth("main", "nvidia.com/gpu.shared", GPU_A + "::0", "Degraded"),)}
     assert device_health(devices, allocations, odd) == {GpuKey("UUID", GPU_A, ""): "unknown"}
@@ -188,7 +189,7 @@ def test_an_unsampled_device_is_named_alike_on_its_allocation_row_and_its_health
                ("ml", "i"): (ResourceHealth("main", "nvidia.com/gpu", "3", "Unhealthy"),),
                ("dra", "n"): (ResourceHealth("main", "claim:x", "gpu.nvidia.com/n/gpu-0", "Unhealthy"),),
                ("dra", "m"): (ResourceHealth("main", "claim:y", "gpu.nvidia.com/n/gpu-1", "Unhealthy"),)}
-    mapping = build_mapping(devices, context=_Context(reports))
+    mapping = build_mapping(DEVICE_FORMS, devices, context=_Context(reports))
     # No sample carried any of them (dcgm-exporter down): each row names its device by what its key gives.
     rows = [line for line in render_allocation_info(mapping, [], "kubernetes").splitlines()
             if line.startswith("pod_gpu_allocation_info{")]
@@ -234,7 +235,7 @@ def test_every_held_device_gets_a_status_unknown_when_its_holders_pod_status_say
                AllocatedDevice("ml", "q", "main", "nvidia.com/gpu", "4"),  # its pod status has no entry
                AllocatedDevice("ml", "r", "main", "nvidia.com/gpu", "5")]  # its pod is not in the store yet
     reports = {("ml", "a"): (ResourceHealth("main", "nvidia.com/gpu", "3", "Healthy"),), ("ml", "q"): ()}
-    allocations = build_mapping(devices).allocations
+    allocations = build_mapping(DEVICE_FORMS, devices).allocations
     assert device_health(devices, allocations, reports) == {
         GpuKey("gpu", "3", ""): "healthy", GpuKey("gpu", "4", ""): "unknown", GpuKey("gpu", "5", ""): "unknown"}
     # Without a fresh pod store (the API off, the watch failing too long) nothing is known: no series at all.

@@ -14,6 +14,7 @@ from exporter.sources.kubernetes.objects import Skipped
 from exporter.sources.kubernetes.stream import decode_object
 from exporter.sources.kubernetes.taint_rules import (MAX_RULES, VERSIONS, DeviceTaintRules, rule_check,
                                                      rule_resource, taint_rule)
+from exporter.vendors.nvidia.device_ids import DEVICE_FORMS
 
 DRIVER = "gpu.nvidia.com"
 GPU_A = "GPU-11111111-2222-3333-4444-555555555555"
@@ -89,7 +90,7 @@ def test_a_rule_without_a_taint_key_is_malformed():
 def test_rule_taints_join_the_slices_own_and_the_slice_is_unchanged():
     own = {"key": "gpu.nvidia.com/xid", "value": "79", "effect": "NoSchedule"}
     resource_slice = _slice([own])
-    dra = DraDevices(lambda namespace, name: None)
+    dra = DraDevices(lambda namespace, name: None, forms=DEVICE_FORMS)
     dra.replace([resource_slice])
     rules = DeviceTaintRules()
     assert dra.taints(rules.taints_for) == (DeviceTaint(GpuKey("UUID", GPU_A, ""), "gpu.nvidia.com/xid", "79",

@@ -6,9 +6,10 @@ import json
 
 import pytest
 
-from exporter.core.device_ids import dra_mig_placement, is_gpu_device, key_for_device
+from exporter.vendors.nvidia.device_ids import dra_mig_placement, is_gpu_device, key_for_device
 from exporter.core.identity import GpuIdentity, GpuKey, Owner
 from exporter.core.mapping import EMPTY_MAPPING, DraResolution, build_mapping
+from exporter.vendors.nvidia.device_ids import DEVICE_FORMS
 from support.devices import Device
 from support.fixtures import fixture_bytes
 from support.mapping_contexts import StaticContext
@@ -120,7 +121,7 @@ def test_which_devices_are_gpus(resource, device_id, dra, counted):
 
 
 def test_shared_gpu_owners_are_distinct_and_sorted_replicas_collapse():
-    mapping = build_mapping([
+    mapping = build_mapping(DEVICE_FORMS, [
         Device("team-b", "server", "main", "nvidia.com/gpu.shared", UUID + "::2"),
         Device("team-a", "server", "main", "nvidia.com/gpu.shared", UUID + "::0"),
         Device("team-a", "server", "main", "nvidia.com/gpu.shared", UUID + "::3"),
@@ -149,11 +150,11 @@ def test_mapping_does_not_depend_on_list_order():
         Device("c", "p3", "c", "nvidia.com/gpu.shared", UUID + "::0"),
         Device("d", "p4", "c", "nvidia.com/mig-1g.10gb", MIG_UUID),
     ]
-    assert build_mapping(devices) == build_mapping(list(reversed(devices)))
+    assert build_mapping(DEVICE_FORMS, devices) == build_mapping(DEVICE_FORMS, list(reversed(devices)))
 
 
 def test_unresolved_devices_are_listed_once_and_still_allocations():
-    mapping = build_mapping([
+    mapping = build_mapping(DEVICE_FORMS, [
         Device("ml", "a", "c", "nvidia.com/mig-1g.10gb", MIG_UUID),
         Device("ml", "b", "c", "nvidia.com/mig-1g.10gb", "0:1"),
         Device("ml", "c", "c", "gpu.nvidia.com", "gpu-0-mig-9-4-2", dra=True),
@@ -165,7 +166,7 @@ def test_unresolved_devices_are_listed_once_and_still_allocations():
 
 
 def test_resolver_makes_mig_uuid_an_instance_key():
-    mapping = build_mapping([Device("ml", "a", "c", "nvidia.com/mig-1g.10gb", MIG_UUID)],
+    mapping = build_mapping(DEVICE_FORMS, [Device("ml", "a", "c", "nvidia.com/mig-1g.10gb", MIG_UUID)],
                             resolve_mig=lambda device_id: (UUID, "13"))
     assert mapping.owners_for(GpuKey("UUID", UUID, "13")) == (Owner("ml", "a", "c"),)
     assert mapping.unresolved == ()
@@ -182,7 +183,7 @@ def test_a_real_mig_node_list_answer():
         for held in container["devices"]
         for device_id in held["device_ids"]
     ]
-    mapping = build_mapping(devices)
+    mapping = build_mapping(DEVICE_FORMS, devices)
     owner = Owner("testing", "ollama-76f687f4cd-xcvvp", "ollama")
     assert mapping.owners == {GpuKey("UUID", "GPU-be839661-c0f5-7452-284b-b875666df60c", ""): (owner,)}
     assert mapping.unresolved == ("MIG-GPU-be839661-c0f5-7452-284b-b875666df60c",)
@@ -245,7 +246,7 @@ def test_the_cluster_context_keys_dra_devices_leaves_monitors_out_and_adds_label
                      "gpu-2": DraResolution(False, None, True),  # a slice says: no sample is this device's
                      "gpu-3": DraResolution(True, None, False)},  # held through an adminAccess claim
         labels={("ml", "train"): (("workload", "train"),)})
-    mapping = build_mapping(iter(devices), context=cluster)  # any iterable: the context sees it too
+    mapping = build_mapping(DEVICE_FORMS, iter(devices), context=cluster)  # any iterable: the context sees it too
     assert mapping.owners == {
         GpuKey("device", "nvidia0", ""): (Owner("ml", "train", "c"),),  # known to no slice: the name rule
         GpuKey("UUID", UUID, "13"): (Owner("ml", "small", "c"),),
@@ -260,9 +261,9 @@ def test_the_cluster_context_keys_dra_devices_leaves_monitors_out_and_adds_label
 def test_a_context_without_labels_builds_the_kubelet_only_mapping():
     devices = [Device("ml", "a", "c", "nvidia.com/gpu", UUID),
                Device("ml", "b", "c", "gpu.nvidia.com", "gpu-1", dra=True)]
-    assert build_mapping(devices, context=Cluster()) == build_mapping(devices)
+    assert build_mapping(DEVICE_FORMS, devices, context=Cluster()) == build_mapping(DEVICE_FORMS, devices)
 
 
 def test_empty_mapping_has_nothing():
-    assert build_mapping([]) == EMPTY_MAPPING
+    assert build_mapping(DEVICE_FORMS, []) == EMPTY_MAPPING
     assert EMPTY_MAPPING.owners_for(GpuKey("UUID", UUID, "")) == ()

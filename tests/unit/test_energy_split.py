@@ -14,6 +14,7 @@ from exporter.vendors.nvidia.shares.energy import IDLE, NO_HOLDER, SPLIT, UNATTR
 from exporter.vendors.nvidia.shares.ledger import ShareLedger
 from exporter.vendors.nvidia.nvml.processes import DeviceProcesses
 from exporter.sources.procfs import ProcessOwner
+from exporter.vendors.nvidia.device_ids import DEVICE_FORMS
 from support.devices import Device
 
 UUID = "GPU-11111111-2222-3333-4444-555555555555"
@@ -37,7 +38,7 @@ def shares_of(entries, devices, pods=PODS):
         for pid in entry.memory_bytes:
             letter = "abcd"[pid // 100 - 1] if pid < 900 else None
             owners[pid] = None if letter is None else ProcessOwner(UIDS[letter], letter * 64)
-    return compute_shares(entries, build_mapping(devices), owners, pods)
+    return compute_shares(entries, build_mapping(DEVICE_FORMS, devices), owners, pods)
 
 
 @pytest.mark.parametrize("total,weights,parts", [

@@ -19,6 +19,7 @@ from exporter.collectors.catalogue import CATALOGUE
 from exporter.exposition.families import TELEMETRY
 from exporter.exposition.rewriter import Rewriter
 from exporter.exposition.text import escape_label_value
+from exporter.vendors.nvidia.device_ids import DEVICE_FORMS
 from support.devices import Device
 from support.fixtures import FIXTURES_DIR, fixture_bytes
 
@@ -42,7 +43,7 @@ BODY = (
 
 
 def rewrite(body, devices=(), style="kubernetes"):
-    mapping = build_mapping(devices) if devices else EMPTY_MAPPING
+    mapping = build_mapping(DEVICE_FORMS, devices) if devices else EMPTY_MAPPING
     return Rewriter(mapping, style).rewrite(body.encode() if isinstance(body, str) else body)
 
 
@@ -280,7 +281,7 @@ def test_escape_label_value_round_trips_through_a_parser(value):
 @settings(max_examples=300, deadline=None)
 @given(st.binary(max_size=400))
 def test_arbitrary_bytes_never_raise_and_output_is_utf8(body):
-    result = Rewriter(build_mapping([Device("n", "p", "c", "nvidia.com/gpu", "0")])).rewrite(body)
+    result = Rewriter(build_mapping(DEVICE_FORMS, [Device("n", "p", "c", "nvidia.com/gpu", "0")])).rewrite(body)
     text = result.text.decode("utf-8")
     assert result.malformed <= body.count(b"\n") + 1
     assert text == "" or text.endswith("\n")
@@ -310,7 +311,7 @@ def test_allocation_info_fills_identity_from_the_samples():
         Device("ml", "tiny", "c", "nvidia.com/mig-1g.10gb", "MIG-3a9c2f4e-1b2c-5d6e-8f90-123456789abc"),
         Device("gone", "p", "c", "nvidia.com/gpu", "GPU-not-on-this-node"),
     ]
-    mapping = build_mapping(devices)
+    mapping = build_mapping(DEVICE_FORMS, devices)
     result = Rewriter(mapping).rewrite(fixture_bytes(H100))
     info = render_allocation_info(mapping, result.identities, "kubernetes").splitlines()
     assert info[:2] == [
@@ -331,7 +332,7 @@ def test_allocation_info_fills_identity_from_the_samples():
 
 
 def test_allocation_info_in_legacy_style_and_empty_without_allocations():
-    mapping = build_mapping([Device("default", "cuda-job", "cuda", "nvidia.com/gpu", "0")])
+    mapping = build_mapping(DEVICE_FORMS, [Device("default", "cuda-job", "cuda", "nvidia.com/gpu", "0")])
     info = render_allocation_info(mapping, frozenset(), "legacy").splitlines()
     assert info[2] == ('pod_gpu_allocation_info{pod_name="cuda-job",pod_namespace="default",container_name="cuda",'
                        'resource="nvidia.com/gpu",device_id="0",gpu="0"} 1')  # no samples: the index it gives
@@ -379,7 +380,7 @@ def test_unusual_but_valid_text_is_kept_not_counted_as_malformed(line, expected)
 
 
 def test_new_values_for_the_same_series_are_refilled_into_the_last_rewrite():
-    mapping = build_mapping([Device("ns", "p", "c", "nvidia.com/gpu", "0")])
+    mapping = build_mapping(DEVICE_FORMS, [Device("ns", "p", "c", "nvidia.com/gpu", "0")])
     rewriter = Rewriter(mapping)
     body = "# TYPE DCGM_FI_DEV_GPU_UTIL gauge\nDCGM_FI_DEV_GPU_UTIL{gpu=\"0\",UUID=\"GPU-x\"} {}\n"
     first = rewriter.rewrite(body.replace("{}", "5").encode())
@@ -397,7 +398,7 @@ def test_new_values_for_the_same_series_are_refilled_into_the_last_rewrite():
     ('# HELP X some help', '# HELP X some \\q'),  # a comment is compared whole
 ])
 def test_bodies_the_template_must_not_refill_take_the_line_by_line_way(before, after):
-    mapping = build_mapping([Device("ns", "p", "c", "nvidia.com/gpu", "0")])
+    mapping = build_mapping(DEVICE_FORMS, [Device("ns", "p", "c", "nvidia.com/gpu", "0")])
     rewriter = Rewriter(mapping)
     rewriter.rewrite((before + "\n").encode())
     result = rewriter.rewrite((after + "\n").encode())
@@ -409,7 +410,7 @@ def test_bodies_the_template_must_not_refill_take_the_line_by_line_way(before, a
 def test_nul_bytes_in_owner_names_and_labels_are_refilled_like_any_text(owner_container, label):
     """An earlier template marked each value's place with a NUL byte and had to refuse bodies and
     owners that held one; the template now keeps fixed text and gaps apart, so they refill too."""
-    mapping = build_mapping([Device("ns", "p", owner_container, "nvidia.com/gpu", "0")])
+    mapping = build_mapping(DEVICE_FORMS, [Device("ns", "p", owner_container, "nvidia.com/gpu", "0")])
     rewriter = Rewriter(mapping)
     rewriter.rewrite(b'X{gpu="0",l="%s"} 1\n' % label.encode())
     result = rewriter.rewrite(b'X{gpu="0",l="%s"} 2\n' % label.encode())

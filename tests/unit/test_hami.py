@@ -6,10 +6,12 @@ import pytest
 
 from exporter.core import hami
 from exporter.core.allocated import allocated_gpus, count_offered
-from exporter.core.device_ids import key_for_device
+from exporter.vendors.nvidia.device_ids import key_for_device
 from exporter.core.identity import GpuKey, Owner
 from exporter.core.mapping import build_mapping
 from exporter.sources.kubelet import AllocatedDevice
+from exporter.vendors.nvidia.device_ids import DEVICE_FORMS
+from exporter.vendors.nvidia.figures import DCGM_FIGURES
 from support.mapping_contexts import StaticContext
 
 GPU_A = "GPU-0fc3eda5-e98b-a25b-5b0d-cf5c855d1448"
@@ -39,7 +41,7 @@ def test_a_replica_id_resolves_to_its_gpu_without_the_api():
 def test_replicas_count_per_gpu_as_time_slicing_ones_do():
     offered = [("nvidia.com/gpu", f"{GPU_A}-{i}") for i in range(10)] + [("nvidia.com/gpu", f"{GPU_B}-{i}")
                                                                           for i in range(10)]
-    assert count_offered(offered) == {("nvidia.com/gpu", GPU_A): 10, ("nvidia.com/gpu", GPU_B): 10}
+    assert count_offered(offered, DEVICE_FORMS) == {("nvidia.com/gpu", GPU_A): 10, ("nvidia.com/gpu", GPU_B): 10}
 
 
 def test_the_annotation_lists_every_container_in_spec_order():
@@ -97,35 +99,35 @@ def _devices(*ids, container="main"):
 def test_attribution_follows_the_annotation_not_the_kubelets_replica():
     # The kubelet picked a replica of GPU_A; HAMi's Allocate gave the container GPU_B.
     context = StaticContext(hami={("ml", "infer"): {"main": (hami.HamiDevice(GPU_B, 3000, 30),)}})
-    mapping = build_mapping(_devices(GPU_A + "-4"), context=context)
+    mapping = build_mapping(DEVICE_FORMS, _devices(GPU_A + "-4"), context=context)
     owner = Owner("ml", "infer", "main")
     assert mapping.owners == {GpuKey("UUID", GPU_B, ""): (owner,)}
     (allocation,) = mapping.allocations
     assert allocation.device_id == GPU_A + "-4" and allocation.hami == (3000, 30)
-    assert allocated_gpus(mapping.allocations) == {tuple(owner): 0.3}
+    assert allocated_gpus(mapping.allocations, DEVICE_FORMS) == {tuple(owner): 0.3}
 
 
 def test_several_gpus_of_one_container_pair_in_order_and_shares_add():
     given = (hami.HamiDevice(GPU_B, 3000, 50), hami.HamiDevice(GPU_A, 8000, 0))
     context = StaticContext(hami={("ml", "infer"): {"main": given}})
-    mapping = build_mapping(_devices(GPU_A + "-7", GPU_A + "-2"), context=context)
+    mapping = build_mapping(DEVICE_FORMS, _devices(GPU_A + "-7", GPU_A + "-2"), context=context)
     assert set(mapping.owners) == {GpuKey("UUID", GPU_A, ""), GpuKey("UUID", GPU_B, "")}
     owner = ("ml", "infer", "main")
-    assert allocated_gpus(mapping.allocations, gpu_memory_mib={GPU_A: 80000.0}) == {owner: 0.6}
+    assert allocated_gpus(mapping.allocations, DEVICE_FORMS, gpu_memory_mib={GPU_A: 80000.0}) == {owner: 0.6}
     # Without the GPU's memory, the memory-only device is of unknown share: the cores one still counts.
-    assert allocated_gpus(mapping.allocations) == {owner: 0.5}
+    assert allocated_gpus(mapping.allocations, DEVICE_FORMS) == {owner: 0.5}
 
 
 def test_without_an_assignment_the_kubelets_replica_is_used_and_split_as_offered():
-    mapping = build_mapping(_devices(GPU_A + "-4"), context=StaticContext())
+    mapping = build_mapping(DEVICE_FORMS, _devices(GPU_A + "-4"), context=StaticContext())
     assert mapping.owners == {GpuKey("UUID", GPU_A, ""): (Owner("ml", "infer", "main"),)}
     offered = {("nvidia.com/gpu", GPU_A): 10}
-    assert allocated_gpus(mapping.allocations, offered) == {("ml", "infer", "main"): 0.1}
+    assert allocated_gpus(mapping.allocations, DEVICE_FORMS, offered) == {("ml", "infer", "main"): 0.1}
 
 
 def test_a_container_whose_replica_count_differs_from_the_annotation_is_not_followed():
     context = StaticContext(hami={("ml", "infer"): {"main": (hami.HamiDevice(GPU_B, 3000, 30),)}})
-    mapping = build_mapping(_devices(GPU_A + "-1", GPU_A + "-2"), context=context)
+    mapping = build_mapping(DEVICE_FORMS, _devices(GPU_A + "-1", GPU_A + "-2"), context=context)
     assert set(mapping.owners) == {GpuKey("UUID", GPU_A, "")}
     assert all(not allocation.hami for allocation in mapping.allocations)
 
@@ -147,6 +149,6 @@ def test_a_gpus_memory_is_read_from_dcgm_exporters_framebuffer_fields():
 
     # Free + used + reserved of the whole GPU (a MIG instance's own line is not its GPU's); FB_TOTAL where
     # served (the legacy textfile's `uuid` label too); only the GPUs asked about.
-    assert framebuffer_mib(FB_SCRAPE, [GPU_A, GPU_B]) == {GPU_A: 80000.0, GPU_B: 46068.0}
-    assert framebuffer_mib(FB_SCRAPE, [GPU_B]) == {GPU_B: 46068.0}
-    assert framebuffer_mib(b"DCGM_FI_DEV_FB_FREE{UUID=\"%s\"} 5\n" % GPU_A.encode(), [GPU_A]) == {}  # no USED
+    assert framebuffer_mib(FB_SCRAPE, [GPU_A, GPU_B], DCGM_FIGURES) == {GPU_A: 80000.0, GPU_B: 46068.0}
+    assert framebuffer_mib(FB_SCRAPE, [GPU_B], DCGM_FIGURES) == {GPU_B: 46068.0}
+    assert framebuffer_mib(b"DCGM_FI_DEV_FB_FREE{UUID=\"%s\"} 5\n" % GPU_A.encode(), [GPU_A], DCGM_FIGURES) == {}  # no USED

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import re
 
 import pytest
@@ -21,6 +22,7 @@ from exporter.sources.kubernetes.labels import (
     extra_label_pairs,
     sanitise_label_name,
 )
+from exporter.vendors.nvidia.device_ids import DEVICE_FORMS
 
 UUID = "GPU-c2f76b33-7953-256e-8f33-1343419b1a1c"
 
@@ -76,9 +78,8 @@ def test_unknown_workload_leaves_out_both_workload_labels():
 def test_extras_follow_the_owner_labels_on_samples_and_allocation_info():
     devices = [AllocatedDevice("ml", "trainer-0", "main", "nvidia.com/gpu", UUID),
                AllocatedDevice("ml", "other", "main", "nvidia.com/gpu", "GPU-unseen")]
-    mapping = build_mapping(devices)
-    mapping = type(mapping)(mapping.owners, mapping.allocations, mapping.unresolved,
-                            {("ml", "trainer-0"): (("pod_uid", "u1"), ("label_team", "a"))})
+    mapping = build_mapping(DEVICE_FORMS, devices)
+    mapping = dataclasses.replace(mapping, extra_labels={("ml", "trainer-0"): (("pod_uid", "u1"), ("label_team", "a"))})
     body = f'DCGM_FI_DEV_GPU_UTIL{{gpu="0",UUID="{UUID}"}} 7\nDCGM_FI_DEV_GPU_UTIL{{gpu="1",UUID="GPU-idle"}} 0\n'
     result = Rewriter(mapping, "legacy").rewrite(body.encode())
     assert result.text.decode().splitlines() == [

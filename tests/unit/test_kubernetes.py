@@ -14,6 +14,7 @@ from exporter.sources.kubernetes.client import make_client
 from exporter.sources.kubernetes.context import KubernetesContext
 from exporter.sources.kubernetes.labels import LabelSpec
 from exporter.sources.kubernetes.watch import ListWatch
+from exporter.vendors.nvidia.device_ids import DEVICE_FORMS
 from support.fake_kube_api import FakeKubeApi, make_pod, write_kubeconfig
 from support.kube_scenario import NODE, POOL, UUID0, claim, resource_slice
 from support.waiting import wait_until
@@ -23,7 +24,7 @@ MIG_DEVICE = "gpu-0-mig-19-4-1"  # the driver's name: profile 19, placement star
 
 
 def context(api, tmp_path, spec=LabelSpec(), resolve_mig=None):
-    ctx = KubernetesContext(make_client(write_kubeconfig(str(tmp_path / "kubeconfig"), api.url)), NODE, spec)
+    ctx = KubernetesContext(make_client(write_kubeconfig(str(tmp_path / "kubeconfig"), api.url)), NODE, spec, DEVICE_FORMS)
     ctx.dra.resolve_mig = resolve_mig
     ctx.lifecycle.start()
     wait_until(lambda: ctx.lifecycle.up and ctx.lifecycle.slices_up)
@@ -62,7 +63,7 @@ def test_dra_mig_device_matched_through_its_slice_and_nvml(api, tmp_path):
     ctx = context(api, tmp_path, resolve_mig=nvml)
     try:
         wait_until(lambda: ctx.dra.resolve("gpu.nvidia.com", POOL, MIG_DEVICE, "ml/small").known)
-        mapping = build_mapping(devices, context=ctx.mapping)
+        mapping = build_mapping(DEVICE_FORMS, devices, context=ctx.mapping)
     finally:
         ctx.lifecycle.stop()
     assert mapping.owners_for(GpuKey("UUID", UUID0, "13"))[0].pod == "small-a"
@@ -74,7 +75,7 @@ def test_dra_mig_device_without_nvml_is_unresolved_not_guessed(api, tmp_path):
     ctx = context(api, tmp_path)
     try:
         wait_until(lambda: ctx.dra.resolve("gpu.nvidia.com", POOL, MIG_DEVICE, "ml/small").known)
-        mapping = build_mapping(devices, context=ctx.mapping)
+        mapping = build_mapping(DEVICE_FORMS, devices, context=ctx.mapping)
     finally:
         ctx.lifecycle.stop()
     assert mapping.owners == {} and mapping.unresolved == (MIG_DEVICE,)
@@ -88,7 +89,7 @@ def test_resource_slices_and_claims_fall_back_to_v1beta1(api, tmp_path):
     ctx = context(api, tmp_path, resolve_mig=lambda _: (UUID0, "13"))
     try:
         assert ctx.dra.resolve("gpu.nvidia.com", POOL, MIG_DEVICE, "other/none").key == GpuKey("UUID", UUID0, "13")
-        assert build_mapping(devices, context=ctx.mapping).allocations == ()  # its claim has adminAccess (v1beta1 fields)
+        assert build_mapping(DEVICE_FORMS, devices, context=ctx.mapping).allocations == ()  # its claim has adminAccess (v1beta1 fields)
     finally:
         ctx.lifecycle.stop()
 
@@ -100,7 +101,7 @@ def test_a_claim_read_is_bounded_in_time_and_size_so_the_refresh_goes_on(api, tm
     device = mig_slice_and_claim(api)[0]
     api.put("resource.k8s.io/v1", "resourceclaims", claim("ml", "small", MIG_DEVICE, admin=True))
     api.hostile_gets["resourceclaims"] = behaviour
-    ctx = KubernetesContext(make_client(write_kubeconfig(str(tmp_path / "kubeconfig"), api.url)), NODE, LabelSpec(),
+    ctx = KubernetesContext(make_client(write_kubeconfig(str(tmp_path / "kubeconfig"), api.url)), NODE, LabelSpec(), DEVICE_FORMS,
                             read_seconds=1.0)
     ctx.lifecycle.start()
     try:
@@ -232,7 +233,7 @@ def test_failing_workload_lookups_stay_within_the_cache_bound(api, tmp_path, log
     for n in range(jobs):
         api.put("v1", "pods", make_pod("batch", f"job-{n}-pod", NODE, owner=("Job", f"job-{n}")))
     client = make_client(write_kubeconfig(str(tmp_path / "kubeconfig"), api.url))
-    ctx = KubernetesContext(client, NODE, LabelSpec(workload=True), clock=lambda: 1000.0,  # no retry is due
+    ctx = KubernetesContext(client, NODE, LabelSpec(workload=True), DEVICE_FORMS, clock=lambda: 1000.0,  # no retry is due
                             read_owners=get_forbidden)
     ctx.lifecycle.start()
     try:
@@ -260,7 +261,7 @@ def test_queue_labels_stay_on_when_owner_reads_are_injected(api, tmp_path):
     api.put("v1", "pods", make_pod("ml", "train-0", NODE, owner=("Job", "train")))
     job = {"labels": {"kueue.x-k8s.io/queue-name": "lq-train"}, "ownerReferences": []}
     client = make_client(write_kubeconfig(str(tmp_path / "kubeconfig"), api.url))
-    ctx = KubernetesContext(client, NODE, LabelSpec(workload=True, queue=True),
+    ctx = KubernetesContext(client, NODE, LabelSpec(workload=True, queue=True), DEVICE_FORMS,
                             read_owners=lambda version, kind, namespace, name: job)
     ctx.lifecycle.start()
     try:
@@ -293,7 +294,7 @@ def test_an_extended_resource_claim_is_split_by_request_subrequests_and_sharers_
     ctx = context(api, tmp_path)
     try:
         wait_until(lambda: ctx.store.get(("ml", "p")) is not None and ctx.dra.resolve("gpu.nvidia.com", POOL, "gpu-5", "").known)
-        mapping = build_mapping(devices, context=ctx.mapping)
+        mapping = build_mapping(DEVICE_FORMS, devices, context=ctx.mapping)
     finally:
         ctx.lifecycle.stop()
     held = {(a.owner.container, a.resource, a.device_id) for a in mapping.allocations}

@@ -10,6 +10,7 @@ from exporter.core.mapping import build_mapping
 from exporter.exposition.allocation import render_allocation_info
 from exporter.exposition.label_limit import LabelLimit
 from exporter.exposition.rewriter import Rewriter
+from exporter.vendors.nvidia.device_ids import DEVICE_FORMS
 from support.devices import Device
 
 UUID0 = "GPU-be839661-c0f5-7452-284b-b875666df60c"
@@ -19,7 +20,7 @@ EXTRAS = (("pod_uid", "u-1"), ("workload_kind", "Deployment"), ("workload", "web
 
 
 def _mapping(holders=("a",)):
-    mapping = build_mapping([Device("ns", pod, "main", "nvidia.com/gpu.shared", f"{UUID0}::{index}")
+    mapping = build_mapping(DEVICE_FORMS, [Device("ns", pod, "main", "nvidia.com/gpu.shared", f"{UUID0}::{index}")
                              for index, pod in enumerate(holders)])
     return dataclasses.replace(mapping, extra_labels={("ns", pod): EXTRAS for pod in holders})
 

@@ -18,6 +18,7 @@ from exporter.exposition.rewriter import Rewriter
 from exporter.exposition.series import SeriesBuilder
 from exporter.exposition.streamed import rewrite_streamed
 from exporter.sources.kubelet import AllocatedDevice
+from exporter.vendors.nvidia.device_ids import DEVICE_FORMS
 from support.exposition_strategies import SETTINGS, UUIDS, assert_no_duplicates, escape, output_samples
 from support.scrape_checks import assert_parses
 
@@ -52,7 +53,7 @@ def node(draw):
     whose label sets hold any of the names the exporter adds, and dcgm-exporter's per-pod copies."""
     pods = draw(st.lists(st.sampled_from(["a", "b", "c"]), min_size=1, max_size=3, unique=True))
     devices = [AllocatedDevice("ml", pod, "main", "nvidia.com/gpu.shared", f"{SHARED}::{i}") for i, pod in enumerate(pods)]
-    mapping = build_mapping(devices)
+    mapping = build_mapping(DEVICE_FORMS, devices)
     mapping = dataclasses.replace(mapping, extra_labels={("ml", pod): draw(extras()) for pod in pods})
     lines: List[str] = []
     for family in draw(st.lists(st.sampled_from(["DCGM_FI_DEV_FB_USED", "DCGM_FI_DEV_SM_CLOCK", "other"]),

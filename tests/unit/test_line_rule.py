@@ -13,6 +13,7 @@ from exporter.exposition.metadata import FamilyRecord
 from exporter.exposition.rewriter import Rewriter
 from exporter.exposition.series import SeriesBuilder
 from exporter.exposition.streamed import rewrite_streamed
+from exporter.vendors.nvidia.device_ids import DEVICE_FORMS
 from support.devices import Device
 
 UUID0 = "GPU-be839661-c0f5-7452-284b-b875666df60c"
@@ -62,7 +63,7 @@ LINES: List[bytes] = (
 
 
 def mapping():
-    return build_mapping(DEVICES)
+    return build_mapping(DEVICE_FORMS, DEVICES)
 
 
 def by_the_rule(line: bytes) -> Optional[List[str]]:

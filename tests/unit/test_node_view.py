@@ -24,6 +24,8 @@ from exporter.web.node_view import NodeInputs, build_node_view
 from exporter.web.page_parts import AFTER_GPUS, WITH_UNHELD
 from exporter.web.scrape import Scraper
 from exporter.web.service import App
+from exporter.vendors.nvidia.device_ids import DEVICE_FORMS
+from exporter.vendors.nvidia.figures import DCGM_FIGURES
 
 A, B, C = ("GPU-aaaaaaaa-0000-0000-0000-00000000000a", "GPU-bbbbbbbb-0000-0000-0000-00000000000b",
            "GPU-cccccccc-0000-0000-0000-00000000000c")
@@ -45,7 +47,7 @@ def _mapping():
                AllocatedDevice("inference", "llm-a", "vllm", "nvidia.com/gpu.shared", f"{A}::1"),
                AllocatedDevice("inference", "llm-b", "vllm", "nvidia.com/gpu.shared", f"{A}::2"),
                AllocatedDevice("ml", "trainer", "pytorch", "nvidia.com/gpu", B)]
-    mapping = build_mapping(devices, offered={("nvidia.com/gpu.shared", A): 4})
+    mapping = build_mapping(DEVICE_FORMS, devices, offered={("nvidia.com/gpu.shared", A): 4})
     health = DeviceHealth({GpuKey("UUID", B, ""): "unhealthy", GpuKey("UUID", A, ""): "healthy"},
                           (DeviceTaint(GpuKey("UUID", C, ""), "gpu.nvidia.com/unmonitored", "", "None"),))
     return dataclasses.replace(mapping, device_health=health)
@@ -55,7 +57,7 @@ def _inputs(body=None, shares=None, lost=frozenset()) -> NodeInputs:
     """The page's inputs, with the shares and the lost GPUs as their collectors hand them to the page."""
     parts = ((("process_shares", shares_page_part(shares)),) if shares else ()) + (
         (("xid_events", lost_page_part(lost)),) if lost else ())
-    return NodeInputs(Snapshot(_mapping(), True, 1.0), body is not None, read_device_figures(body) if body else {},
+    return NodeInputs(Snapshot(_mapping(), True, 1.0), body is not None, read_device_figures(body, DCGM_FIGURES) if body else {},
                       parts)
 
 
@@ -132,7 +134,7 @@ def _app(path, kubelet: _Kubelet, sections=()) -> App:
     config = parse_config(["--dcgm.file", str(path), "--kubernetes.api", "off"], {})
     registry = Registry(config)
     hub = registry.prepare()
-    attribution = Attribution(kubelet.list_devices, refresh_interval_seconds=60, max_age_seconds=600)
+    attribution = Attribution(kubelet.list_devices, DEVICE_FORMS, refresh_interval_seconds=60, max_age_seconds=600)
     attribution.refresh()
     registry.build(attribution, LabelLimit(None))
     scraper = Scraper(hub.upstream, attribution, "kubernetes", [*sections, StatusSection(NVIDIA.status)])
@@ -143,7 +145,7 @@ def test_the_page_reads_the_scrapers_last_answer_and_never_fetches(tmp_path):
     path = tmp_path / "dcgm.prom"
     path.write_bytes(_body())
     kubelet = _Kubelet([AllocatedDevice("ml", "trainer", "pytorch", "nvidia.com/gpu", B)])
-    app = _app(path, kubelet, [AllocationSection("kubernetes", None, lambda: True)])
+    app = _app(path, kubelet, [AllocationSection("kubernetes", None, lambda: True, DCGM_FIGURES)])
     before = app.index_page().decode()
     assert "no scrape yet" in before and "NVIDIA H100" not in before
     path.unlink()  # a page view that read the file now would find none

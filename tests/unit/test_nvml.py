@@ -14,6 +14,7 @@ from exporter.core.mapping import build_mapping
 from exporter.exposition.rewriter import Rewriter
 from exporter.vendors.nvidia.nvml.library import make_mig_resolver
 from exporter.vendors.nvidia.nvml.mig import NvmlMigResolver
+from exporter.vendors.nvidia.device_ids import DEVICE_FORMS
 from support.clocks import ManualClock
 from support.devices import Device
 from support.nvml_binding import FakeNvml, NVMLError
@@ -100,9 +101,9 @@ def test_refreshes_resolve_through_the_cache_and_attribute_instance_samples():
         Device("ml", "small-a", "c", "nvidia.com/mig-1g.10gb", MIG_A),
         Device("ml", "small-b", "c", "nvidia.com/mig-1g.10gb", MIG_B + "::1"),
     ]
-    first = build_mapping(devices, resolver)
+    first = build_mapping(DEVICE_FORMS, devices, resolver)
     for _ in range(3):  # later refreshes of the same node
-        assert build_mapping(devices, resolver) == first
+        assert build_mapping(DEVICE_FORMS, devices, resolver) == first
     assert nvml.calls.count("nvmlDeviceGetHandleByUUID") == 2 and nvml.calls.count("nvmlInit") == 1
     assert first.owners == {
         GpuKey("UUID", PARENT, "13"): (Owner("ml", "small-a", "c"),),

@@ -6,6 +6,7 @@ import threading
 
 from exporter.core.mapping import build_mapping
 from exporter.vendors.nvidia.nvml.library import LazyMigResolver
+from exporter.vendors.nvidia.device_ids import DEVICE_FORMS
 from support.devices import Device
 from support.nvml_binding import FakeNvml
 
@@ -16,7 +17,7 @@ MIG = "MIG-3a9c2f4e-1b2c-5d6e-8f90-123456789abc"
 def test_nothing_is_opened_or_logged_until_a_mig_uuid_is_looked_up(log_stream):
     nvml = FakeNvml({MIG: (PARENT, 7)})
     resolver = LazyMigResolver(nvml)
-    mapping = build_mapping([Device("ml", "a", "c", "nvidia.com/gpu", PARENT)], resolver)  # no MIG-<uuid>
+    mapping = build_mapping(DEVICE_FORMS, [Device("ml", "a", "c", "nvidia.com/gpu", PARENT)], resolver)  # no MIG-<uuid>
     assert mapping.allocations and nvml.calls == [] and log_stream.getvalue() == ""
     assert resolver(MIG) == (PARENT, "7") and resolver(MIG) == (PARENT, "7")
     # opened once, looked up once: the second answer comes from the cache

@@ -17,6 +17,8 @@ from exporter.vendors.nvidia.dcgm.file_source import FileSource
 from exporter.vendors.nvidia.dcgm.options import DcgmFileOptions
 from exporter.sources.kubelet import AllocatedDevice
 from exporter.web.scrape import ScrapeBody, Scraper
+from exporter.vendors.nvidia.device_ids import DEVICE_FORMS
+from exporter.vendors.nvidia.figures import DCGM_FIGURES
 from support.fixtures import fixture_bytes
 
 L4 = fixture_bytes("dcgm/l4-aws-gpu-operator-default-counters.prom")
@@ -38,9 +40,9 @@ def node(tmp_path):
     path = tmp_path / "dcgm.prom"
     path.write_bytes(L4)
     kubelet = Kubelet([AllocatedDevice("ml", "trainer-0", "pytorch", "nvidia.com/gpu", L4_UUID)])
-    attribution = Attribution(kubelet.list_devices, refresh_interval_seconds=60, max_age_seconds=600)
+    attribution = Attribution(kubelet.list_devices, DEVICE_FORMS, refresh_interval_seconds=60, max_age_seconds=600)
     attribution.refresh()
-    sections = [AllocationSection("kubernetes", None, lambda: True), StatusSection(NVIDIA.status)]
+    sections = [AllocationSection("kubernetes", None, lambda: True, DCGM_FIGURES), StatusSection(NVIDIA.status)]
     return path, kubelet, attribution, Scraper(FileSource(DcgmFileOptions(str(path))), attribution, "kubernetes",
                                                sections)
 
@@ -103,7 +105,7 @@ def test_new_hpc_jobs_are_served_at_once_without_rewriting_the_body(node):
     jobs = [HpcJobs((HpcJob("0", "", "7001"),))]
     hpc = HpcJobsSection(lambda: jobs[0], lambda: SectionState(True, 0.0))
     scraper = Scraper(FileSource(DcgmFileOptions(str(path))), attribution, "kubernetes",
-                      [AllocationSection("kubernetes", None, lambda: True), hpc, StatusSection(NVIDIA.status)])
+                      [AllocationSection("kubernetes", None, lambda: True, DCGM_FIGURES), hpc, StatusSection(NVIDIA.status)])
     assert b'hpc_job="7001"' in scraper.scrape()
     jobs[0] = HpcJobs((HpcJob("0", "", "7002"),), 1)
     answer = scraper.scrape()

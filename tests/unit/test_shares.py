@@ -8,6 +8,7 @@ from exporter.vendors.nvidia.shares.compute import PodContainers, Shares, comput
 from exporter.vendors.nvidia.shares.render import render_shares
 from exporter.vendors.nvidia.nvml.processes import DeviceProcesses
 from exporter.sources.procfs import ProcessOwner
+from exporter.vendors.nvidia.device_ids import DEVICE_FORMS
 from support.devices import Device
 
 UUID = "GPU-11111111-2222-3333-4444-555555555555"
@@ -27,7 +28,7 @@ def process_of(name: str, container_id: str = "") -> ProcessOwner:
 
 
 def time_sliced(*names: str):
-    return build_mapping([Device("ml", f"pod-{n}", "main", "nvidia.com/gpu", f"{UUID}::{i}") for i, n in enumerate(names)])
+    return build_mapping(DEVICE_FORMS, [Device("ml", f"pod-{n}", "main", "nvidia.com/gpu", f"{UUID}::{i}") for i, n in enumerate(names)])
 
 
 def as_table(shares: Shares):
@@ -59,7 +60,7 @@ def test_a_container_of_a_holding_pod_that_does_not_hold_the_gpu_gets_nothing():
 
 
 def test_mig_instance_shared_by_two_pods_has_no_sm_series():
-    mapping = build_mapping([Device("ml", "pod-a", "main", "nvidia.com/mig-1g.10gb", f"MIG-GPU-{UUID[4:]}/3/0::0"),
+    mapping = build_mapping(DEVICE_FORMS, [Device("ml", "pod-a", "main", "nvidia.com/mig-1g.10gb", f"MIG-GPU-{UUID[4:]}/3/0::0"),
                              Device("ml", "pod-b", "main", "nvidia.com/mig-1g.10gb", f"MIG-GPU-{UUID[4:]}/3/0::1")])
     device = DeviceProcesses(MIG, {10: 1 << 30, 11: 1 << 20}, None)
     shares = compute_shares([device], mapping, {10: process_of("a"), 11: process_of("b")}, PODS)
@@ -74,14 +75,14 @@ def test_holders_are_found_through_every_device_id_form():
     device = GpuIdentity(UUID, "2", "nvidia5", "")
     for device_id, resource in ((UUID, "nvidia.com/gpu"), ("2", "nvidia.com/gpu"), ("nvidia5", "nvidia.com/gpu"),
                                 ("nvidia5/vgpu1", "nvidia.com/gpu")):
-        mapping = build_mapping([Device("ml", "pod-a", "main", resource, device_id)])
+        mapping = build_mapping(DEVICE_FORMS, [Device("ml", "pod-a", "main", resource, device_id)])
         assert mapping.owners_of(device) == (holder("a"),), device_id
-    assert build_mapping([Device("ml", "pod-a", "main", "nvidia.com/gpu", "3")]).owners_of(device) == ()
+    assert build_mapping(DEVICE_FORMS, [Device("ml", "pod-a", "main", "nvidia.com/gpu", "3")]).owners_of(device) == ()
 
 
 def test_an_unheld_device_has_no_share_series_but_counts_its_processes_and_their_memory():
     device = DeviceProcesses(GPU, {10: 100, 11: 5}, {10: 0.1})
-    shares = compute_shares([device], build_mapping([]), {10: None, 11: process_of("x")}, PODS)
+    shares = compute_shares([device], build_mapping(DEVICE_FORMS, []), {10: None, 11: process_of("x")}, PODS)
     assert shares.holders == () and shares.unattributed == ((GPU, 2),)
     labels = f'UUID="{UUID}",gpu="0"'
     assert render_shares(shares, "kubernetes") == (

@@ -11,6 +11,7 @@ from exporter.core.mapping import build_mapping
 from exporter.vendors.nvidia.shares.compute import PodContainers
 from exporter.vendors.nvidia.shares.process_shares import ProcessShares, ProcessSharesOptions
 from exporter.vendors.nvidia.nvml.library import open_nvml
+from exporter.vendors.nvidia.device_ids import DEVICE_FORMS
 from support.clocks import ManualClock
 from support.devices import Device
 from support.proc_tree import ProcTree
@@ -20,7 +21,7 @@ UUID = "GPU-11111111-2222-3333-4444-555555555555"
 UID = "0f5c8a12-3b4d-4e6f-8a9b-0c1d2e3f4a5b"
 CID = "ab" * 32
 PODS = {UID: PodContainers("ml", "a", {CID: "main"})}
-MAPPING = build_mapping([Device("ml", "a", "main", "nvidia.com/gpu", UUID + "::0"),
+MAPPING = build_mapping(DEVICE_FORMS, [Device("ml", "a", "main", "nvidia.com/gpu", UUID + "::0"),
                          Device("ml", "b", "main", "nvidia.com/gpu", UUID + "::1")])
 MEMORY_A = f'pod_gpu_container_memory_used_bytes{{UUID="{UUID}",gpu="0",namespace="ml",pod="a",container="main"}}'
 UNATTRIBUTED = f'pod_gpu_exporter_unattributed_processes{{UUID="{UUID}",gpu="0"}}'

@@ -16,6 +16,7 @@ from exporter.exposition.rewriter import STREAM_MIN_BYTES, STREAM_MIN_LINES, Rew
 from exporter.exposition.series import SeriesBuilder
 from exporter.exposition.streamed import rewrite_streamed
 from exporter.sources.kubelet import AllocatedDevice
+from exporter.vendors.nvidia.device_ids import DEVICE_FORMS
 from support.exposition_strategies import SETTINGS, families, mappings, styles
 
 
@@ -67,7 +68,7 @@ def test_streamed_equals_line_by_line_on_any_bytes(data, mapping, style, slice_b
 
 def test_a_body_past_the_line_limit_takes_the_streamed_way_and_keeps_no_template():
     uuid = "GPU-c2f76b33-7953-256e-8f33-1343419b1a1c"
-    mapping = build_mapping([AllocatedDevice("ns", "p", "c", "nvidia.com/gpu", uuid)])
+    mapping = build_mapping(DEVICE_FORMS, [AllocatedDevice("ns", "p", "c", "nvidia.com/gpu", uuid)])
     lines = [f'm{{UUID="{uuid}",i="{number}"}} {number}' for number in range(STREAM_MIN_LINES + 1)]
     body = ("\n".join(lines) + "\n").encode()
     owners = 'namespace="ns",pod="p",container="c"'
@@ -93,7 +94,7 @@ def large_body(label_sets: int, value: int) -> bytes:
 
 def test_a_large_body_whose_lines_share_label_sets_keeps_per_line_state_and_refills():
     """Like a 25,600-series dcgm-exporter node (6 MB, one label set per GPU or MIG instance)."""
-    mapping = build_mapping([AllocatedDevice("ns", "p", "c", "nvidia.com/gpu", "0")])
+    mapping = build_mapping(DEVICE_FORMS, [AllocatedDevice("ns", "p", "c", "nvidia.com/gpu", "0")])
     rewriter = Rewriter(mapping)
     with KeptBlocks() as kept:
         rewriter.rewrite(large_body(256, 1))
@@ -105,7 +106,7 @@ def test_a_large_body_whose_lines_share_label_sets_keeps_per_line_state_and_refi
 
 def test_a_large_body_of_unique_label_sets_is_streamed_after_all():
     """Like kube-state-metrics behind a wrong --dcgm.url: ~1 KiB more a line for its label sets."""
-    mapping = build_mapping([AllocatedDevice("ns", "p", "c", "nvidia.com/gpu", "0")])
+    mapping = build_mapping(DEVICE_FORMS, [AllocatedDevice("ns", "p", "c", "nvidia.com/gpu", "0")])
     rewriter = Rewriter(mapping)
     with KeptBlocks() as kept:
         result = rewriter.rewrite(large_body(20_000, 1))

@@ -13,6 +13,7 @@ from exporter.exposition.rewriter import Rewriter
 from exporter.exposition.line_rule import are_plain_values
 from exporter.exposition.text import VALUE, is_finite_or_inf
 from exporter.sources.kubelet import AllocatedDevice as Device
+from exporter.vendors.nvidia.device_ids import DEVICE_FORMS
 
 # Every character the fast decimal check and the regular expression treat differently, so that
 # hypothesis builds values near each boundary: digits, dots, signs, exponents, inf/nan letters, blanks.
@@ -40,7 +41,7 @@ def test_the_decimal_shortcut_refuses_what_is_not_one_decimal():
         assert are_plain_values(tuple(good)), good
 
 
-MAPPING = build_mapping([Device("ns", "p", "c", "nvidia.com/gpu", "0")])
+MAPPING = build_mapping(DEVICE_FORMS, [Device("ns", "p", "c", "nvidia.com/gpu", "0")])
 
 
 def body(value: int, timestamp: int = 0) -> bytes:

@@ -8,6 +8,7 @@ from exporter.vendors.nvidia.shares.compute import NOT_HOLDER, PodContainers, co
 from exporter.vendors.nvidia.shares.render import render_shares, render_unallocated
 from exporter.vendors.nvidia.nvml.processes import DeviceProcesses
 from exporter.sources.procfs import ProcessOwner
+from exporter.vendors.nvidia.device_ids import DEVICE_FORMS
 from support.devices import Device
 from support.share_invariants import check_unallocated_breakdown, parse_samples
 
@@ -25,7 +26,7 @@ def process_of(name: str, container: str = "main") -> ProcessOwner:
 
 
 def held_by_a():
-    return build_mapping([Device("ml", "pod-a", "main", "nvidia.com/gpu", UUID)])
+    return build_mapping(DEVICE_FORMS, [Device("ml", "pod-a", "main", "nvidia.com/gpu", UUID)])
 
 
 def not_holder(shares):
@@ -71,7 +72,7 @@ def test_scaled_sm_is_split_again_so_the_breakdown_still_adds_up_exactly():
 
 
 def test_mig_instances_have_memory_only_and_holders_are_never_in_the_breakdown():
-    mapping = build_mapping([Device("ml", "pod-a", "main", "nvidia.com/mig-1g.10gb", f"MIG-GPU-{UUID[4:]}/3/0")])
+    mapping = build_mapping(DEVICE_FORMS, [Device("ml", "pod-a", "main", "nvidia.com/mig-1g.10gb", f"MIG-GPU-{UUID[4:]}/3/0")])
     device = DeviceProcesses(MIG, {10: 1 << 30, 20: 1 << 20}, None)
     shares = compute_shares([device], mapping, {10: process_of("a"), 20: process_of("x")}, PODS)
     assert table(shares) == {("pod-x", "main"): (1 << 20, None, 1)}

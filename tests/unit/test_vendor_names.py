@@ -19,16 +19,6 @@ PACKAGE_ROOT = Path(__file__).resolve().parents[2] / "exporter"
 VENDOR_WORDS = re.compile(r"nvidia|dcgm|nvml|DCGM_FI|xid|amd|rocm", re.IGNORECASE)
 OUTSIDE_THE_RULE = ("vendors", "demo", "top", "_gen")
 
-# What still names NVIDIA outside its package, one module each with what is left; the test fails when
-# a module here is clean (take it off) as when any module not here names a vendor.
-NOT_YET_MOVED: Dict[str, str] = {
-    "core/device_ids.py": "NVIDIA's kubelet resource names, GKE and MIG device-ID forms and DRA driver name",
-    "core/allocated.py": "NVIDIA's MIG resource name and GKE MIG device IDs, for a MIG instance's share of its GPU",
-    "core/attribution.py": "a warning that names dcgm samples (tests read it)",
-    "exposition/device_figures.py": "dcgm-exporter's names of utilisation, memory and power, for the node page",
-    "exposition/gpu_memory.py": "dcgm-exporter's framebuffer field names, for HAMi's memory shares",
-    "web/node_page.py": "the node page's words for a lost GPU and unresolved devices",
-}
 HPC_PACKAGE = "collectors/hpc_jobs"
 HPC_WORD = re.compile(r"hpc", re.IGNORECASE)
 
@@ -70,22 +60,16 @@ def modules_naming(root: Path, word: re.Pattern) -> Dict[str, List[Tuple[int, st
 
 
 def test_no_module_outside_a_vendors_package_names_a_vendor():
+    """The core (device forms, figures, identity labels, log lines and the node page's words included)
+    takes every vendor word from the vendor it is handed: no module outside the rule's folders names one."""
     found = modules_naming(PACKAGE_ROOT, VENDOR_WORDS)
-    unexpected = {module: naming[:3] for module, naming in found.items() if module not in NOT_YET_MOVED}
-    assert not unexpected, f"vendor names outside exporter/vendors/: {unexpected}"
-    cleaned = sorted(set(NOT_YET_MOVED) - set(found))
-    assert not cleaned, f"these name no vendor any more: take them off NOT_YET_MOVED: {cleaned}"
+    assert not found, f"vendor names outside exporter/vendors/: { {module: naming[:3] for module, naming in found.items()} }"
 
 
-def test_the_framework_itself_names_no_vendor():
-    """app, cli, config, the web layer but the node page, exposition but the figures it reads, and the
-    collectors' framework: clean already, with no exception."""
-    framework = ("app.py", "cli.py", "config.py", "web/", "exposition/", "collectors/")
-    found = modules_naming(PACKAGE_ROOT, VENDOR_WORDS)
-    naming = sorted(module for module in found if module.startswith(framework) and module not in NOT_YET_MOVED)
-    assert naming == []
-    assert {module for module in NOT_YET_MOVED if module.startswith(framework)} <= {
-        "web/node_page.py", "exposition/device_figures.py", "exposition/gpu_memory.py"}
+def test_the_vendors_package_is_where_the_names_are():
+    """The rule's reading finds the vendor's words where they belong: the check reads real code."""
+    found = modules_naming(PACKAGE_ROOT / "vendors", VENDOR_WORDS)
+    assert {"nvidia/device_ids.py", "nvidia/figures.py", "nvidia/mig_shares.py"} <= set(found)
 
 
 def hpc_outside_its_package(root: Path) -> Dict[str, List[Tuple[int, str]]]:

@@ -14,6 +14,7 @@ from exporter.sources.kubernetes.labels import LabelSpec
 from exporter.sources.kubernetes.stream import MAX_ANSWER_BYTES, AnswerRefused
 from exporter.sources.kubernetes.workloads import (MAX_DEPTH, MetadataReader,
                                                    NotServed, OwnerRef, Workloads)
+from exporter.vendors.nvidia.device_ids import DEVICE_FORMS
 from support.fake_kube_api import FakeKubeApi, owner_reference, write_kubeconfig
 from support.raw_tcp import RawTcpServer
 
@@ -174,7 +175,7 @@ def _raised(call, *args):
 
 def test_a_failed_owner_read_asks_discovery_once(api, tmp_path):
     context = KubernetesContext(make_client(write_kubeconfig(str(tmp_path / "kubeconfig"), api.url)), "node-a",
-                                LabelSpec(workload=True))
+                                LabelSpec(workload=True), DEVICE_FORMS)
     assert context.workloads.of("ml", "p", OwnerRef("ray.io/v1", "RayJob", "j")) == ("RayJob", "j")  # not served
     assert api.request_count("discover") == 1  # the failure's message names the kind from what is known
 

@@ -10,6 +10,7 @@ from exporter.core.mapping import Mapping
 from exporter.vendors.nvidia.shares.xid_counters import XidCounters
 from exporter.sources.kubelet import AllocatedDevice
 from exporter.vendors.nvidia.nvml.events import EventsStatus, XidEvent
+from exporter.vendors.nvidia.device_ids import DEVICE_FORMS
 from support.clocks import ManualClock
 
 GPU0 = "GPU-11111111-2222-3333-4444-555555555555"
@@ -70,7 +71,7 @@ def test_a_kubelet_outage_past_the_mapping_max_age_forgets_no_holder_nor_resets_
             raise KubeletError("kubelet gone", reason="unavailable")
         return list(devices)
 
-    attribution = Attribution(list_devices, refresh_interval_seconds=5, max_age_seconds=5, clock=clock)
+    attribution = Attribution(list_devices, DEVICE_FORMS, refresh_interval_seconds=5, max_age_seconds=5, clock=clock)
     counters = XidCounters(attribution.mapping_in_use, lambda: UP, "kubernetes", retention_seconds=60, clock=clock)
     attribution.refresh()
     counters.record(XidEvent(WHOLE0, "79"))

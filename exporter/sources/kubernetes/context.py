@@ -8,6 +8,7 @@ from __future__ import annotations
 import time
 from typing import Callable
 
+from exporter.core.device_ids import DeviceForms
 from exporter.sources.kubernetes.dra import DraDevices, read_claim
 from exporter.sources.kubernetes.extra_labels import ExtraLabels
 from exporter.sources.kubernetes.freshness import Freshness
@@ -40,7 +41,7 @@ class KubernetesContext:
     and `pod_index` (the pods, for the per-process shares).
     """
 
-    def __init__(self, client, node_name: str, spec: LabelSpec, grace_seconds: float = 60.0,
+    def __init__(self, client, node_name: str, spec: LabelSpec, forms: DeviceForms, grace_seconds: float = 60.0,
                  resolve_mig=None, clock: Callable[[], float] = time.monotonic, read_owners=None,
                  watch_silence_seconds: float = WATCH_SILENCE_SECONDS, read_seconds: float = ANSWER_SECONDS):
         from lightkube.resources.core_v1 import Pod
@@ -55,7 +56,7 @@ class KubernetesContext:
         self.queues = QueueLabels(QueueObjects(reader.read, clock), self.workloads) if spec.queue else None
         # `read_seconds` bounds each get's answer: owners, discovery (the rules' too), claims.
         self.dra = DraDevices(lambda namespace, name: read_claim(http_client(client), namespace, name, read_seconds),
-                              resolve_mig, clock)
+                              forms, resolve_mig, clock)
         node = {"spec.nodeName": node_name}
         self.pod_watch = ListWatch(client, Pod, "pods", node, self.store, check=pod_check(node_name),
                                    silence_seconds=watch_silence_seconds)

@@ -8,7 +8,7 @@ from typing import Callable, Dict, FrozenSet, Iterable, NamedTuple, Optional, Tu
 
 from exporter.base.cache import RetryingCache
 from exporter.base.logs import DependencyReporter
-from exporter.core.device_ids import DRA_GPU_DRIVER, dra_mig_placement
+from exporter.core.device_ids import DeviceForms
 from exporter.core.health import DeviceTaint, taint_effect
 from exporter.core.identity import GpuKey, MigPlacementResolver, MigResolver
 from exporter.core.mapping import DraResolution
@@ -85,9 +85,10 @@ class DraDevices:
     """ResourceSlice devices of this node (fed by a watch) and the allocation results of claims (fetched
     once per claim, on the refresher, and forgotten when the kubelet stops reporting the claim)."""
 
-    def __init__(self, get_claim: Callable[[str, str], object], resolve_mig: Optional[MigResolver] = None,
-                 clock: Callable[[], float] = time.monotonic):
+    def __init__(self, get_claim: Callable[[str, str], object], forms: DeviceForms,
+                 resolve_mig: Optional[MigResolver] = None, clock: Callable[[], float] = time.monotonic):
         self._get_claim = get_claim
+        self._forms = forms  # the vendor's DRA driver, and what its device names say
         self.resolve_mig = resolve_mig
         self._lock = threading.Lock()
         self._by_slice: Dict[str, Dict[DeviceRef, SliceDevice]] = {}
@@ -124,7 +125,7 @@ class DraDevices:
             return DraResolution(True, None, False)
         with self._lock:
             published = self._devices.get((driver, pool, device))
-        if published is None or driver != DRA_GPU_DRIVER:
+        if published is None or driver != self._forms.dra_driver:
             return DraResolution(False, None, False)
         return DraResolution(False, self._key_for(device, published), True, published.profile)
 
@@ -132,7 +133,7 @@ class DraDevices:
         """The taints on this node's GPU devices whose keys are known (MIG devices need NVML), sorted: each
         device's own, and those `rule_taints` (DeviceTaintRules, by driver, pool and device) add to them."""
         with self._lock:
-            devices = [(ref, published) for ref, published in self._devices.items() if ref[0] == DRA_GPU_DRIVER]
+            devices = [(ref, published) for ref, published in self._devices.items() if ref[0] == self._forms.dra_driver]
         found = set()
         for ref, published in devices:
             taints = published.taints + (rule_taints(*ref) if rule_taints is not None else ())
@@ -152,7 +153,7 @@ class DraDevices:
     def _dynamic_mig_key(self, name: str, published: SliceDevice) -> Optional[GpuKey]:
         """A MIG device published without a UUID (dynamic MIG): its GPU instance is found through NVML from
         its parent's UUID and the profile ID and placement start its name gives."""
-        placement = dra_mig_placement(name)
+        placement = self._forms.dra_partition_placement(name)
         # A resolver that is a plain function (no NVML placement lookup) leaves such a device unresolved.
         lookup: Optional[MigPlacementResolver] = getattr(self.resolve_mig, "placement", None)
         if placement is None or lookup is None or not published.parent_uuid.startswith("GPU-"):

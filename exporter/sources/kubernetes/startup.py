@@ -8,6 +8,7 @@ from typing import Optional
 
 from exporter.base.errors import ConfigError
 from exporter.base.logs import log
+from exporter.core.device_ids import DeviceForms
 from exporter.sources.kubernetes.client import in_cluster, make_client
 from exporter.sources.kubernetes.context import KubernetesContext
 from exporter.sources.kubernetes.options import KubernetesOptions
@@ -20,7 +21,7 @@ def node_name(options: KubernetesOptions) -> str:
     return options.node_name or os.environ.get("NODE_NAME") or socket.gethostname()
 
 
-def prepare_kubernetes(options: KubernetesOptions) -> Optional[KubernetesContext]:
+def prepare_kubernetes(options: KubernetesOptions, forms: DeviceForms) -> Optional[KubernetesContext]:
     """A context (its three roles) ready to start, or None when --kubernetes.api rules it out; ConfigError for a bad config."""
     enabled = options.api == "on" or (options.api == "auto" and (options.kubeconfig is not None or in_cluster()))
     if not enabled:
@@ -38,7 +39,7 @@ def prepare_kubernetes(options: KubernetesOptions) -> Optional[KubernetesContext
             raise ConfigError(f"--kubernetes.api on: the client library is missing ({exc}): pip install lightkube") from None
         log("warn", "Kubernetes API not used: the client library is missing (pip install lightkube)", error=str(exc))
         return None
-    return KubernetesContext(client, node_name(options), options.labels, options.grace_seconds,
+    return KubernetesContext(client, node_name(options), options.labels, forms, options.grace_seconds,
                              watch_silence_seconds=options.watch_silence_seconds)
 
 

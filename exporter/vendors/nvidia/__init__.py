@@ -10,6 +10,8 @@ from exporter.vendors.nvidia import families
 from exporter.vendors.nvidia.collectors.dcgm import DcgmCollector
 from exporter.vendors.nvidia.collectors.process_shares import ProcessSharesCollector
 from exporter.vendors.nvidia.collectors.xid_events import XidEventsCollector
+from exporter.vendors.nvidia.device_ids import DEVICE_FORMS
+from exporter.vendors.nvidia.figures import DCGM_FIGURES
 from exporter.vendors.nvidia.nvml.library import OPEN_TIMEOUT_SECONDS, LazyMigResolver
 
 
@@ -20,6 +22,8 @@ def _lazy_mig_resolver(driver: object) -> LazyMigResolver:
 
 NVIDIA = Vendor(
     name="nvidia",
+    devices=DEVICE_FORMS,
+    figures=DCGM_FIGURES,
     reader=DcgmCollector,
     collectors=(ProcessSharesCollector, XidEventsCollector),
     upstream_words=UpstreamWords(
