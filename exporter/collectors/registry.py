@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING, Callable, Dict, List, Mapping, Optional, Seque
 from exporter.base.errors import ConfigError
 from exporter.collectors.collector import Collector, Flag, Hub, PagePart, SourceState
 from exporter.collectors.hpc_jobs.collector import HpcJobsCollector
-from exporter.collectors.kubernetes import KubernetesCollector
+from exporter.collectors.kubernetes.collector import KubernetesCollector
 from exporter.collectors.roles import UPSTREAM, Role
 from exporter.collectors.vendor import Vendor
 from exporter.exposition.families import Family, section_up_family

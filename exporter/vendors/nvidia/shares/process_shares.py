@@ -203,7 +203,7 @@ class ProcessShares:
 
 
 class FreshPods(Protocol):
-    """The Kubernetes source's pod index role (sources.kubernetes.roles.KubernetesPods)."""
+    """The Kubernetes source's pod index role (collectors.kubernetes.roles.KubernetesPods)."""
 
     def pods(self) -> Optional[Dict[Tuple[str, str], Any]]:
         """(namespace, pod) → its PodInfo, while the pod store is fresh; else None."""
