@@ -80,11 +80,11 @@ def check_collector_settings(command: str, values: Mapping[str, object], origins
         collector.check(command, values, origins)
 
 
-def derive_collector_settings(config) -> Dict[str, object]:
-    derived: Dict[str, object] = {}
+def check_collector_options(config) -> None:
+    """Every collector's options built once from this Config, so that a value none can use is refused at
+    start-up (ConfigError) rather than when its collector is prepared."""
     for collector in _DECLARED:
-        derived.update(collector.derive(config))
-    return derived
+        collector.options(config)
 
 
 def preparation_order(collectors: Sequence[Collector]) -> List[Collector]:

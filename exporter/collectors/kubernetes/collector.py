@@ -12,6 +12,7 @@ from exporter.collectors.kubernetes.families import (FAMILIES, KUBERNETES_ANNOTA
                                                       KUBERNETES_OBJECTS_SKIPPED, KUBERNETES_REQUESTS,
                                                       KUBERNETES_WATCH_DROPPED)
 from exporter.collectors.kubernetes.labels import compile_key_pattern, extra_choices, label_spec
+from exporter.collectors.kubernetes.options import KubernetesOptions
 
 KUBERNETES_API_CHOICES = ("auto", "on", "off")
 # How long the first mapping waits for the API's first pod list (its labels): a 5,000-pod node lists
@@ -64,8 +65,13 @@ class KubernetesCollector(Collector):
     def __init__(self) -> None:
         self._lifecycle = None  # KubernetesLifecycle, once prepared and on
 
-    def derive(self, config) -> Mapping[str, object]:
-        return {"label_spec": label_spec(config.labels_extra, config.labels_pod_labels, config.labels_pod_annotations)}
+    def options(self, config) -> KubernetesOptions:
+        """--kubernetes.* and --labels.extra/pod-labels/pod-annotations read into the source's settings, with how
+        long the pod cache outlives a failing watch (--kubelet.mapping-max-age)."""
+        return KubernetesOptions(
+            api=config.kubernetes_api, kubeconfig=config.kubernetes_kubeconfig, node_name=config.kubernetes_node_name,
+            labels=label_spec(config.labels_extra, config.labels_pod_labels, config.labels_pod_annotations),
+            grace_seconds=config.mapping_max_age_seconds, watch_silence_seconds=config.kubernetes_watch_silence_seconds)
 
     def enabled(self, config) -> bool:
         return True  # off, or auto without a config, is decided in prepare (it also warns about --labels.*)
@@ -73,14 +79,9 @@ class KubernetesCollector(Collector):
     def prepare(self, hub: Hub) -> bool:
         # The source loads lightkube only when a client is made: with the API off, importing it costs
         # nothing, and its one check also warns about --labels.* that cannot act.
-        from exporter.collectors.kubernetes.options import KubernetesOptions
         from exporter.collectors.kubernetes.startup import prepare_kubernetes
 
-        config = hub.config
-        context = prepare_kubernetes(KubernetesOptions(
-            api=config.kubernetes_api, kubeconfig=config.kubernetes_kubeconfig, node_name=config.kubernetes_node_name,
-            labels=config.label_spec, grace_seconds=config.mapping_max_age_seconds,
-            watch_silence_seconds=config.kubernetes_watch_silence_seconds))
+        context = prepare_kubernetes(self.options(hub.config))
         if context is None:
             return False
         self._lifecycle = context.lifecycle
