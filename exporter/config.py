@@ -5,14 +5,14 @@ from __future__ import annotations
 import argparse
 import re
 from dataclasses import make_dataclass
-from typing import Dict, Mapping, Sequence, Tuple
+from typing import Dict, Mapping, Optional, Sequence, Tuple
 
 from exporter.base.errors import ConfigError
 from exporter.base.flag_values import format_seconds, format_size, parse_duration, parse_listen_address, parse_size
 from exporter.base.logs import LOG_FORMATS, LOG_LEVELS
 from exporter.collectors.collector import Flag, Kind
 from exporter.collectors.registry import (VENDOR_AUTO, VENDOR_CHOICES, check_collector_settings, collector_flags,
-                                          collector_refusals, demo_flags, derive_collector_settings, refused_vendor)
+                                          check_collector_options, collector_refusals, demo_flags, refused_vendor)
 from exporter.exposition.labels import LABEL_STYLE_NAMES
 from exporter.vendors import VENDORS
 from exporter.exposition.series import LABEL_MODES
@@ -90,25 +90,31 @@ def refuse_unused_settings(command: str, origins: Mapping[str, str]) -> None:
             raise ConfigError(f"{origins[field_name]} is not used by `{command}` ({why}): drop it")
 
 
-def _post_init(self) -> None:
-    # Parsed once, here, from the flags (also when dataclasses.replace makes a new Config): no source
-    # parses a flag after start-up. Each collector says what it derives (a label spec, a URL's parts).
-    for name, value in derive_collector_settings(self).items():
-        object.__setattr__(self, name, value)
-
-
 def _listen_address(self) -> str:
     host = f"[{self.listen_host}]" if ":" in self.listen_host else self.listen_host
     return f"{host}:{self.listen_port}"
 
 
+# The Python type each kind of flag value is held as; a flag with no default holds None until given.
+_VALUE_TYPES = {"duration": float, "size": int, "count": int}
+
+
+def _value_type(flag: Flag) -> type:
+    """The type of the Config field a flag sets: its kind's (text where the kind names none: choices, paths,
+    names and what a collector's own Kind returns), Optional where it has no default."""
+    held = _VALUE_TYPES.get(flag.kind, str) if isinstance(flag.kind, str) else str
+    return Optional[held] if flag.default is None else held
+
+
 def _make_config_class():
-    """The frozen Config: the command, the listening address's parts, one field per flag (defaults from
-    the flag tables, one source of truth) and -o/--output."""
+    """The frozen Config, typed: the command, the listening address's parts, one field per flag (its type
+    from the flag's kind, its default from the flag tables, one source of truth) and -o/--output. It holds
+    values only as parsed from the flags: what a collector makes of its own (a label spec, a URL's parts) is
+    its options object (Collector.options), built from these fields by the collector."""
     fields = [("command", str, "serve"), ("listen_host", str, ""), ("listen_port", int, 9400)]
-    fields += [(flag.field, object, flag.default) for flag in _FLAGS if flag.field != "listen_address"]
+    fields += [(flag.field, _value_type(flag), flag.default) for flag in _FLAGS if flag.field != "listen_address"]
     fields.append(("output", str, "table"))
-    namespace = {"__post_init__": _post_init, "listen_address": property(_listen_address), "__module__": __name__,
+    namespace = {"listen_address": property(_listen_address), "__module__": __name__,
                  "__doc__": "Every setting, validated and parsed once (see parse_config)."}
     return make_dataclass("Config", fields, frozen=True, namespace=namespace)
 
@@ -241,7 +247,9 @@ def parse_config(argv: Sequence[str], environ: Mapping[str, str]) -> Config:
         values["output"] = args.output
     if args.command == "demo":
         values = {**_DEMO_DEFAULTS, **values}
-    return Config(**values)  # whose collectors derive their parsed values (ConfigError: e.g. a URL with no host)
+    config = Config(**values)
+    check_collector_options(config)  # each collector's options built once (ConfigError: e.g. a URL with no host)
+    return config
 
 
 # A newcomer's demo stays on this machine unless --web.listen-address says otherwise, and

@@ -79,7 +79,7 @@ class Hub:
 class Collector:
     """One source that can be switched on. A subclass declares its flags and what each command refuses
     of them, and overrides the steps it takes part in; the framework calls them in this order:
-    check (at parse time), derive (each Config), enabled, prepare, build, before_first_mapping, start,
+    check and options (at parse time), enabled, prepare (which builds its options), build, before_first_mapping, start,
     then, while serving, sections/self_metrics/state/page_part, and stop."""
 
     name = ""
@@ -100,9 +100,12 @@ class Collector:
     def check(self, command: str, values: Mapping[str, object], origins: Mapping[str, str]) -> None:
         """Refuse a combination of its parsed values with ConfigError (one line, exit 2)."""
 
-    def derive(self, config) -> Mapping[str, object]:
-        """Values parsed once from its flags, held by the Config as attributes of these names."""
-        return {}
+    def options(self, config) -> Optional[object]:
+        """Its own settings, typed and frozen (a frozen dataclass of its own), built from the Config's parsed
+        flags: ConfigError for a value that cannot be used (e.g. a URL with no host); None where it has none.
+        parse_config builds each collector's once, so that a bad value is refused at start-up; the collector
+        builds its own from the Config it is handed (prepare), and never reads its flags from the Config again."""
+        return None
 
     def enabled(self, config) -> bool:
         """Whether the Config switches it on."""

@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING, Callable, Dict, List, Mapping, Optional, Seque
 from exporter.base.errors import ConfigError
 from exporter.collectors.collector import Collector, Flag, Hub, PagePart, SourceState
 from exporter.collectors.hpc_jobs.collector import HpcJobsCollector
-from exporter.collectors.kubernetes import KubernetesCollector
+from exporter.collectors.kubernetes.collector import KubernetesCollector
 from exporter.collectors.roles import UPSTREAM, Role
 from exporter.collectors.vendor import Vendor
 from exporter.exposition.families import Family, section_up_family
@@ -80,11 +80,11 @@ def check_collector_settings(command: str, values: Mapping[str, object], origins
         collector.check(command, values, origins)
 
 
-def derive_collector_settings(config) -> Dict[str, object]:
-    derived: Dict[str, object] = {}
+def check_collector_options(config) -> None:
+    """Every collector's options built once from this Config, so that a value none can use is refused at
+    start-up (ConfigError) rather than when its collector is prepared."""
     for collector in _DECLARED:
-        derived.update(collector.derive(config))
-    return derived
+        collector.options(config)
 
 
 def preparation_order(collectors: Sequence[Collector]) -> List[Collector]:

@@ -10,7 +10,7 @@ from exporter.demo.kube_objects import make_pod, write_kubeconfig
 from exporter.demo.workload import (CLUSTER_QUEUE, DRA_DRIVER, DRA_GPU, DRA_TAINT, HPC_JOBS, KAI_PARENT_QUEUE,
                                     NODE_NAME, SIMULATED_PODS, SIMULATED_PROCESSES, SimulatedPod, gpu_uuid,
                                     pod_named)
-from exporter.sources.kubernetes.queue_hints import KAI_QUEUE_LABEL
+from exporter.collectors.kubernetes.queue_hints import KAI_QUEUE_LABEL
 
 # resource.k8s.io/v1 (Kubernetes 1.34 and later) carries the ResourceSlice of NVIDIA's DRA driver.
 SERVED_APIS = ("v1", "apps/v1", "resource.k8s.io/v1")

@@ -7,7 +7,7 @@ import uuid
 from typing import Dict, List, NamedTuple, Optional, Tuple
 
 from exporter.sources.kubelet import AllocatedDevice
-from exporter.sources.kubernetes.queue_hints import KUEUE_QUEUE_LABEL
+from exporter.collectors.kubernetes.queue_hints import KUEUE_QUEUE_LABEL
 
 GPU_COUNT = 4
 NODE_NAME = "demo-node"

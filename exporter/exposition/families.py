@@ -12,9 +12,8 @@ from exporter.exposition.text import family_header
 TELEMETRY = "/gpu/metrics"
 SELF = "/metrics"  # the process's own registry, written by prometheus_client from these entries
 
-# What must be on for a family to be served at all; a family without any is served in every mode.
-KUBERNETES_API_SWITCH = "--kubernetes.api"  # the Kubernetes collector's switch
-KUBERNETES_API = f"{KUBERNETES_API_SWITCH} in use"
+# What must be on for a family to be served at all is its `modes`, each a switch's words that the
+# package switching it declares; a family without any is served in every mode.
 
 # An owner's labels as --labels.style kubernetes names them (legacy: pod_name, pod_namespace,
 # container_name), followed on every series that carries them by the pod's extras from the
@@ -85,8 +84,6 @@ UPSTREAM_UP = telemetry_family("pod_gpu_exporter_upstream_up", "1 when the GPU v
                          "else 0 (and no GPU series); the same on every vendor's node.")
 VENDOR_INFO = telemetry_family("pod_gpu_exporter_vendor_info", "The GPU vendor this exporter serves on this node (1), as "
                          "--gpu.vendor chose it.", labels=("vendor",))
-KUBERNETES_API_UP = telemetry_family("pod_gpu_exporter_kubernetes_api_up", "1 while the watch of this node's pods on the "
-                               "Kubernetes API server is healthy, else 0.", modes=frozenset({KUBERNETES_API}))
 
 # /gpu/metrics, the allocations: written before the status gauges, while the kubelet lists any.
 ALLOCATION_INFO = telemetry_family(
@@ -96,19 +93,6 @@ ALLOCATION_INFO = telemetry_family(
 ALLOCATED_GPUS = telemetry_family(
     "pod_gpu_container_allocated_gpus", "GPUs a container holds: 1 per whole GPU, 1/N per replica of a GPU shared N "
     "ways, a MIG instance's share of its GPU's memory slices.", labels=OWNER, needs_samples=True)
-# /gpu/metrics, the held devices' health: after the allocations, from the holders' pod status, the ResourceSlices
-# and the DeviceTaintRules.
-DEVICE_HEALTH = telemetry_family(
-    "pod_gpu_device_health_status", "Health of a GPU or MIG instance held on this node, as its holders' pod status "
-    "reports it (allocatedResourcesStatus): 1 for the status it is in; unhealthy when any holder says so.",
-    labels=("status",), optional_labels=DEVICE_ORDER, modes=frozenset({KUBERNETES_API}), needs_samples=True,
-    **device_first("status"))
-DEVICE_TAINT = telemetry_family(
-    "pod_gpu_device_taint", "A taint on a DRA device of this node's ResourceSlices, its driver's or a "
-    "DeviceTaintRule's that selects it (1 per taint); effect None, NoSchedule or NoExecute (an unknown "
-    "one reads as None).",
-    labels=("key", "value", "effect"), optional_labels=DEVICE_ORDER, modes=frozenset({KUBERNETES_API}),
-    needs_samples=True, **device_first("key", "value", "effect"))
 
 # /metrics, the process's own counters, in the order written.
 SCRAPES = self_family("pod_gpu_exporter_scrapes_total", "counter", "Scrapes of the telemetry path answered.")
@@ -125,23 +109,6 @@ KUBELET_LIST_CALLS = self_family("pod_gpu_exporter_kubelet_list_calls_total", "c
                            "the kubelet.")
 KUBELET_LIST_FAILURES = self_family("pod_gpu_exporter_kubelet_list_failures_total", "counter", "PodResources List calls "
                               "that failed.")
-KUBERNETES_REQUESTS = self_family(
-    "pod_gpu_exporter_kubernetes_requests_total", "counter", "List and watch requests made to the Kubernetes API "
-    "server (a list's pages count once).", ("resource",), modes=frozenset({KUBERNETES_API}))
-KUBERNETES_WATCH_DROPPED = self_family(
-    "pod_gpu_exporter_kubernetes_watch_dropped_total", "counter", "Watch connections the exporter closed: nothing "
-    "arrived within --kubernetes.watch-silence-timeout (silent), a line went past the 4 MiB cap (too_large), or a "
-    "line was no event (undecodable: watched again from the last good version).",
-    ("resource", "reason"), modes=frozenset({KUBERNETES_API}))
-KUBERNETES_OBJECTS_SKIPPED = self_family(
-    "pod_gpu_exporter_kubernetes_objects_skipped_total", "counter", "Objects from the Kubernetes API left out of the "
-    "cache: not of the shape read (malformed), bound to another node (other_node), or a DeviceTaintRule selecting by "
-    "what is not evaluated (unsupported).", ("resource", "reason"),
-    modes=frozenset({KUBERNETES_API}))
-KUBERNETES_ANNOTATIONS_MALFORMED = self_family(
-    "pod_gpu_exporter_kubernetes_annotations_malformed_total", "counter", "Pod annotations the exporter follows that "
-    "could not be read (HAMi's hami.io/vgpu-devices-allocated), counted once per pod and value: the pod's GPUs are "
-    "attributed by the kubelet's device IDs.", ("annotation",), modes=frozenset({KUBERNETES_API}))
 # These two count the listening server's connection slots: served whenever a server serves /metrics.
 HTTP_CONNECTIONS_REFUSED = self_family("pod_gpu_exporter_http_connections_refused_total", "counter", "New connections "
                                  "closed at once because every connection slot was answering a request.")
@@ -153,7 +120,7 @@ def section_up_family(section_sources: Mapping[str, str] = {}) -> Family:
     sources here, the others' as their collectors declare them (section name -> its source)."""
     told = "; ".join(f"{name}: {source}" for name, source in sorted(section_sources.items()))
     return self_family("pod_gpu_exporter_section_up", "gauge", "1 when the section's source answered at its last "
-                       "refresh (allocation: the kubelet; device_health: the Kubernetes API; "
+                       "refresh (allocation: the kubelet; "
                        + (told + "; " if told else "") +
                        "status, the block of the exporter's up gauges such as pod_gpu_exporter_upstream_up: none, so "
                        "it reads 1 unless that block fails to be written; any other: its own source, read in time) "

@@ -1,1 +1,1 @@
-"""Sources: each talks to one outside system (kubelet, Kubernetes API, NVML, /proc, dcgm-exporter) and knows no other."""
+"""Sources every node has, whatever is switched on: each talks to one outside system (the kubelet, /proc) and knows no other."""

@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+from exporter.collectors.kubernetes import families as kubernetes
 from exporter.exposition import families as catalogue
 from exporter.vendors.nvidia import families as nvidia
 
 # Held GPUs and their holders.
 ALLOCATED = catalogue.ALLOCATED_GPUS.name
 ALLOCATION = catalogue.ALLOCATION_INFO.name
-HEALTH = catalogue.DEVICE_HEALTH.name
+HEALTH = kubernetes.DEVICE_HEALTH.name
 LOST = nvidia.DEVICE_LOST.name
 # --sharing.mode process: each holder's own share.
 SM = nvidia.CONTAINER_SM.name

@@ -12,7 +12,7 @@ from exporter.top.kubeconfig import KubeconfigError, context_names, merged_kubec
 def load_kubeconfig(paths: Sequence[str]) -> Optional[Dict]:
     """The merged kubeconfig of `paths`; None where there is none and top runs in a pod (its service
     account); TopSourceError (exit 1) where neither is there."""
-    from exporter.sources.kubernetes.client import in_cluster
+    from exporter.collectors.kubernetes.client import in_cluster
 
     try:
         config = merged_kubeconfig(paths) if paths else None
@@ -49,7 +49,7 @@ def make_top_client(config: Optional[Dict], context: Optional[str]):
     from lightkube import Client, KubeConfig
     from lightkube import ConfigError as LightkubeConfigError
 
-    from exporter.sources.kubernetes.client import SERVICE_ACCOUNT_DIR
+    from exporter.collectors.kubernetes.client import SERVICE_ACCOUNT_DIR
 
     try:
         loaded = KubeConfig.from_dict(config) if config else KubeConfig.from_service_account(SERVICE_ACCOUNT_DIR)

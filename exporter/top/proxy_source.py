@@ -72,7 +72,7 @@ class ProxySource:
         from lightkube.core.generic_client import httpx
         from lightkube.resources.core_v1 import Pod
 
-        from exporter.sources.kubernetes.stream import http_client, list_pages
+        from exporter.collectors.kubernetes.stream import http_client, list_pages
 
         try:
             pages = list(list_pages(self._client, Pod, self._access.namespace,
@@ -86,7 +86,7 @@ class ProxySource:
 
     def _round(self, pods: List[ExporterPod]) -> Tuple[Dict[str, Scraped], List[Tuple[ExporterPod, str]]]:
         """One scrape of every running pod, `concurrency` at a time, all within `round_seconds`."""
-        from exporter.sources.kubernetes.stream import http_client
+        from exporter.collectors.kubernetes.stream import http_client
 
         http = http_client(self._client)
         deadline = time.monotonic() + self._access.round_seconds

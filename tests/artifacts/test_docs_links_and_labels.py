@@ -34,7 +34,7 @@ _EXAMPLE_PAIR = re.compile(r'([A-Za-z_][A-Za-z0-9_]*)="')
 _NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\*?|<[^>]*>")
 
 EXTRAS = "extras"  # where the pod's extra labels go, in a documented list: "extras", "extras…"
-# The extras, in the order they are written (sources/kubernetes/labels.extra_label_pairs).
+# The extras, in the order they are written (collectors/kubernetes/labels.extra_label_pairs).
 EXTRA_ORDER = ("pod_uid", "workload_kind", "workload", "cluster_queue", "local_queue", "label_", "annotation_")
 LEGACY = {"pod_namespace": "namespace", "pod_name": "pod", "container_name": "container"}
 

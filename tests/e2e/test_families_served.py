@@ -8,7 +8,8 @@ from typing import Dict, FrozenSet, Set, Tuple
 
 from exporter.collectors.catalogue import CATALOGUE
 from exporter.collectors.hpc_jobs.families import HPC_JOBS
-from exporter.exposition.families import KUBERNETES_API, OWNER, SELF, STANDARD_COLLECTOR_PREFIXES, TELEMETRY
+from exporter.collectors.kubernetes.families import KUBERNETES_API
+from exporter.exposition.families import OWNER, SELF, STANDARD_COLLECTOR_PREFIXES, TELEMETRY
 from exporter.vendors.nvidia.families import PROCESS_MODE, XID_EVENTS
 from exporter.sources.kubelet import AllocatedDevice
 from support.fixtures import fixture_bytes

@@ -39,7 +39,7 @@ EXPORTER_RULES = {  # (API group, resource) → verbs, exactly as daemonset.yaml
     ("jobset.x-k8s.io", "jobsets"): {"get"},
     ("leaderworkerset.x-k8s.io", "leaderworkersets"): {"get"},
     ("resource.k8s.io", "resourceslices"): {"list", "watch"},
-    # A claim its pods hold: one get each, by name (sources/kubernetes/dra), never listed or watched.
+    # A claim its pods hold: one get each, by name (collectors/kubernetes/dra), never listed or watched.
     ("resource.k8s.io", "resourceclaims"): {"get"},
     # DeviceTaintRules: their taints join the ResourceSlices' own (cluster-scoped, watched).
     ("resource.k8s.io", "devicetaintrules"): {"list", "watch"},

@@ -80,7 +80,7 @@ def layer_of(module: str) -> int:
 
 
 def source_of(module: str) -> str:
-    """'exporter.sources.kubernetes.dra' → 'kubernetes': the one outside system a source module talks to."""
+    """'exporter.sources.procfs' → 'procfs': the one outside system a source module talks to."""
     return module.split(".")[2] if module.startswith("exporter.sources.") else ""
 
 

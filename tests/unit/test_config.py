@@ -7,7 +7,9 @@ import re
 import pytest
 
 from exporter.base.errors import ConfigError
+from exporter.collectors.kubernetes.collector import KubernetesCollector
 from exporter.config import Config, build_parser, env_var_name, parse_config, parse_duration, parse_listen_address
+from exporter.vendors.nvidia.collectors.dcgm import DcgmCollector
 from support.design_flags import DESIGN_FLAGS
 
 
@@ -205,11 +207,11 @@ def test_a_dcgm_url_host_and_port_are_checked_only_where_they_are_fetched_from()
 
 def test_the_dcgm_url_reaches_the_source_in_parts():
     config = parse_config(["--dcgm.url", "https://scraper:p%40ss@dcgm.example:9401/metrics?x=1"], {})
-    endpoint = config.dcgm_endpoint
+    endpoint = dcgm_endpoint(config)
     assert (endpoint.scheme, endpoint.host, endpoint.port, endpoint.path) == ("https", "dcgm.example", 9401, "/metrics?x=1")
     assert endpoint.credentials == ("scraper", "p@ss")
     assert endpoint.shown == "https://scraper:***@dcgm.example:9401/metrics?x=1" and "p@ss" not in repr(endpoint)
-    assert (Config().dcgm_endpoint.host, Config().dcgm_endpoint.port, Config().dcgm_endpoint.path) == ("127.0.0.1", 9401, "/metrics")
+    assert (dcgm_endpoint(Config()).host, dcgm_endpoint(Config()).port, dcgm_endpoint(Config()).path) == ("127.0.0.1", 9401, "/metrics")
 
 
 @pytest.mark.parametrize("args, says", [
@@ -328,16 +330,38 @@ def test_xid_events_flag_and_its_environment_variable():
     assert parse_config(["mapping"], environ).command == "mapping"  # a serving container's environment
 
 
-def test_flags_a_source_needs_parsed_are_parsed_once_into_the_config():
-    # The label spec and --dcgm.url's parts are held by the Config (made again by dataclasses.replace,
-    # as the demo does), so that no source parses a flag after start-up.
+def dcgm_endpoint(config):
+    return DcgmCollector().options(config).endpoint
+
+
+def label_spec(config):
+    return KubernetesCollector().options(config).labels
+
+
+def test_flags_a_source_needs_parsed_reach_it_as_its_options_object():
+    # The label spec and --dcgm.url's parts are each collector's frozen options, built from the Config's
+    # parsed flags (a Config made again by dataclasses.replace, as the demo does, gives its own), so that
+    # no source parses a flag after start-up.
     import dataclasses
 
     config = parse_config(["--labels.extra", "workload,queue", "--labels.pod-labels", "team|app"], {})
-    assert config.label_spec.workload and config.label_spec.queue and not config.label_spec.pod_uid
-    assert config.label_spec.pod_labels.pattern == "team|app" and config.label_spec.pod_annotations is None
-    assert config.dcgm_endpoint.port == 9401
+    assert label_spec(config).workload and label_spec(config).queue and not label_spec(config).pod_uid
+    assert label_spec(config).pod_labels.pattern == "team|app" and label_spec(config).pod_annotations is None
+    assert dcgm_endpoint(config).port == 9401
     served = dataclasses.replace(parse_config(["demo"], {}), command="serve", dcgm_url="http://127.0.0.1:1/m",
                                  labels_extra="pod_uid")
-    assert (served.dcgm_endpoint.port, served.label_spec.pod_uid) == (1, True)
-    assert parse_config(["mapping"], {}).dcgm_endpoint is None  # `mapping` fetches nothing from dcgm-exporter
+    assert (dcgm_endpoint(served).port, label_spec(served).pod_uid) == (1, True)
+    assert dcgm_endpoint(parse_config(["mapping"], {})) is None  # `mapping` fetches nothing from dcgm-exporter
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        DcgmCollector().options(config).file = "/run/dcgm.prom"  # frozen, as the Config is
+
+
+def test_the_config_holds_its_typed_fields_and_nothing_set_beside_them():
+    import dataclasses
+
+    fields = dataclasses.fields(Config)
+    untyped = [field.name for field in fields if field.type in (object, "object")]
+    assert not untyped
+    assert {field.name: field.type for field in fields}["kubelet_timeout_seconds"] is float
+    config = parse_config(["--labels.extra", "workload", "--dcgm.url", "http://127.0.0.1:1/m"], {})
+    assert set(vars(config)) == {field.name for field in fields}  # no value set on it after it was made

@@ -10,12 +10,12 @@ import pytest
 from exporter.core.health import DeviceHealth, DeviceTaint, ResourceHealth, device_health, resource_ids
 from exporter.core.identity import GpuIdentity, GpuKey
 from exporter.core.mapping import DeviceLike, Mapping, build_mapping
-from exporter.exposition.health import render_device_health
+from exporter.collectors.kubernetes.health_section import render_device_health
 from exporter.sources.kubelet import AllocatedDevice
-from exporter.sources.kubernetes.dra import DraDevices, slice_devices
-from exporter.sources.kubernetes.labels import LabelSpec
-from exporter.sources.kubernetes.pod_store import pod_info
-from exporter.sources.kubernetes.stream import decode_object
+from exporter.collectors.kubernetes.dra import DraDevices, slice_devices
+from exporter.collectors.kubernetes.labels import LabelSpec
+from exporter.collectors.kubernetes.pod_store import pod_info
+from exporter.collectors.kubernetes.stream import decode_object
 from exporter.vendors.nvidia.device_ids import DEVICE_FORMS
 from support.devices import Device
 from support.fake_kube_api import make_pod

@@ -9,10 +9,10 @@ import pytest
 
 from exporter.core.health import DeviceTaint, taint_effect
 from exporter.core.identity import GpuKey
-from exporter.sources.kubernetes.dra import DraDevices, slice_devices
-from exporter.sources.kubernetes.objects import Skipped
-from exporter.sources.kubernetes.stream import decode_object
-from exporter.sources.kubernetes.taint_rules import (MAX_RULES, VERSIONS, DeviceTaintRules, rule_check,
+from exporter.collectors.kubernetes.dra import DraDevices, slice_devices
+from exporter.collectors.kubernetes.objects import Skipped
+from exporter.collectors.kubernetes.stream import decode_object
+from exporter.collectors.kubernetes.taint_rules import (MAX_RULES, VERSIONS, DeviceTaintRules, rule_check,
                                                      rule_resource, taint_rule)
 from exporter.vendors.nvidia.device_ids import DEVICE_FORMS
 
@@ -149,7 +149,7 @@ def _rule_object(version: str, name: str, key: str) -> dict:
 @pytest.fixture
 def rule_api(tmp_path):
     """The fake API server with the real lightkube client: DeviceTaintRules served in v1 only, one rule."""
-    from exporter.sources.kubernetes.client import make_client
+    from exporter.collectors.kubernetes.client import make_client
     from support.fake_kube_api import FakeKubeApi, write_kubeconfig
 
     fake = FakeKubeApi(served_versions=("v1", "resource.k8s.io/v1"))
@@ -169,7 +169,7 @@ def _verbs(api) -> list:
 def test_a_version_gone_since_it_was_chosen_sends_the_watch_back_to_discovery_not_to_each_version(rule_api):
     """A 404 on the version discovery chose (its feature gate turned off since): after the pause, one
     discovery read per pause and no list while none is served; a version served later is found there."""
-    from exporter.sources.kubernetes.taint_rules import TaintRuleWatch
+    from exporter.collectors.kubernetes.taint_rules import TaintRuleWatch
     from support.waiting import wait_until
 
     api, client = rule_api
@@ -210,7 +210,7 @@ def test_discovery_answers_are_read_whatever_their_entries(body, versions):
 
     from lightkube.core.generic_client import httpx
 
-    from exporter.sources.kubernetes.api_discovery import served_versions
+    from exporter.collectors.kubernetes.api_discovery import served_versions
 
     class Handler(BaseHTTPRequestHandler):
         def do_GET(self):  # noqa: N802

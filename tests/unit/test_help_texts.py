@@ -9,7 +9,7 @@ from pathlib import Path
 
 from exporter.config import all_flags
 from exporter.collectors.catalogue import CATALOGUE
-from exporter.sources.kubernetes.queues import VERSIONS
+from exporter.collectors.kubernetes.queues import VERSIONS
 from exporter.top.options import build_parser as build_top_parser
 
 EXPORTER = Path(__file__).resolve().parents[2] / "exporter"

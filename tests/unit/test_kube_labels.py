@@ -13,7 +13,7 @@ from exporter.exposition.allocation import render_allocation_info
 from exporter.exposition.rewriter import Rewriter
 from exporter.exposition.text import render_label_pairs
 from exporter.sources.kubelet import AllocatedDevice
-from exporter.sources.kubernetes.labels import (
+from exporter.collectors.kubernetes.labels import (
     LabelSpec,
     PodInfo,
     allowed_items,

@@ -10,10 +10,10 @@ import pytest
 from exporter.core.identity import GpuKey
 from exporter.core.mapping import build_mapping
 from exporter.sources.kubelet import AllocatedDevice
-from exporter.sources.kubernetes.client import make_client
-from exporter.sources.kubernetes.context import KubernetesContext
-from exporter.sources.kubernetes.labels import LabelSpec
-from exporter.sources.kubernetes.watch import ListWatch
+from exporter.collectors.kubernetes.client import make_client
+from exporter.collectors.kubernetes.context import KubernetesContext
+from exporter.collectors.kubernetes.labels import LabelSpec
+from exporter.collectors.kubernetes.watch import ListWatch
 from exporter.vendors.nvidia.device_ids import DEVICE_FORMS
 from support.fake_kube_api import FakeKubeApi, make_pod, write_kubeconfig
 from support.kube_scenario import NODE, POOL, UUID0, claim, resource_slice

@@ -8,9 +8,9 @@ import threading
 
 import pytest
 
-from exporter.sources.kubernetes.objects import Skipped, pod_check, slice_check
-from exporter.sources.kubernetes.pacing import Backoff, RequestBudget
-from exporter.sources.kubernetes.stream import WatchLineTooLong, bounded_lines, decode_object, event_version
+from exporter.collectors.kubernetes.objects import Skipped, pod_check, slice_check
+from exporter.collectors.kubernetes.pacing import Backoff, RequestBudget
+from exporter.collectors.kubernetes.stream import WatchLineTooLong, bounded_lines, decode_object, event_version
 from support.clocks import ManualClock
 from support.fake_kube_api import make_pod
 from support.kube_scenario import NODE, resource_slice
@@ -107,7 +107,7 @@ def _bearer(auth) -> str:
 
 
 def test_the_token_file_is_read_again_when_it_changes_and_every_minute(tmp_path):
-    from exporter.sources.kubernetes.token import rotating_token_auth
+    from exporter.collectors.kubernetes.token import rotating_token_auth
 
     path, clock = tmp_path / "token", ManualClock()
     path.write_text("one\n")
@@ -131,7 +131,7 @@ _FIRST_DECODES_AT_ONCE = """
 import sys, threading
 from lightkube.resources.core_v1 import Pod
 from lightkube.resources.resource_v1 import ResourceSlice
-from exporter.sources.kubernetes.stream import decode_event, decode_object
+from exporter.collectors.kubernetes.stream import decode_event, decode_object
 pod, published = sys.argv[1].encode(), sys.argv[2].encode()
 start = threading.Barrier(8)
 def decode(number):

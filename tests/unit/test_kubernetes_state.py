@@ -8,11 +8,11 @@ import time
 
 import pytest
 
-from exporter.sources.kubernetes.labels import LabelSpec
-from exporter.sources.kubernetes.pod_store import PodStore
-from exporter.sources.kubernetes.status import frozen_counts
-from exporter.sources.kubernetes.stream import decode_object
-from exporter.sources.kubernetes.watch_health import WATCH_CONFIRM_SECONDS, Stage, WatchHealth
+from exporter.collectors.kubernetes.labels import LabelSpec
+from exporter.collectors.kubernetes.pod_store import PodStore
+from exporter.collectors.kubernetes.status import frozen_counts
+from exporter.collectors.kubernetes.stream import decode_object
+from exporter.collectors.kubernetes.watch_health import WATCH_CONFIRM_SECONDS, Stage, WatchHealth
 from support.clocks import ManualClock
 from support.waiting import wait_until
 from support.fake_kube_api import make_pod

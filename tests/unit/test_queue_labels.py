@@ -5,11 +5,11 @@ from __future__ import annotations
 
 import pytest
 
-from exporter.sources.kubernetes.client import make_client
-from exporter.sources.kubernetes.labels import LabelSpec, PodInfo, QueueHint, extra_label_pairs, label_spec
-from exporter.sources.kubernetes.queue_hints import queue_hint
-from exporter.sources.kubernetes.queues import RETRY_SECONDS, UNAVAILABLE_SECONDS, QueueLabels, QueueObjects
-from exporter.sources.kubernetes.workloads import MetadataReader, OwnerRef, Workloads
+from exporter.collectors.kubernetes.client import make_client
+from exporter.collectors.kubernetes.labels import LabelSpec, PodInfo, QueueHint, extra_label_pairs, label_spec
+from exporter.collectors.kubernetes.queue_hints import queue_hint
+from exporter.collectors.kubernetes.queues import RETRY_SECONDS, UNAVAILABLE_SECONDS, QueueLabels, QueueObjects
+from exporter.collectors.kubernetes.workloads import MetadataReader, OwnerRef, Workloads
 from support.fake_kube_api import FakeKubeApi, write_kubeconfig
 from support.kube_queues import put_kai_queue, put_local_queue, put_pod_group, serve_kai, serve_kueue, serve_volcano
 

@@ -13,9 +13,10 @@ from exporter.core.identity import GpuKey
 from exporter.core.mapping import Mapping
 from exporter.collectors.catalogue import CATALOGUE
 from exporter.collectors.hpc_jobs import families as hpc_families
+from exporter.collectors.kubernetes import families as kubernetes_families
 from exporter.exposition import families
 from exporter.vendors.nvidia import families as nvidia_families
-from exporter.exposition.health import render_device_health
+from exporter.collectors.kubernetes.health_section import render_device_health
 from exporter.exposition.rows import label_text, render_family
 
 PACKAGE_ROOT = Path(__file__).resolve().parents[2] / "exporter"
@@ -26,7 +27,7 @@ _NAME = re.compile(r'([A-Za-z_]+)="')
 def test_labels_are_written_in_the_entrys_order_whatever_the_callers():
     text = label_text(nvidia_families.CONTAINER_XID_ERRORS, {"xid": "79", "gpu": "0", "UUID": "GPU-1"}, 'namespace="a"')
     assert text == 'UUID="GPU-1",gpu="0",namespace="a",xid="79"'
-    assert label_text(families.DEVICE_TAINT, {"gpu": "1", "key": "k", "value": "", "effect": "None"}) == \
+    assert label_text(kubernetes_families.DEVICE_TAINT, {"gpu": "1", "key": "k", "value": "", "effect": "None"}) == \
         'gpu="1",key="k",value="",effect="None"'  # a required label is written even empty; an absent optional not
 
 

@@ -10,6 +10,7 @@ import pytest
 from exporter.core.attribution import Snapshot
 from exporter.core.mapping import EMPTY_MAPPING
 from exporter.collectors.hpc_jobs import families as hpc_families
+from exporter.collectors.kubernetes import families as kubernetes_families
 from exporter.exposition import families
 from exporter.vendors.nvidia import NVIDIA
 from exporter.exposition.sections import ScrapeView, SectionState, StatusSection, TextSection, check_order
@@ -17,7 +18,7 @@ from exporter.exposition.sections import ScrapeView, SectionState, StatusSection
 
 def test_the_status_block_keeps_its_order_and_ends_with_the_sections_gauges():
     view = ScrapeView(Snapshot(EMPTY_MAPPING, False, None), frozenset(), upstream_up=True, malformed=2,
-                      started=time.perf_counter(), gauges=((families.KUBERNETES_API_UP, 1),
+                      started=time.perf_counter(), gauges=((kubernetes_families.KUBERNETES_API_UP, 1),
                                                            (hpc_families.HPC_JOB_FILES_SKIPPED, 3)))
     text = StatusSection(NVIDIA.status).render(view).decode()
     names = [line.split()[0] for line in text.splitlines() if not line.startswith("#")]

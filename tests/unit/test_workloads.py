@@ -8,11 +8,11 @@ import time
 
 import pytest
 
-from exporter.sources.kubernetes.client import make_client
-from exporter.sources.kubernetes.context import KubernetesContext
-from exporter.sources.kubernetes.labels import LabelSpec
-from exporter.sources.kubernetes.stream import MAX_ANSWER_BYTES, AnswerRefused
-from exporter.sources.kubernetes.workloads import (MAX_DEPTH, MetadataReader,
+from exporter.collectors.kubernetes.client import make_client
+from exporter.collectors.kubernetes.context import KubernetesContext
+from exporter.collectors.kubernetes.labels import LabelSpec
+from exporter.collectors.kubernetes.stream import MAX_ANSWER_BYTES, AnswerRefused
+from exporter.collectors.kubernetes.workloads import (MAX_DEPTH, MetadataReader,
                                                    NotServed, OwnerRef, Workloads)
 from exporter.vendors.nvidia.device_ids import DEVICE_FORMS
 from support.fake_kube_api import FakeKubeApi, owner_reference, write_kubeconfig

@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import functools
 import os
-from typing import Mapping
+from typing import Mapping, Optional
 
 from exporter.base.errors import ConfigError
 from exporter.collectors.collector import Collector, Flag, Hub, SourceState
 from exporter.collectors.hpc_jobs.families import FAMILIES, SWITCH
+from exporter.collectors.hpc_jobs.options import HpcJobsOptions
 
 
 class HpcJobsCollector(Collector):
@@ -36,13 +37,20 @@ class HpcJobsCollector(Collector):
         if directory and os.path.exists(directory) and not os.path.isdir(directory):
             raise ConfigError(f"--hpc.job-mapping-dir: {directory} is not a directory")
 
+    def options(self, config) -> Optional[HpcJobsOptions]:
+        """The directory, read as often as the kubelet is listed; None without --hpc.job-mapping-dir."""
+        directory = config.hpc_job_mapping_dir
+        if not directory:
+            return None
+        return HpcJobsOptions(directory, refresh_interval_seconds=config.kubelet_refresh_interval_seconds)
+
     def enabled(self, config) -> bool:
-        return bool(config.hpc_job_mapping_dir)
+        return self.options(config) is not None
 
     def prepare(self, hub: Hub) -> bool:
         from exporter.collectors.hpc_jobs.source import make_hpc_job_source
 
-        self._source = make_hpc_job_source(hub.config.hpc_job_mapping_dir, hub.config.kubelet_refresh_interval_seconds)
+        self._source = make_hpc_job_source(self.options(hub.config))
         return True
 
     def before_first_mapping(self, hub: Hub):

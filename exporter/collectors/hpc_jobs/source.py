@@ -8,31 +8,17 @@ import re
 import stat
 import threading
 import time
-from dataclasses import dataclass
 from typing import List, NamedTuple, Optional, Tuple
 
 from exporter.base.bounded import BoundedRunner, CallTimeout
 from exporter.base.logs import DependencyReporter, LogOnce, log
 from exporter.collectors.hpc_jobs.jobs import NO_HPC_JOBS, HpcJob, HpcJobs
+from exporter.collectors.hpc_jobs.options import HpcJobsOptions
 from exporter.core.refresher import Refresher
 
 # The names dcgm-exporter reads: "<gpu>" for a whole GPU, "<gpu>.<GPU instance ID>" for a MIG
 # instance; it ignores every other name (a writer's temporary file, a README), and so do we.
 _MAPPING_FILE_NAME = re.compile(r"(0|[1-9][0-9]{0,3})(?:\.(0|[1-9][0-9]{0,3}))?")
-
-
-@dataclass(frozen=True)
-class HpcJobsOptions:
-    """Where the mapping files are and how much of them is read: the directory is written by job
-    prolog scripts, and a runaway script must not cost the exporter its memory or its refresh."""
-
-    directory: str
-    max_files: int = 512  # 64 GPUs with 7 MIG instances each, with room to spare
-    max_file_bytes: int = 64 * 1024
-    max_line_bytes: int = 256  # Slurm's job IDs (array and het-job forms included) are far shorter
-    refresh_interval_seconds: float = 5.0  # as often as the kubelet is listed (--kubelet.refresh-interval)
-    # A reading that takes longer (a hung network file system) is given up: the last jobs stay served.
-    timeout_seconds: float = 5.0
 
 
 class _BadFile(Exception):
@@ -189,9 +175,9 @@ class HpcJobSource:
         self._refresher.stop(timeout_seconds)
 
 
-def make_hpc_job_source(directory: Optional[str], refresh_interval_seconds: float) -> Optional[HpcJobSource]:
+def make_hpc_job_source(options: Optional[HpcJobsOptions]) -> Optional[HpcJobSource]:
     """The source of --hpc.job-mapping-dir, not started, or None when it is not set."""
-    if not directory:
+    if options is None:
         return None
-    log("info", "HPC job mapping on: pod_gpu_hpc_job_info names the jobs in each GPU's file", directory=directory)
-    return HpcJobSource(HpcJobsOptions(directory, refresh_interval_seconds=refresh_interval_seconds))
+    log("info", "HPC job mapping on: pod_gpu_hpc_job_info names the jobs in each GPU's file", directory=options.directory)
+    return HpcJobSource(options)

@@ -13,7 +13,7 @@ from exporter.collectors.collector import Collector, Flag, Hub, Kind, SourceStat
 from exporter.collectors.roles import UPSTREAM
 from exporter.vendors.nvidia.dcgm import DEFAULT_MAX_BODY_BYTES, redact_url
 from exporter.vendors.nvidia.dcgm.file_source import SETTLE_SECONDS
-from exporter.vendors.nvidia.dcgm.options import DcgmEndpoint
+from exporter.vendors.nvidia.dcgm.options import DcgmEndpoint, DcgmOptions
 
 _OWN_DCGM = "the demo runs its own simulated dcgm-exporter; leave out `demo` to serve a real node"
 
@@ -107,11 +107,12 @@ class DcgmCollector(Collector):
                               f"the {SETTLE_SECONDS:g}s a textfile changed in place is left to settle before it is "
                               "read (--dcgm.file); allow at least that")
 
-    def derive(self, config) -> Mapping[str, object]:
-        # Only where it is fetched from: `mapping` never does and `demo` serves its own, so neither is refused
-        # over a serving container's environment; a textfile replaces it.
+    def options(self, config) -> DcgmOptions:
+        # The URL is read only where it is fetched from: `mapping` never does and `demo` serves its own, so
+        # neither is refused over a serving container's environment; a textfile replaces it.
         fetched = config.command == "serve" and not config.dcgm_file
-        return {"dcgm_endpoint": parse_dcgm_url(config.dcgm_url) if fetched else None}
+        return DcgmOptions(parse_dcgm_url(config.dcgm_url) if fetched else None, config.dcgm_file,
+                           config.dcgm_timeout_seconds, config.dcgm_max_body_bytes)
 
     def prepare(self, hub: Hub) -> None:
         # Imported here so `--help` and `mapping` stay fast and independent of the HTTP stack.
@@ -119,11 +120,10 @@ class DcgmCollector(Collector):
         from exporter.vendors.nvidia.dcgm.http_source import HttpSource
         from exporter.vendors.nvidia.dcgm.options import DcgmFileOptions, DcgmHttpOptions
 
-        config = hub.config
-        source = (FileSource(DcgmFileOptions(config.dcgm_file, config.dcgm_timeout_seconds, config.dcgm_max_body_bytes))
-                  if config.dcgm_file else
-                  HttpSource(DcgmHttpOptions(config.dcgm_endpoint, config.dcgm_timeout_seconds,
-                                             config.dcgm_max_body_bytes)))
+        options = self.options(hub.config)
+        source = (FileSource(DcgmFileOptions(options.file, options.timeout_seconds, options.max_body_bytes))
+                  if options.file else
+                  HttpSource(DcgmHttpOptions(options.endpoint, options.timeout_seconds, options.max_body_bytes)))
         self._upstream = hub.upstream = _Tracked(source)
 
     def state(self) -> SourceState:

@@ -12,6 +12,7 @@ from exporter.collectors.roles import POD_INDEX
 from exporter.vendors.nvidia.collectors import DEMO_SETS_NVML
 from exporter.vendors.nvidia.families import PROCESS_MODE
 from exporter.vendors.nvidia.shares.energy import IDLE_POLICIES
+from exporter.vendors.nvidia.shares.options import ProcessSharesOptions
 
 SHARING_MODES = ("device", "process")
 
@@ -48,16 +49,21 @@ class ProcessSharesCollector(Collector):
             raise ConfigError(f"--sharing.proc-root: {proc_root} is not a directory (mount the host's /proc there "
                               "read-only, or run with hostPID: true and keep /proc)")
 
+    def options(self, config) -> Optional[ProcessSharesOptions]:
+        """Where the host's processes are seen, at the mapping's pace; None unless --sharing.mode process."""
+        if config.sharing_mode != "process":
+            return None
+        return ProcessSharesOptions(config.sharing_proc_root, config.kubelet_refresh_interval_seconds,
+                                    config.labels_style, config.energy_idle_policy)
+
     def enabled(self, config) -> bool:
-        return config.sharing_mode == "process"
+        return self.options(config) is not None
 
     def build(self, hub: Hub) -> None:
-        from exporter.vendors.nvidia.shares.process_shares import ProcessShares, ProcessSharesOptions, pod_index_source
+        from exporter.vendors.nvidia.shares.process_shares import ProcessShares, pod_index_source
         from exporter.vendors.nvidia.nvml.library import open_nvml
 
-        config = hub.config
-        options = ProcessSharesOptions(config.sharing_proc_root, config.kubelet_refresh_interval_seconds,
-                                       config.labels_style, config.energy_idle_policy)
+        options = self.options(hub.config)
         # The pod index another collector offered (None with the API off: no share is then served).
         self._shares = ProcessShares(options, functools.partial(open_nvml, hub.driver), hub.attribution.mapping_in_use,
                                      pod_index_source(hub.pod_index), label_limit=hub.label_limit)

@@ -3,12 +3,22 @@
 from __future__ import annotations
 
 import functools
+from dataclasses import dataclass
 
 from exporter.collectors.collector import Collector, Flag, Hub, PagePart, SourceState
 from exporter.vendors.nvidia.collectors import DEMO_SETS_NVML
 from exporter.vendors.nvidia.families import XID_EVENTS
 
 XID_EVENTS_CHOICES = ("auto", "on", "off")
+
+
+@dataclass(frozen=True)
+class XidEventsOptions:
+    """Whether XID events are counted (--health.xid-events on, or auto in --sharing.mode process), and the
+    owner label names their holders' counters carry (--labels.style)."""
+
+    counted: bool
+    labels_style: str
 
 
 class XidEventsCollector(Collector):
@@ -29,9 +39,13 @@ class XidEventsCollector(Collector):
     def __init__(self) -> None:
         self._events = None
 
+    def options(self, config) -> XidEventsOptions:
+        counted = config.health_xid_events == "on" or (config.health_xid_events == "auto"
+                                                       and config.sharing_mode == "process")
+        return XidEventsOptions(counted, config.labels_style)
+
     def enabled(self, config) -> bool:
-        return config.health_xid_events == "on" or (config.health_xid_events == "auto"
-                                                    and config.sharing_mode == "process")
+        return self.options(config).counted
 
     def build(self, hub: Hub) -> None:
         from exporter.vendors.nvidia.shares.xid_events import XidEvents
@@ -40,7 +54,7 @@ class XidEventsCollector(Collector):
         # The trusted mapping the shares attribute by: once the kubelet's has aged out it is None, and no
         # holder is then taken to have left (an empty mapping would read as every holder gone).
         self._events = XidEvents(functools.partial(open_nvml, hub.driver), hub.attribution.mapping_in_use,
-                                 hub.config.labels_style, hub.label_limit)
+                                 self.options(hub.config).labels_style, hub.label_limit)
 
     def start(self) -> None:
         self._events.start()

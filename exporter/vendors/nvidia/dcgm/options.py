@@ -10,7 +10,7 @@ from exporter.vendors.nvidia.dcgm import DEFAULT_MAX_BODY_BYTES
 
 @dataclass(frozen=True)
 class DcgmEndpoint:
-    """--dcgm.url in the parts a fetch needs; exporter.config reads and checks it, the source never does."""
+    """--dcgm.url in the parts a fetch needs; its collector reads and checks it, the source never does."""
 
     scheme: str  # "http" or "https"
     host: str
@@ -19,6 +19,16 @@ class DcgmEndpoint:
     shown: str  # the URL as logs and messages show it: its password, if any, replaced by ***
     # (user, password), unquoted, for a dcgm-exporter behind basic auth; kept out of repr, so out of logs.
     credentials: Optional[Tuple[str, str]] = field(default=None, repr=False)
+
+
+@dataclass(frozen=True)
+class DcgmOptions:
+    """The dcgm-exporter reader's settings, as its collector builds them once from the parsed --dcgm.* flags."""
+
+    endpoint: Optional[DcgmEndpoint]  # --dcgm.url's parts; None where nothing is fetched (a textfile, `mapping`, `demo`)
+    file: Optional[str]  # --dcgm.file: read instead of fetching
+    timeout_seconds: float  # --dcgm.timeout, positive
+    max_body_bytes: int = DEFAULT_MAX_BODY_BYTES  # --dcgm.max-body-size, positive
 
 
 @dataclass(frozen=True)

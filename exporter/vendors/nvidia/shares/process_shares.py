@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass
 from typing import Any, Callable, Dict, List, NamedTuple, Optional, Protocol, Tuple
 
 from exporter.base.bounded import BoundedRunner, CallTimeout
@@ -15,7 +14,7 @@ from exporter.vendors.nvidia.families import NVML_UP, PROCESS_SHARES_REFRESH_DUR
 from exporter.exposition.label_limit import LabelLimit
 from exporter.exposition.sections import SectionState
 from exporter.vendors.nvidia.shares.compute import PodIndex, Shares, compute_shares, pod_index
-from exporter.vendors.nvidia.shares.energy import SPLIT
+from exporter.vendors.nvidia.shares.options import ProcessSharesOptions
 from exporter.vendors.nvidia.shares.ledger import ShareLedger
 from exporter.vendors.nvidia.shares.render import render_shares, render_unallocated
 from exporter.vendors.nvidia.nvml.processes import DeviceProcesses, NvmlError, NvmlProcessReader
@@ -28,16 +27,6 @@ _MIN_SAMPLE_WINDOW_SECONDS = 1.0
 # (a pass is a few calls per GPU, milliseconds on a healthy driver); past it the refresh reports
 # nvml_up 0 and the call is left to finish on its own thread.
 NVML_TIMEOUT_SECONDS = 5.0
-
-
-@dataclass(frozen=True)
-class ProcessSharesOptions:
-    """ProcessShares' settings, checked by exporter.config."""
-
-    proc_root: str  # --sharing.proc-root: where the host's processes are seen (a folder)
-    interval_seconds: float  # --kubelet.refresh-interval: the shares follow the mapping's pace
-    labels_style: str  # --labels.style
-    idle_policy: str = SPLIT  # --energy.idle-policy
 
 
 class _Rendered(NamedTuple):
@@ -203,7 +192,7 @@ class ProcessShares:
 
 
 class FreshPods(Protocol):
-    """The Kubernetes source's pod index role (sources.kubernetes.roles.KubernetesPods)."""
+    """The Kubernetes source's pod index role (collectors.kubernetes.roles.KubernetesPods)."""
 
     def pods(self) -> Optional[Dict[Tuple[str, str], Any]]:
         """(namespace, pod) → its PodInfo, while the pod store is fresh; else None."""

@@ -9,10 +9,10 @@ from typing import Optional
 from exporter.base.errors import ConfigError
 from exporter.base.logs import log
 from exporter.core.device_ids import DeviceForms
-from exporter.sources.kubernetes.client import in_cluster, make_client
-from exporter.sources.kubernetes.context import KubernetesContext
-from exporter.sources.kubernetes.options import KubernetesOptions
-from exporter.sources.kubernetes.roles import KubernetesLifecycle
+from exporter.collectors.kubernetes.client import in_cluster, make_client
+from exporter.collectors.kubernetes.context import KubernetesContext
+from exporter.collectors.kubernetes.options import KubernetesOptions
+from exporter.collectors.kubernetes.roles import KubernetesLifecycle
 
 
 def node_name(options: KubernetesOptions) -> str:

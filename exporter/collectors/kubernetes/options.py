@@ -5,8 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Optional
 
-from exporter.sources.kubernetes.labels import LabelSpec
-from exporter.sources.kubernetes.watch import WATCH_SILENCE_SECONDS
+from exporter.collectors.kubernetes.labels import LabelSpec
+from exporter.collectors.kubernetes.watch import WATCH_SILENCE_SECONDS
 
 
 @dataclass(frozen=True)

@@ -5,10 +5,10 @@ from __future__ import annotations
 from typing import Callable, Dict, Iterable, Optional
 
 from exporter.base.logs import LogOnce
-from exporter.sources.kubernetes.labels import LabelSpec, extra_label_pairs
-from exporter.sources.kubernetes.pod_store import PodKey, PodStore
-from exporter.sources.kubernetes.queues import QueueLabels
-from exporter.sources.kubernetes.workloads import Workloads
+from exporter.collectors.kubernetes.labels import LabelSpec, extra_label_pairs
+from exporter.collectors.kubernetes.pod_store import PodKey, PodStore
+from exporter.collectors.kubernetes.queues import QueueLabels
+from exporter.collectors.kubernetes.workloads import Workloads
 
 
 class ExtraLabels:

@@ -6,7 +6,7 @@ import os
 from typing import Optional
 
 from exporter.base.errors import ConfigError
-from exporter.sources.kubernetes.token import use_rotating_token
+from exporter.collectors.kubernetes.token import use_rotating_token
 
 SERVICE_ACCOUNT_DIR = "/var/run/secrets/kubernetes.io/serviceaccount"
 

@@ -1,4 +1,4 @@
-"""pod_gpu_device_health_status and pod_gpu_device_taint: the mapping's device health and DRA taints as series."""
+"""The Kubernetes context's section: pod_gpu_device_health_status and pod_gpu_device_taint, the mapping's device health and DRA taints as series."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ from typing import Callable, Dict, Iterable, List, Tuple
 from exporter.core.health import DeviceTaint, combined_status
 from exporter.core.identity import GpuIdentity, GpuKey
 from exporter.core.mapping import Mapping
-from exporter.exposition import families
+from exporter.collectors.kubernetes import families
 from exporter.exposition.labels import device_label_pairs, identities_by_key
 from exporter.exposition.sections import BaseSection, Gauge, ScrapeView
 from exporter.exposition.rows import label_text, render_family

@@ -8,10 +8,10 @@ from typing import Dict, Iterable, Optional, Set, Tuple
 from exporter.base.logs import LogOnce
 from exporter.core import hami
 from exporter.core.health import ResourceHealth
-from exporter.sources.kubernetes.extended_resources import extended_resource_claim
-from exporter.sources.kubernetes.labels import LabelSpec, PodInfo, allowed_items
-from exporter.sources.kubernetes.queue_hints import queue_hint
-from exporter.sources.kubernetes.workloads import controller_of
+from exporter.collectors.kubernetes.extended_resources import extended_resource_claim
+from exporter.collectors.kubernetes.labels import LabelSpec, PodInfo, allowed_items
+from exporter.collectors.kubernetes.queue_hints import queue_hint
+from exporter.collectors.kubernetes.workloads import controller_of
 
 MAX_PODS = 20_000  # far above any node's pod limit (110 by default); bounds memory if a selector is wrong
 _MAX_GONE = 4096  # deleted pods remembered, in case the kubelet keeps reporting their devices

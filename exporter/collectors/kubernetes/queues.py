@@ -13,9 +13,9 @@ from typing import Callable, Dict, Optional, Tuple
 
 from exporter.base.cache import RetryingCache
 from exporter.base.logs import LogOnce
-from exporter.sources.kubernetes.labels import PodInfo, QueueHint
-from exporter.sources.kubernetes.watch import describe_failure
-from exporter.sources.kubernetes.workloads import READS_PER_REFRESH_SECONDS, NotServed, Workloads
+from exporter.collectors.kubernetes.labels import PodInfo, QueueHint
+from exporter.collectors.kubernetes.watch import describe_failure
+from exporter.collectors.kubernetes.workloads import READS_PER_REFRESH_SECONDS, NotServed, Workloads
 
 # kind → the API versions it is read at, preferred first: Kueue v0.16 and later store v1beta2, and
 # older installations serve v1beta1 only.

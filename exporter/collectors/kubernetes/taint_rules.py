@@ -14,11 +14,11 @@ import threading
 from typing import Callable, Dict, NamedTuple, Optional, Tuple
 
 from exporter.base.logs import LogOnce
-from exporter.sources.kubernetes.api_discovery import served_versions
-from exporter.sources.kubernetes.dra import taint_of
-from exporter.sources.kubernetes.objects import Skipped, cluster_object_check
-from exporter.sources.kubernetes.stream import ANSWER_SECONDS, http_client
-from exporter.sources.kubernetes.watch import WATCH_SILENCE_SECONDS, ListWatch, describe_failure
+from exporter.collectors.kubernetes.api_discovery import served_versions
+from exporter.collectors.kubernetes.dra import taint_of
+from exporter.collectors.kubernetes.objects import Skipped, cluster_object_check
+from exporter.collectors.kubernetes.stream import ANSWER_SECONDS, http_client
+from exporter.collectors.kubernetes.watch import WATCH_SILENCE_SECONDS, ListWatch, describe_failure
 
 GROUP = "resource.k8s.io"
 RESOURCE_NAME = "devicetaintrules"

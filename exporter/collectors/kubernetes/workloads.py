@@ -13,8 +13,8 @@ from typing import Callable, Dict, Iterable, List, NamedTuple, Optional, Tuple
 
 from exporter.base.cache import RetryingCache
 from exporter.base.logs import LogOnce
-from exporter.sources.kubernetes.stream import ANSWER_SECONDS, http_client, read_answer
-from exporter.sources.kubernetes.watch import describe_failure
+from exporter.collectors.kubernetes.stream import ANSWER_SECONDS, http_client, read_answer
+from exporter.collectors.kubernetes.watch import describe_failure
 
 # A real chain is at most four levels above the pod (LeaderWorkerSet worker: StatefulSet → leader
 # Pod → StatefulSet → LeaderWorkerSet); the bound only stops a cycle or a runaway operator chain.

@@ -9,19 +9,19 @@ import time
 from typing import Callable
 
 from exporter.core.device_ids import DeviceForms
-from exporter.sources.kubernetes.dra import DraDevices, read_claim
-from exporter.sources.kubernetes.extra_labels import ExtraLabels
-from exporter.sources.kubernetes.freshness import Freshness
-from exporter.sources.kubernetes.labels import LabelSpec
-from exporter.sources.kubernetes.objects import pod_check, slice_check
-from exporter.sources.kubernetes.pod_store import PodStore
-from exporter.sources.kubernetes.queue_hints import metadata_queue_hint
-from exporter.sources.kubernetes.queues import QueueLabels, QueueObjects
-from exporter.sources.kubernetes.roles import KubernetesLifecycle, KubernetesMapping, KubernetesPods
-from exporter.sources.kubernetes.stream import ANSWER_SECONDS, http_client
-from exporter.sources.kubernetes.taint_rules import DeviceTaintRules, TaintRuleWatch
-from exporter.sources.kubernetes.watch import WATCH_SILENCE_SECONDS, ListWatch
-from exporter.sources.kubernetes.workloads import MetadataReader, Workloads
+from exporter.collectors.kubernetes.dra import DraDevices, read_claim
+from exporter.collectors.kubernetes.extra_labels import ExtraLabels
+from exporter.collectors.kubernetes.freshness import Freshness
+from exporter.collectors.kubernetes.labels import LabelSpec
+from exporter.collectors.kubernetes.objects import pod_check, slice_check
+from exporter.collectors.kubernetes.pod_store import PodStore
+from exporter.collectors.kubernetes.queue_hints import metadata_queue_hint
+from exporter.collectors.kubernetes.queues import QueueLabels, QueueObjects
+from exporter.collectors.kubernetes.roles import KubernetesLifecycle, KubernetesMapping, KubernetesPods
+from exporter.collectors.kubernetes.stream import ANSWER_SECONDS, http_client
+from exporter.collectors.kubernetes.taint_rules import DeviceTaintRules, TaintRuleWatch
+from exporter.collectors.kubernetes.watch import WATCH_SILENCE_SECONDS, ListWatch
+from exporter.collectors.kubernetes.workloads import MetadataReader, Workloads
 
 
 def _slice_v1beta1():

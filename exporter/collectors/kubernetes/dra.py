@@ -12,9 +12,9 @@ from exporter.core.device_ids import DeviceForms
 from exporter.core.health import DeviceTaint, taint_effect
 from exporter.core.identity import GpuKey, MigPlacementResolver, MigResolver
 from exporter.core.mapping import DraResolution
-from exporter.sources.kubernetes.extended_resources import request_name
-from exporter.sources.kubernetes.stream import ANSWER_SECONDS, decode_object, read_answer
-from exporter.sources.kubernetes.watch import describe_failure
+from exporter.collectors.kubernetes.extended_resources import request_name
+from exporter.collectors.kubernetes.stream import ANSWER_SECONDS, decode_object, read_answer
+from exporter.collectors.kubernetes.watch import describe_failure
 
 DeviceRef = Tuple[str, str, str]  # (driver, pool, device name), as the kubelet and ResourceSlices name it
 _MAX_CLAIMS = 4096

@@ -1,4 +1,4 @@
-"""The Kubernetes API context as a collector: --kubernetes.* and --labels.* flags, the mapping context and pod index it offers, its watches' counters."""
+"""The Kubernetes API context as a collector: --kubernetes.* and --labels.* flags, the mapping context and pod index it offers, its section and its watches' counters."""
 
 from __future__ import annotations
 
@@ -7,8 +7,12 @@ from typing import Mapping
 
 from exporter.collectors.collector import Collector, Flag, Hub, Kind, SourceState
 from exporter.collectors.roles import MAPPING_CONTEXT, POD_INDEX
-from exporter.exposition import families
-from exporter.sources.kubernetes.labels import compile_key_pattern, extra_choices, label_spec
+from exporter.exposition.families import client_family
+from exporter.collectors.kubernetes.families import (FAMILIES, KUBERNETES_ANNOTATIONS_MALFORMED, KUBERNETES_API_SWITCH,
+                                                      KUBERNETES_OBJECTS_SKIPPED, KUBERNETES_REQUESTS,
+                                                      KUBERNETES_WATCH_DROPPED)
+from exporter.collectors.kubernetes.labels import compile_key_pattern, extra_choices, label_spec
+from exporter.collectors.kubernetes.options import KubernetesOptions
 
 KUBERNETES_API_CHOICES = ("auto", "on", "off")
 # How long the first mapping waits for the API's first pod list (its labels): a 5,000-pod node lists
@@ -32,8 +36,10 @@ class KubernetesCollector(Collector):
     (auto: in a pod, or with a kubeconfig)."""
 
     name = "kubernetes"
-    switch = families.KUBERNETES_API_SWITCH
+    switch = KUBERNETES_API_SWITCH
     offers = (MAPPING_CONTEXT, POD_INDEX)
+    section_sources = {"device_health": "the Kubernetes API"}
+    families = FAMILIES
     in_mapping = True  # `mapping` shows each pod's extra labels and keys DRA devices as `serve` does
     flags = (
         Flag("--kubernetes.api", "kubernetes_api", KUBERNETES_API_CHOICES, "Kubernetes API server for pod UIDs, workloads, pod labels and DRA ResourceSlices: auto = when running in a pod or --kubernetes.kubeconfig is set; on = required (start-up fails without a config); off = never.",
@@ -59,8 +65,13 @@ class KubernetesCollector(Collector):
     def __init__(self) -> None:
         self._lifecycle = None  # KubernetesLifecycle, once prepared and on
 
-    def derive(self, config) -> Mapping[str, object]:
-        return {"label_spec": label_spec(config.labels_extra, config.labels_pod_labels, config.labels_pod_annotations)}
+    def options(self, config) -> KubernetesOptions:
+        """--kubernetes.* and --labels.extra/pod-labels/pod-annotations read into the source's settings, with how
+        long the pod cache outlives a failing watch (--kubelet.mapping-max-age)."""
+        return KubernetesOptions(
+            api=config.kubernetes_api, kubeconfig=config.kubernetes_kubeconfig, node_name=config.kubernetes_node_name,
+            labels=label_spec(config.labels_extra, config.labels_pod_labels, config.labels_pod_annotations),
+            grace_seconds=config.mapping_max_age_seconds, watch_silence_seconds=config.kubernetes_watch_silence_seconds)
 
     def enabled(self, config) -> bool:
         return True  # off, or auto without a config, is decided in prepare (it also warns about --labels.*)
@@ -68,14 +79,9 @@ class KubernetesCollector(Collector):
     def prepare(self, hub: Hub) -> bool:
         # The source loads lightkube only when a client is made: with the API off, importing it costs
         # nothing, and its one check also warns about --labels.* that cannot act.
-        from exporter.sources.kubernetes.options import KubernetesOptions
-        from exporter.sources.kubernetes.startup import prepare_kubernetes
+        from exporter.collectors.kubernetes.startup import prepare_kubernetes
 
-        config = hub.config
-        context = prepare_kubernetes(KubernetesOptions(
-            api=config.kubernetes_api, kubeconfig=config.kubernetes_kubeconfig, node_name=config.kubernetes_node_name,
-            labels=config.label_spec, grace_seconds=config.mapping_max_age_seconds,
-            watch_silence_seconds=config.kubernetes_watch_silence_seconds), hub.devices)
+        context = prepare_kubernetes(self.options(hub.config), hub.devices)
         if context is None:
             return False
         self._lifecycle = context.lifecycle
@@ -85,14 +91,14 @@ class KubernetesCollector(Collector):
     def before_first_mapping(self, hub: Hub):
         """The watches started, and the first pod list awaited briefly on the refresher's thread, so that
         the first mapping carries its labels (an API slower than that adds them at a later refresh)."""
-        from exporter.sources.kubernetes.startup import start_and_wait
+        from exporter.collectors.kubernetes.startup import start_and_wait
 
         wait = min(hub.config.kubelet_timeout_seconds, API_FIRST_LIST_WAIT_SECONDS)
         return functools.partial(start_and_wait, self._lifecycle, hub.resolve_mig, wait), wait
 
     def start_for_mapping(self, hub: Hub) -> None:
         """`mapping`: the watches started and their first lists awaited, ResourceSlices included."""
-        from exporter.sources.kubernetes.startup import start_and_wait
+        from exporter.collectors.kubernetes.startup import start_and_wait
 
         start_and_wait(self._lifecycle, hub.resolve_mig, hub.config.kubelet_timeout_seconds, slices=True)
 
@@ -101,7 +107,7 @@ class KubernetesCollector(Collector):
             self._lifecycle.stop()
 
     def sections(self):
-        from exporter.exposition.health import DeviceHealthSection
+        from exporter.collectors.kubernetes.health_section import DeviceHealthSection
 
         lifecycle = self._lifecycle
         return (DeviceHealthSection(lambda: lifecycle.up),)
@@ -109,9 +115,9 @@ class KubernetesCollector(Collector):
     def self_metrics(self):
         """The API watches' own counters, by resource (`pods`, `resourceslices`, `devicetaintrules`)."""
         status = self._lifecycle.status()
-        requests = families.client_family(families.KUBERNETES_REQUESTS)
-        dropped = families.client_family(families.KUBERNETES_WATCH_DROPPED)
-        skipped = families.client_family(families.KUBERNETES_OBJECTS_SKIPPED)
+        requests = client_family(KUBERNETES_REQUESTS)
+        dropped = client_family(KUBERNETES_WATCH_DROPPED)
+        skipped = client_family(KUBERNETES_OBJECTS_SKIPPED)
         for watch in status.watches:
             requests.add_metric([watch.resource], watch.requests)
             for reason in ("silent", "too_large", "undecodable"):
@@ -119,7 +125,7 @@ class KubernetesCollector(Collector):
             # "unsupported" (a DeviceTaintRule selecting by what is not evaluated) only where it happened.
             for reason in sorted({"malformed", "other_node", *watch.skipped}):
                 skipped.add_metric([watch.resource, reason], watch.skipped.get(reason, 0))
-        malformed = families.client_family(families.KUBERNETES_ANNOTATIONS_MALFORMED)
+        malformed = client_family(KUBERNETES_ANNOTATIONS_MALFORMED)
         malformed.add_metric(["hami.io/vgpu-devices-allocated"], status.malformed_annotations)
         return (requests, dropped, skipped, malformed)
 

@@ -13,7 +13,7 @@ from __future__ import annotations
 import json
 from typing import Optional, Tuple
 
-from exporter.sources.kubernetes.stream import ANSWER_SECONDS, read_answer
+from exporter.collectors.kubernetes.stream import ANSWER_SECONDS, read_answer
 
 # The aggregated list first, the plain APIGroupList as the fallback a server without it answers with.
 AGGREGATED_ACCEPT = "application/json;g=apidiscovery.k8s.io;v=v2;as=APIGroupDiscoveryList,application/json"

@@ -9,13 +9,13 @@ from __future__ import annotations
 from typing import Callable, Dict, Iterable, List, Optional, Set
 
 from exporter.core.mapping import DraResolution
-from exporter.sources.kubernetes.dra import DraDevices
-from exporter.sources.kubernetes.extended_resources import ContainerShare, container_share
-from exporter.sources.kubernetes.extra_labels import ExtraLabels
-from exporter.sources.kubernetes.labels import PodInfo
-from exporter.sources.kubernetes.pod_store import PodKey, PodStore
-from exporter.sources.kubernetes.status import KubernetesStatus
-from exporter.sources.kubernetes.taint_rules import DeviceTaintRules
+from exporter.collectors.kubernetes.dra import DraDevices
+from exporter.collectors.kubernetes.extended_resources import ContainerShare, container_share
+from exporter.collectors.kubernetes.extra_labels import ExtraLabels
+from exporter.collectors.kubernetes.labels import PodInfo
+from exporter.collectors.kubernetes.pod_store import PodKey, PodStore
+from exporter.collectors.kubernetes.status import KubernetesStatus
+from exporter.collectors.kubernetes.taint_rules import DeviceTaintRules
 
 
 class KubernetesMapping:

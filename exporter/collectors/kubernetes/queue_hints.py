@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 from typing import Optional
 
-from exporter.sources.kubernetes.labels import QueueHint
+from exporter.collectors.kubernetes.labels import QueueHint
 
 # Kueue sets it on the pod for plain pods, Deployments, StatefulSets and LeaderWorkerSets, and only on the
 # owner for Job, JobSet, RayJob and the Kubeflow jobs: the owner chain is asked when the pod lacks it.

@@ -12,12 +12,12 @@ import time
 from typing import Callable, Dict, NamedTuple, Optional, Protocol
 
 from exporter.base.logs import DependencyReporter, LogOnce, log
-from exporter.sources.kubernetes.objects import Skipped
-from exporter.sources.kubernetes.pacing import Backoff, RequestBudget
-from exporter.sources.kubernetes.status import WatchStatus, frozen_counts
-from exporter.sources.kubernetes.stream import (WatchLineTooLong, WatchSilent, decode_event, decode_object,
+from exporter.collectors.kubernetes.objects import Skipped
+from exporter.collectors.kubernetes.pacing import Backoff, RequestBudget
+from exporter.collectors.kubernetes.status import WatchStatus, frozen_counts
+from exporter.collectors.kubernetes.stream import (WatchLineTooLong, WatchSilent, decode_event, decode_object,
                                                 event_version, list_pages, watch_lines)
-from exporter.sources.kubernetes.watch_health import WatchHealth
+from exporter.collectors.kubernetes.watch_health import WatchHealth
 
 # The server ends each watch after this long (timeoutSeconds) and the next one opens from the last
 # version seen (an event's or a bookmark's).
