@@ -180,7 +180,7 @@ service: {{ printf "%s-amd-metrics-local" (include "pgme.fullname" .) | trunc 63
 {{- $_ := set $flags "web.telemetry-path" $root.Values.web.telemetryPath }}
 {{- end }}
 {{- $configs := list $root.Values.config }}
-{{- if $amd }}{{ $configs = append $configs $root.Values.amd.config }}{{ end }}
+{{- if $amd }}{{ $configs = append $configs ($root.Values.amd.config | default dict) }}{{ end }}
 {{- range $config := $configs }}
 {{- range $name, $value := $config }}
 {{- if kindIs "invalid" $value }}{{ $_ := unset $flags $name }}{{ else }}{{ $_ := set $flags $name $value }}{{ end }}
@@ -204,7 +204,7 @@ service: {{ printf "%s-amd-metrics-local" (include "pgme.fullname" .) | trunc 63
 {{- $follow := dict "web.port" "the container port, probes, Service, monitors and prometheus.io annotations follow it"
                     "web.telemetryPath" "the monitors and the prometheus.io/path annotation follow it" }}
 {{- range $flag, $value := dict "web.listen-address" "web.port" "web.telemetry-path" "web.telemetryPath" }}
-{{- range $where, $config := dict "config" $values.config "amd.config" $values.amd.config }}
+{{- range $where, $config := dict "config" $values.config "amd.config" ($values.amd.config | default dict) }}
 {{- if hasKey $config $flag }}
 {{- fail (printf "%s.%s is not allowed: set %s instead (%s)" $where $flag $value (get $follow $value)) }}
 {{- end }}
