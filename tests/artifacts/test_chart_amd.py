@@ -5,10 +5,11 @@ mounts, their node-local Service, and that no node ever gets two exporters."""
 from __future__ import annotations
 
 import re
+from urllib.parse import urlsplit
 
 import pytest
 
-from support.helm_tools import CHART, NAMESPACE, objects, render, render_text, run_helm
+from support.helm_tools import CHART, NAMESPACE, load_chart_file, objects, render, render_text, run_helm
 from support.node_scheduling import daemonsets_on, selects
 
 EXPORTER = "pod-gpu-metrics-exporter"
@@ -105,6 +106,18 @@ def test_the_exporters_flag_parser_takes_the_amd_pods_args():
     given = _flags({"args": args})
     for name in ("gpu.vendor", "amd.metrics-url", "amd.metrics-socket", "amd.sysfs-root", "kubelet.socket"):
         assert str(getattr(config, declared[f"--{name}"])) == given[name], name
+
+
+def test_the_amd_values_default_to_the_exporters_own_defaults():
+    # The socket is where the exporter looks by default, and the Service's port is the one of the exporter's
+    # default URL (AMD's port). Also needs the exporter's AMD flags.
+    from exporter.config import all_flags
+
+    defaults = {flag.flag: flag.default for flag in all_flags()}
+    assert {"--amd.metrics-socket", "--amd.metrics-url"} <= set(defaults), "the exporter declares no AMD flags"
+    amd = load_chart_file("values.yaml")["amd"]
+    assert amd["metricsSocket"] == defaults["--amd.metrics-socket"] == SOCKET
+    assert amd["metricsExporter"]["port"] == urlsplit(defaults["--amd.metrics-url"]).port == 5000
 
 
 def test_the_socket_folder_and_sys_are_mounted_read_only_where_the_flags_say():
