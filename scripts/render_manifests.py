@@ -54,6 +54,7 @@ class RawManifest:
     header: str
     with_namespace: bool = False
     kinds: Optional[Tuple[str, ...]] = None  # None: every object of the rendering
+    components: Optional[Tuple[str, ...]] = None  # None: any app.kubernetes.io/component
     footer: str = ""
     extra_args: Tuple[str, ...] = field(default=())
 
@@ -109,6 +110,40 @@ MANIFESTS = (
 # container), --sharing.mode=process with --sharing.proc-root=/proc, and NVML through the NVIDIA
 # container runtime (NVIDIA_VISIBLE_DEVICES=all, the "utility" capability). The exporter keeps
 # every other restriction.
+"""),
+    RawManifest(
+        "deploy/amd.yaml", "amd-values.yaml", with_namespace=True, header="""\
+# pod-gpu-metrics-exporter on clusters whose GPUs are all AMD Instinct GPUs.
+#
+#   kubectl create -f deploy/amd.yaml
+#
+# AMD's device-metrics-exporter must already run on the GPU nodes (AMD's Helm chart or AMD's GPU
+# operator): this file adds this exporter beside it (docs/amd.md, "Installing on AMD nodes"):
+#   - in AMD's exporter's namespace, kube-amd-gpu, a Service with internalTrafficPolicy: Local in
+#     front of its pods (label app.kubernetes.io/name: metrics-exporter, port 5000), so that each
+#     exporter reads the AMD exporter of its own node;
+#   - a DaemonSet on the nodes labelled feature.node.kubernetes.io/amd-gpu=true, its pods running
+#     with --gpu.vendor=amd, the folder of AMD's identity and health socket
+#     (/var/lib/amd-metrics-exporter) and the node's /sys (at /host/sys) mounted read-only;
+#   - with its service account, this node's pods, their owners and DRA objects from the API server,
+#     as in daemonset.yaml.
+#
+# Before applying: if AMD's exporter runs in another namespace, or its pods carry other labels,
+# render the chart with amd.metricsExporter.namespace and amd.metricsExporter.podLabels; put the
+# image you built and pushed in place of registry.example.com/pod-gpu-metrics-exporter. Clusters
+# with NVIDIA GPU nodes too: daemonset.yaml, then deploy/amd-beside-nvidia.yaml.
+"""),
+    RawManifest(
+        "deploy/amd-beside-nvidia.yaml", "mixed-values.yaml", components=("gpu-metrics-amd", "amd-metrics-node-local"),
+        header="""\
+# pod-gpu-metrics-exporter on the AMD GPU nodes of a cluster that has NVIDIA GPU nodes too.
+#
+#   kubectl create -f daemonset.yaml                  # once: namespace, RBAC, the NVIDIA DaemonSet
+#   kubectl create -f deploy/amd-beside-nvidia.yaml   # the AMD DaemonSet and its Service
+#
+# What deploy/amd.yaml adds for AMD nodes (read its header first), without what daemonset.yaml
+# already made; the AMD DaemonSet also keeps off every node labelled nvidia.com/gpu.present=true,
+# where daemonset.yaml's runs, so that no node gets two exporters.
 """),
     RawManifest(
         "prometheus/operator/podmonitor.yaml", "monitoring-values.yaml", kinds=("PodMonitor",), header="""\
@@ -177,10 +212,16 @@ def split_documents(rendered: str) -> List[str]:
     return [part + "\n" for part in parts if yaml.safe_load(part)]
 
 
+def _kept(manifest: RawManifest, obj: dict) -> bool:
+    """Whether one rendered object belongs in the raw file: of a kind, and a component, it keeps."""
+    component = obj["metadata"].get("labels", {}).get("app.kubernetes.io/component")
+    return ((manifest.kinds is None or obj["kind"] in manifest.kinds)
+            and (manifest.components is None or component in manifest.components))
+
+
 def render(manifest: RawManifest, helm: str) -> str:
     rendered = helm_template(helm, [str(CHART / "ci" / manifest.values)], manifest.extra_args)
-    documents = [doc for doc in split_documents(rendered)
-                 if manifest.kinds is None or yaml.safe_load(doc)["kind"] in manifest.kinds]
+    documents = [doc for doc in split_documents(rendered) if _kept(manifest, yaml.safe_load(doc))]
     if manifest.with_namespace:
         documents.insert(0, NAMESPACE_DOC)
     body = "---\n".join(documents)

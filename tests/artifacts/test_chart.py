@@ -13,15 +13,12 @@ import yaml
 
 from support.deploy_tools import EXPORTER_RULES, QUEUE_RULES, REPO_ROOT, missing_tool
 from support.helm_tools import CHART, CI_VALUES, NAMESPACE, load_chart_file, objects, render, run_helm, shape_names
+from support.node_scheduling import selects as _selects
 
 OLDEST_SUPPORTED = "1.30.0"
 CRD_KINDS = {"ServiceMonitor", "PodMonitor", "PrometheusRule"}
 OPERATOR_FIXTURES = REPO_ROOT / "tests" / "data" / "gpu-operator"
 EXPORTER = "pod-gpu-metrics-exporter"
-
-
-def _selects(selector: dict, labels: dict) -> bool:
-    return bool(selector) and selector.items() <= labels.items()
 
 
 def _pods(docs):
@@ -31,6 +28,17 @@ def _pods(docs):
 
 def _exporter(template):
     return next(c for c in template["spec"]["containers"] if c["name"] == EXPORTER)
+
+
+def _is_amd(template):
+    return "--gpu.vendor=amd" in _exporter(template)["args"]
+
+
+# The host folders each vendor's pods read, read-only: the kubelet's pod-resources everywhere; on AMD
+# nodes also the folder of AMD's identity socket and the node's /sys.
+HOST_PATHS = {False: ["/var/lib/kubelet/pod-resources"],
+              True: ["/var/lib/kubelet/pod-resources", "/var/lib/amd-metrics-exporter", "/sys"]}
+GPU_TAINT = {False: "nvidia.com/gpu", True: "amd.com/gpu"}
 
 
 def _grants(docs):
@@ -215,10 +223,11 @@ def test_every_shape_is_hardened(values):
         assert security["readOnlyRootFilesystem"] is True and security["capabilities"] == {"drop": ["ALL"]}
         assert security["seccompProfile"] == {"type": "RuntimeDefault"}
         assert spec["priorityClassName"] == "system-node-critical"
-        assert any(t["key"] == "nvidia.com/gpu" and t["operator"] == "Exists" and "effect" not in t
+        amd = _is_amd(template)
+        assert any(t["key"] == GPU_TAINT[amd] and t["operator"] == "Exists" and "effect" not in t
                    for t in spec["tolerations"])
         host_paths = [v for v in spec["volumes"] if "hostPath" in v]
-        assert [v["hostPath"]["path"] for v in host_paths] == ["/var/lib/kubelet/pod-resources"]
+        assert [v["hostPath"]["path"] for v in host_paths] == HOST_PATHS[amd]
         mounts = [m for c in spec["containers"] for m in c.get("volumeMounts", [])]
         assert all(m["readOnly"] is True for m in mounts)
         # The host's PIDs only where process shares need them.

@@ -17,6 +17,7 @@ import requests
 
 from exporter.config import Config
 from support.deploy_tools import REPO_ROOT, find_object, load_documents, validate_strict
+from support.node_scheduling import daemonsets_on, selects as _selects
 
 MANIFEST = REPO_ROOT / "deploy" / "gpu-operator.yaml"
 OPERATOR_DIR = Path(__file__).resolve().parents[1] / "data" / "gpu-operator"
@@ -36,11 +37,6 @@ def _operator(operand, kind):
     return find_object(load_documents(OPERANDS[operand]), kind)
 
 
-def _selects(selector: dict, labels: dict) -> bool:
-    """Equality-based selection, as a Service's selector and matchLabels select."""
-    return bool(selector) and selector.items() <= labels.items()
-
-
 def _pod_template(daemonset):
     return daemonset["spec"]["template"]
 
@@ -50,25 +46,8 @@ def _node_labels(operand):
     return dict(_pod_template(_operator(operand, "DaemonSet"))["spec"]["nodeSelector"])
 
 
-def _matches(expression: dict, labels: dict) -> bool:
-    """One nodeSelectorRequirement against a node's labels, as the scheduler reads it."""
-    key, operator, values = expression["key"], expression["operator"], expression.get("values", [])
-    return {"In": lambda: labels.get(key) in values, "NotIn": lambda: labels.get(key) not in values,
-            "Exists": lambda: key in labels, "DoesNotExist": lambda: key not in labels}[operator]()
-
-
-def _schedules_on(daemonset, node_labels) -> bool:
-    """The node selector, and the required node affinity (any term, every expression of it)."""
-    spec = _pod_template(daemonset)["spec"]
-    required = (spec.get("affinity", {}).get("nodeAffinity", {})
-                .get("requiredDuringSchedulingIgnoredDuringExecution", {}).get("nodeSelectorTerms"))
-    return _selects(spec["nodeSelector"], node_labels) and (
-        required is None or any(all(_matches(e, node_labels) for e in term.get("matchExpressions", ()))
-                                for term in required))
-
-
 def _daemonsets_on(node_labels):
-    return [d for d in _all("DaemonSet") if _schedules_on(d, node_labels)]
+    return daemonsets_on(_all("DaemonSet"), node_labels)
 
 
 def _our_daemonset(operand):

@@ -45,7 +45,7 @@ helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" }}
 {{/* The GPU operator's dcgm-exporter operands this release reads, as a space-separated list:
      "classic" (ClusterPolicy), "dra" (GPUCluster), both under "auto"; empty without the operator. */}}
 {{- define "pgme.operands" -}}
-{{- if .Values.gpuOperator.enabled }}
+{{- if and .Values.nvidia.enabled .Values.gpuOperator.enabled }}
 {{- if eq .Values.gpuOperator.dcgmExporter "auto" }}classic dra{{ else }}{{ .Values.gpuOperator.dcgmExporter }}{{ end }}
 {{- end }}
 {{- end }}
@@ -62,22 +62,33 @@ workload: {{ printf "%s%s" (include "pgme.fullname" $root) $suffix | trunc 63 | 
 component: {{ printf "gpu-metrics%s" $suffix }}
 {{- end }}
 
-{{/* The pods' affinity: the user's (values.affinity); under "auto", the DRA operand's DaemonSet also
-     keeps off nodes that carry the ClusterPolicy operand's label. The operator never sets both, but a
-     label left behind by a move from one mode to the other would otherwise put two exporters on one
-     node, and every GPU's series would be served twice. Added to each of the user's required node
-     selector terms (terms are ORed, so one without it would let such a node in). */}}
+{{/* The pods' affinity: the user's (values.affinity), with node selector requirements added to each of
+     the user's required node selector terms (terms are ORed, so one without them would let such a
+     node in). Under "auto", the DRA operand's DaemonSet keeps off nodes that carry the ClusterPolicy
+     operand's label: the operator never sets both, but a label left behind by a move from one mode to
+     the other would otherwise put two exporters on one node, and every GPU's series would be served
+     twice. Beside NVIDIA's DaemonSets, the AMD one keeps off every node they run on (pgme.nvidiaNodeLabels),
+     so that no node ever gets two exporters. */}}
 {{- define "pgme.affinity" -}}
 {{- $root := index . 0 }}{{ $operand := index . 1 }}
 {{- $affinity := deepCopy ($root.Values.affinity | default dict) }}
+{{- $keepOff := list }}
 {{- if and (eq $operand "dra") (eq $root.Values.gpuOperator.dcgmExporter "auto") }}
-{{- $notClassic := dict "key" "nvidia.com/gpu.deploy.dcgm-exporter" "operator" "NotIn" "values" (list "true") }}
+{{- $keepOff = list "nvidia.com/gpu.deploy.dcgm-exporter" }}
+{{- else if and (eq $operand "amd") $root.Values.nvidia.enabled }}
+{{- $keepOff = splitList " " (include "pgme.nvidiaNodeLabels" $root) }}
+{{- end }}
+{{- if $keepOff }}
 {{- $nodeAffinity := get $affinity "nodeAffinity" | default dict }}
 {{- $required := get $nodeAffinity "requiredDuringSchedulingIgnoredDuringExecution" | default dict }}
 {{- $terms := list }}
 {{- range (get $required "nodeSelectorTerms" | default (list dict)) }}
 {{- $term := deepCopy . }}
-{{- $_ := set $term "matchExpressions" (append (get $term "matchExpressions" | default list) $notClassic) }}
+{{- $expressions := get $term "matchExpressions" | default list }}
+{{- range $keepOff }}
+{{- $expressions = append $expressions (dict "key" . "operator" "NotIn" "values" (list "true")) }}
+{{- end }}
+{{- $_ := set $term "matchExpressions" $expressions }}
 {{- $terms = append $terms $term }}
 {{- end }}
 {{- $_ := set $required "nodeSelectorTerms" $terms }}
@@ -85,6 +96,35 @@ component: {{ printf "gpu-metrics%s" $suffix }}
 {{- $_ := set $affinity "nodeAffinity" $nodeAffinity }}
 {{- end }}
 {{- if $affinity }}{{ toYaml $affinity }}{{ end }}
+{{- end }}
+
+{{/* The node labels NVIDIA's DaemonSets select nodes by (each set to "true"), space-separated: the GPU
+     operator's per operand read, else nvidia.com/gpu.present. */}}
+{{- define "pgme.nvidiaNodeLabels" -}}
+{{- $labels := list }}
+{{- range splitList " " (include "pgme.operands" .) | compact }}
+{{- $labels = append $labels (include "pgme.operand" (list $ .) | fromYaml).nodeLabel }}
+{{- end }}
+{{- join " " (default (list "nvidia.com/gpu.present") $labels) }}
+{{- end }}
+
+{{/* The AMD DaemonSet's names: its workload and component (beside NVIDIA's, never selecting their pods),
+     and the node-local Service this chart puts in front of AMD's device-metrics-exporter. */}}
+{{- define "pgme.amdWorkload" -}}
+workload: {{ printf "%s-amd" (include "pgme.fullname" .) | trunc 63 | trimSuffix "-" }}
+component: gpu-metrics-amd
+service: {{ printf "%s-amd-metrics-local" (include "pgme.fullname" .) | trunc 63 | trimSuffix "-" }}
+{{- end }}
+
+{{/* Where the AMD pods read AMD's device-metrics-exporter: amd.metricsExporter.url as given, else the
+     node-local Service in front of its pods. */}}
+{{- define "pgme.amdMetricsUrl" -}}
+{{- $exporter := .Values.amd.metricsExporter }}
+{{- if $exporter.url }}
+{{- $exporter.url }}
+{{- else }}
+{{- printf "http://%s.%s.svc:%d/metrics" (include "pgme.amdWorkload" . | fromYaml).service $exporter.namespace (int $exporter.port) }}
+{{- end }}
 {{- end }}
 
 {{/* Whether --labels.extra (config) asks for the queue labels: their RBAC rules follow it. */}}
@@ -105,15 +145,26 @@ component: {{ printf "gpu-metrics%s" $suffix }}
 {{- end }}
 {{- end }}
 
-{{/* The exporter's flags, as one map: what the shape decides, then `config` over it. Rendered
-     sorted by name, so a rendering is stable. */}}
+{{/* The exporter's flags, as one map: what the shape decides, then `config` over it, and on the AMD
+     pods `amd.config` over both. Rendered sorted by name, so a rendering is stable. */}}
 {{- define "pgme.args" -}}
 {{- $root := index . 0 }}{{ $operand := index . 1 }}
+{{- $amd := eq $operand "amd" }}
 {{- $flags := dict "kubelet.socket" "/var/lib/kubelet/pod-resources/kubelet.sock" }}
+{{- if $amd }}
+{{- /* The socket's folder and /sys are mounted by the DaemonSet (daemonset.yaml): the socket at its
+       own path, /sys at /host/sys. */}}
+{{- $_ := set $flags "gpu.vendor" "amd" }}
+{{- $_ := set $flags "amd.metrics-url" (include "pgme.amdMetricsUrl" $root) }}
+{{- $_ := set $flags "amd.metrics-socket" $root.Values.amd.metricsSocket }}
+{{- $_ := set $flags "amd.sysfs-root" "/host/sys" }}
+{{- else }}
 {{- $url := include "pgme.dcgmUrl" (list $root $operand) }}
 {{- if $url }}{{ $_ := set $flags "dcgm.url" $url }}{{ end }}
+{{- end }}
 {{- if not $root.Values.kubernetes.enabled }}{{ $_ := set $flags "kubernetes.api" "off" }}{{ end }}
-{{- if eq $root.Values.sharing.mode "process" }}
+{{- /* Process shares come from NVML: NVIDIA nodes only (the exporter refuses them on an AMD node). */}}
+{{- if and (not $amd) (eq $root.Values.sharing.mode "process") }}
 {{- $_ := set $flags "sharing.mode" "process" }}
 {{- $_ := set $flags "sharing.proc-root" (ternary "/host/proc" "/proc" $root.Values.sharing.hostProc) }}
 {{- end }}
@@ -128,8 +179,12 @@ component: {{ printf "gpu-metrics%s" $suffix }}
 {{- if ne $root.Values.web.telemetryPath "/gpu/metrics" }}
 {{- $_ := set $flags "web.telemetry-path" $root.Values.web.telemetryPath }}
 {{- end }}
-{{- range $name, $value := $root.Values.config }}
+{{- $configs := list $root.Values.config }}
+{{- if $amd }}{{ $configs = append $configs ($root.Values.amd.config | default dict) }}{{ end }}
+{{- range $config := $configs }}
+{{- range $name, $value := $config }}
 {{- if kindIs "invalid" $value }}{{ $_ := unset $flags $name }}{{ else }}{{ $_ := set $flags $name $value }}{{ end }}
+{{- end }}
 {{- end }}
 {{- range $name, $value := $flags }}
 - {{ printf "--%s=%v" $name $value | quote }}
@@ -149,8 +204,10 @@ component: {{ printf "gpu-metrics%s" $suffix }}
 {{- $follow := dict "web.port" "the container port, probes, Service, monitors and prometheus.io annotations follow it"
                     "web.telemetryPath" "the monitors and the prometheus.io/path annotation follow it" }}
 {{- range $flag, $value := dict "web.listen-address" "web.port" "web.telemetry-path" "web.telemetryPath" }}
-{{- if hasKey $values.config $flag }}
-{{- fail (printf "config.%s is not allowed: set %s instead (%s)" $flag $value (get $follow $value)) }}
+{{- range $where, $config := dict "config" $values.config "amd.config" ($values.amd.config | default dict) }}
+{{- if hasKey $config $flag }}
+{{- fail (printf "%s.%s is not allowed: set %s instead (%s)" $where $flag $value (get $follow $value)) }}
+{{- end }}
 {{- end }}
 {{- range $values.extraArgs }}
 {{- if hasPrefix (printf "--%s" $flag) (toString .) }}
