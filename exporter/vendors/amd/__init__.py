@@ -18,7 +18,7 @@ AMD = Vendor(
     reader=AmdExporterCollector,
     collectors=(AmdIdentityCollector,),
     upstream_words=UpstreamWords(
-        "AMD's device-metrics-exporter", "check its version and that --amd.metrics-url points at its /metrics",
+        "device-metrics-exporter", "check its version and that --amd.metrics-url points at its /metrics",
         "check its logs, the amdgpu driver and its GPU agent"),
     status=VendorStatus("amd", None, families.UNRESOLVED_DEVICES),
     families=families.FAMILIES,

@@ -12,7 +12,7 @@ from exporter.sources.upstream import DEFAULT_MAX_BODY_BYTES, Endpoint, FetchWor
 from exporter.sources.upstream.tracked import Tracked, checked_url, parse_url
 
 METRICS_URL_FLAG, TIMEOUT_FLAG = "--amd.metrics-url", "--amd.timeout"
-AMD_FETCH_WORDS = FetchWords("AMD's device-metrics-exporter", METRICS_URL_FLAG, TIMEOUT_FLAG)
+AMD_FETCH_WORDS = FetchWords("device-metrics-exporter", METRICS_URL_FLAG, TIMEOUT_FLAG)
 
 
 @dataclass(frozen=True)
