@@ -32,6 +32,11 @@ class FigureNames(NamedTuple):
     instance_label: str  # a partition's instance within its GPU; absent for a whole GPU
     model_label: str
     node_name_labels: Tuple[str, ...]  # the labels carrying the node's name, first non-empty wins
+    # Where a vendor serves a partitioned GPU's utilisation for the whole GPU, on one of its partitions: the label
+    # saying how a sample's GPU is partitioned, and its values for a GPU that is not. Empty: every device's
+    # utilisation is its own (a MIG instance's is the instance's).
+    partition_mode_label: str = ""
+    whole_gpu_modes: Tuple[str, ...] = ("",)
 
 
 # The figures of the node page, by DeviceFigures field: what a person looking at a node wants first.
@@ -50,6 +55,7 @@ class DeviceFigures(NamedTuple):
     memory_free_mib: Optional[float] = None
     memory_reserved_mib: Optional[float] = None
     power_watts: Optional[float] = None
+    partitioned: bool = False  # one partition of a GPU whose utilisation is the whole GPU's (partition_mode_label)
 
     @property
     def memory_total_mib(self) -> Optional[float]:
@@ -92,12 +98,17 @@ def read_device_figures(body: bytes, names: FigureNames) -> Dict[GpuIdentity, De
             continue
         known = found.get(identity, DeviceFigures())
         figures = known._replace(model=labels.get(names.model_label) or known.model,
-                                 hostname=_first_label(labels, names.node_name_labels) or known.hostname)
+                                 hostname=_first_label(labels, names.node_name_labels) or known.hostname,
+                                 partitioned=known.partitioned or _is_partitioned(labels, names))
         if value is not None:
             field, scale = families[match.group(1)]
             figures = figures._replace(**{field: value * scale if scale != 1.0 else value})
         found[identity] = figures
     return found
+
+
+def _is_partitioned(labels: Dict[str, str], names: FigureNames) -> bool:
+    return bool(names.partition_mode_label) and labels.get(names.partition_mode_label, "") not in names.whole_gpu_modes
 
 
 def _first_label(labels: Dict[str, str], names: Tuple[str, ...]) -> str:

@@ -94,6 +94,19 @@ ALLOCATED_GPUS = telemetry_family(
     "pod_gpu_container_allocated_gpus", "GPUs a container holds: 1 per whole GPU, 1/N per replica of a GPU shared N "
     "ways, a MIG instance's share of its GPU's memory slices.", labels=OWNER, needs_samples=True)
 
+# /gpu/metrics, each pod's numbers for a controller that reads the exporter directly: written last, from what
+# the blocks before them hold (exposition/pod_numbers).
+POD_UTILIZATION = telemetry_family(
+    "pod_gpu_utilization_ratio", "How busy (0-1) the GPUs the pod holds are, as the recording rule "
+    "namespace_pod:pod_gpu_utilization:ratio defines it: the pod's own utilisation over the GPUs it holds where "
+    "the vendor measures it per holder, else the mean utilisation of the devices it holds alone and whole; none "
+    "for a pod holding a device that is shared, or whose utilisation is a whole partitioned GPU's.",
+    labels=("namespace", "pod"), needs_samples=True)
+POD_MEMORY = telemetry_family(
+    "pod_gpu_memory_used_bytes", "GPU memory (bytes) the container uses on the devices it holds: its own where the "
+    "vendor measures memory per holder, else the memory used on a device it holds alone; none where a device it "
+    "holds is shared and not measured per holder.", labels=OWNER, needs_samples=True)
+
 # /metrics, the process's own counters, in the order written.
 SCRAPES = self_family("pod_gpu_exporter_scrapes_total", "counter", "Scrapes of the telemetry path answered.")
 REWRITES = self_family("pod_gpu_exporter_rewrites_total", "counter", "Upstream bodies rewritten; the other scrapes reused "
