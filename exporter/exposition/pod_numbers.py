@@ -65,19 +65,22 @@ def own_utilization(uses: HolderUses, gpus: Mapping[Tuple[str, str, str], float]
     return {pod: min(value / held[pod], 1.0) for pod, value in used.items() if held.get(pod, 0.0) > 0}
 
 
-def device_busy(identity: GpuIdentity, figures: Optional[DeviceFigures]) -> Optional[float]:
+def device_busy(identity: GpuIdentity, figures: Optional[DeviceFigures], by_mode: bool = False) -> Optional[float]:
     """One device's utilisation (0-1): its percentage where a whole device reports one within 0-100, else its
-    engine-active ratio; None where it reports neither, or where it is the whole of a partitioned GPU."""
+    engine-active ratio; None where it reports neither, or where its figures are a partitioned GPU's whole.
+    A whole device is one without a partition instance, or, `by_mode` (a vendor whose samples say how their GPU
+    is partitioned, FigureNames.partition_mode_label), one whose GPU is not partitioned."""
     if figures is None or figures.partitioned:
         return None
     percent = figures.utilization_percent
-    if not identity.instance and percent is not None and percent <= _MAX_PERCENT:
+    whole = by_mode or not identity.instance
+    if whole and percent is not None and percent <= _MAX_PERCENT:
         return percent / 100.0
     return figures.engine_active_ratio
 
 
 def held_devices_utilization(mapping: GpuMapping, identities: Iterable[GpuIdentity],
-                             figures: Mapping[GpuIdentity, DeviceFigures]) -> Dict[Pod, float]:
+                             figures: Mapping[GpuIdentity, DeviceFigures], by_mode: bool = False) -> Dict[Pod, float]:
     """Each pod holding only devices of its own, none of them a partitioned GPU's: the mean utilisation of those
     that report one, each once however many of its containers hold it."""
     by_key = identities_by_key(identities)
@@ -99,7 +102,7 @@ def held_devices_utilization(mapping: GpuMapping, identities: Iterable[GpuIdenti
     for pod, devices in held.items():
         if devices & shared:
             continue
-        busy = [value for value in (device_busy(device, figures.get(device)) for device in devices
+        busy = [value for value in (device_busy(device, figures.get(device), by_mode) for device in devices
                                     if isinstance(device, GpuIdentity)) if value is not None]
         if busy:
             values[pod] = sum(busy) / len(busy)
@@ -107,9 +110,9 @@ def held_devices_utilization(mapping: GpuMapping, identities: Iterable[GpuIdenti
 
 
 def pod_utilization(mapping: GpuMapping, identities: Iterable[GpuIdentity], figures: Mapping[GpuIdentity, DeviceFigures],
-                    uses: HolderUses, gpus: Mapping[Tuple[str, str, str], float]) -> Dict[Pod, float]:
+                    uses: HolderUses, gpus: Mapping[Tuple[str, str, str], float], by_mode: bool = False) -> Dict[Pod, float]:
     """Each pod's number: its own utilisation where measured (the rule's first source), else its devices'."""
-    return {**held_devices_utilization(mapping, identities, figures), **own_utilization(uses, written_gpus(gpus))}
+    return {**held_devices_utilization(mapping, identities, figures, by_mode), **own_utilization(uses, written_gpus(gpus))}
 
 
 def container_memory(mapping: GpuMapping, identities: Iterable[GpuIdentity], figures: Mapping[GpuIdentity, DeviceFigures],
@@ -215,7 +218,8 @@ class PodNumbersSection(BaseSection):
         if _same(made_from, self._last[0]):
             return self._last[1]
         gpus = allocated_gpus(mapping.allocations, mapping.forms, mapping.offered or {}, dict(gpu_memory))
-        rows = render_pod_numbers(mapping, pod_utilization(mapping, view.identities, figures, uses, gpus),
+        by_mode = bool(self._names.partition_mode_label)
+        rows = render_pod_numbers(mapping, pod_utilization(mapping, view.identities, figures, uses, gpus, by_mode),
                                   container_memory(mapping, view.identities, figures, uses),
                                   self._style, self._limit).encode()
         self._last = (made_from, rows)
