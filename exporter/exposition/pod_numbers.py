@@ -130,20 +130,23 @@ def container_memory(mapping: GpuMapping, identities: Iterable[GpuIdentity], fig
         holders.setdefault(device, set()).add(allocation.owner)
         if _is_replica(mapping, allocation.device_id):
             replicas.add(device)
+    # A holder's use by each key its device can be claimed by: the vendor's driver may name a device with fewer
+    # labels than its exporter's samples do.
+    use_by_key = {(key, owner): use for (device, owner), use in uses.items() for key in device.keys()}
     values: Dict[Owner, float] = {}
     for owner, held in devices.items():
-        parts = [_memory_of(device, owner, uses, figures, len(holders[device]) == 1 and device not in replicas)
+        parts = [_memory_of(device, owner, use_by_key, figures, len(holders[device]) == 1 and device not in replicas)
                  for device in held]
         if parts and None not in parts:
             values[owner] = float(sum(parts))
     return values
 
 
-def _memory_of(device: object, owner: Owner, uses: HolderUses, figures: Mapping[GpuIdentity, DeviceFigures],
-               alone: bool) -> Optional[float]:
+def _memory_of(device: object, owner: Owner, use_by_key: Mapping[Tuple[GpuKey, Owner], HolderUse],
+               figures: Mapping[GpuIdentity, DeviceFigures], alone: bool) -> Optional[float]:
     if not isinstance(device, GpuIdentity):
         return None  # no sample names it: nothing is known of its memory
-    use = uses.get((device, owner))
+    use = next((use_by_key[(key, owner)] for key in device.keys() if (key, owner) in use_by_key), None)
     if use is not None and use.memory_bytes is not None:
         return use.memory_bytes
     device_figures = figures.get(device)
