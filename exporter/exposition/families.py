@@ -135,8 +135,9 @@ def section_up_family(section_sources: Mapping[str, str] = {}) -> Family:
     return self_family("pod_gpu_exporter_section_up", "gauge", "1 when the section's source answered at its last "
                        "refresh (allocation: the kubelet; "
                        + (told + "; " if told else "") +
-                       "status, the block of the exporter's up gauges such as pod_gpu_exporter_upstream_up: none, so "
-                       "it reads 1 unless that block fails to be written; any other: its own source, read in time) "
+                       "status, the block of the exporter's up gauges such as pod_gpu_exporter_upstream_up, and "
+                       "pod_numbers, each pod's numbers made from the other blocks: none, so each reads 1 unless its "
+                       "block fails to be written; any other: its own source, read in time) "
                        "and its rows were produced for the last scrape, else 0.", ("section",))
 
 

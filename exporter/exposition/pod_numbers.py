@@ -15,6 +15,7 @@ stay the same objects.
 
 from __future__ import annotations
 
+import threading
 from typing import Callable, Dict, Iterable, Mapping, NamedTuple, Optional, Set, Tuple
 
 from exporter.core.allocated import allocated_gpus
@@ -32,6 +33,8 @@ Pod = Tuple[str, str]  # (namespace, pod)
 _MIB = 1024 * 1024
 # Vendors' blank sentinels (huge values for a field they cannot read) are no percentage: the rule drops them.
 _MAX_PERCENT = 100.0
+# The figures each pod's numbers read: utilisation, and memory for a device held alone.
+_FIELDS = ("utilization_percent", "engine_active_ratio", "memory_used_mib")
 _NO_USES: Mapping = {}  # one object, so that rows made without per-holder use are kept while nothing else moves
 
 
@@ -208,6 +211,8 @@ class PodNumbersSection(BaseSection):
         self._gpu_memory_mib = gpu_memory_mib  # what the allocation block counts memory-shared GPUs by
         self._holder_uses = holder_uses
         self._figures: Tuple[object, Dict[GpuIdentity, DeviceFigures]] = (None, {})  # (answer's digest, figures)
+        self._label_texts: dict = {}  # what each sample's label text said of its device: parsed once, not per answer
+        self._lock = threading.Lock()
         self._last: Tuple[tuple, bytes] = ((), b"")  # (what the rows were made from, the rows)
 
     def _rows(self, view: ScrapeView) -> bytes:
@@ -230,14 +235,16 @@ class PodNumbersSection(BaseSection):
 
     def _figures_of(self, body: Optional[bytes]) -> Dict[GpuIdentity, DeviceFigures]:
         """The answer's device figures, read again only for an answer that differs (by length and hash: the
-        scraper's kept body is one object while unchanged, whose hash Python computes once)."""
+        scraper's kept body is one object while unchanged, whose hash Python computes once); scrapes that come
+        together read it once."""
         if body is None:
             return {}
         digest = (len(body), hash(body))
-        known_digest, known = self._figures
-        if digest != known_digest:
-            known = read_device_figures(body, self._names)
-            self._figures = (digest, known)
+        with self._lock:
+            known_digest, known = self._figures
+            if digest != known_digest:
+                known = read_device_figures(body, self._names, _FIELDS, self._label_texts)
+                self._figures = (digest, known)
         return known
 
 
