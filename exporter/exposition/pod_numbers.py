@@ -86,18 +86,7 @@ def held_devices_utilization(mapping: GpuMapping, identities: Iterable[GpuIdenti
                              figures: Mapping[GpuIdentity, DeviceFigures], by_mode: bool = False) -> Dict[Pod, float]:
     """Each pod holding only devices of its own, none of them a partitioned GPU's: the mean utilisation of those
     that report one, each once however many of its containers hold it."""
-    by_key = identities_by_key(identities)
-    holders: Dict[object, Set[Pod]] = {}
-    held: Dict[Pod, Set[object]] = {}
-    shared: Set[object] = set()
-    for allocation in mapping.allocations:
-        # A device as its allocation row names it: the sample's identity its key claims, else the key itself.
-        device = _device_of(allocation.key, by_key)
-        pod = (allocation.owner.namespace, allocation.owner.pod)
-        holders.setdefault(device, set()).add(pod)
-        held.setdefault(pod, set()).add(device)
-        if _is_replica(mapping, allocation.device_id):
-            shared.add(device)
+    held, holders, shared = _holdings(mapping, identities, lambda owner: (owner.namespace, owner.pod))
     shared.update(device for device, pods in holders.items() if len(pods) > 1)
     shared.update(device for device in holders if isinstance(device, GpuIdentity)
                   and device in figures and figures[device].partitioned)
@@ -123,16 +112,7 @@ def container_memory(mapping: GpuMapping, identities: Iterable[GpuIdentity], fig
     """Each container's GPU memory used (bytes) over the devices it holds: its own where measured per holder, else
     the device's where it is the device's only holder (held whole, not through a replica); no value for a
     container holding a device it shares that is not measured per holder, or one that reports no memory."""
-    by_key = identities_by_key(identities)
-    devices: Dict[Owner, Set[object]] = {}
-    holders: Dict[object, Set[Owner]] = {}
-    replicas: Set[object] = set()
-    for allocation in mapping.allocations:
-        device = _device_of(allocation.key, by_key)
-        devices.setdefault(allocation.owner, set()).add(device)
-        holders.setdefault(device, set()).add(allocation.owner)
-        if _is_replica(mapping, allocation.device_id):
-            replicas.add(device)
+    devices, holders, replicas = _holdings(mapping, identities, lambda owner: owner)
     # A holder's use by each key its device can be claimed by: the vendor's driver may name a device with fewer
     # labels than its exporter's samples do.
     use_by_key = {(key, owner): use for (device, owner), use in uses.items() for key in device.keys()}
@@ -156,6 +136,23 @@ def _memory_of(device: object, owner: Owner, use_by_key: Mapping[Tuple[GpuKey, O
     if alone and device_figures is not None and device_figures.memory_used_mib is not None:
         return device_figures.memory_used_mib * _MIB
     return None
+
+
+def _holdings(mapping: GpuMapping, identities: Iterable[GpuIdentity], holder_of: Callable[[Owner], object]):
+    """(holder → the devices it holds, device → its holders, the devices held through a replica), a holder being
+    what `holder_of` makes of each owner (its pod, or the container itself). A device is named as its allocation
+    row names it: the sample's identity its key claims, else the key itself."""
+    by_key = identities_by_key(identities)
+    held: Dict[object, Set[object]] = {}
+    holders: Dict[object, Set[object]] = {}
+    replicas: Set[object] = set()
+    for allocation in mapping.allocations:
+        device, holder = _device_of(allocation.key, by_key), holder_of(allocation.owner)
+        held.setdefault(holder, set()).add(device)
+        holders.setdefault(device, set()).add(holder)
+        if _is_replica(mapping, allocation.device_id):
+            replicas.add(device)
+    return held, holders, replicas
 
 
 def _is_replica(mapping: GpuMapping, device_id: str) -> bool:
