@@ -108,27 +108,25 @@ class _Device(NamedTuple):
     partitioned: bool
 
 
-# The label texts remembered by a caller that reads answer after answer (a node's label texts stay while its
-# values move), cut back to none past this many.
-_MAX_REMEMBERED = 1 << 16
 _UNSEEN = object()  # a label text not remembered, told apart from one remembered as naming no device
 
 
 def read_device_figures(body: bytes, names: FigureNames, fields: Tuple[str, ...] = _PAGE_FIELDS,
                         remembered: Optional[Dict[bytes, Optional[_Device]]] = None) -> Dict[GpuIdentity, DeviceFigures]:
     """Each device the answer's samples of the figures name → its figures (the last sample wins): the node page's
-    figures, or these `fields` of FigureNames. `remembered`: what earlier answers' label texts said, kept by a
-    caller that reads every answer (each text is then parsed once, not once per answer)."""
+    figures, or these `fields` of FigureNames. `remembered`: what the last answer's label texts said, kept by a
+    caller that reads every answer (a node's label texts stay while its values move: each is parsed once, not
+    once per answer); left holding this answer's."""
     line, families = _lines(names, fields)
-    remembered = {} if remembered is None else remembered
-    if len(remembered) > _MAX_REMEMBERED:
-        remembered.clear()
+    earlier = {} if remembered is None else remembered
+    seen: Dict[bytes, Optional[_Device]] = {}
     found: Dict[GpuIdentity, DeviceFigures] = {}
     for match in line.finditer(body):
         raw = match.group(2)
-        device = remembered.get(raw, _UNSEEN)
+        device = seen.get(raw, _UNSEEN)
         if device is _UNSEEN:
-            device = remembered[raw] = _device(raw, names)
+            device = earlier.get(raw, _UNSEEN)
+            seen[raw] = device = _device(raw, names) if device is _UNSEEN else device
         if device is None:
             continue  # a line the exposition grammar refuses is dropped from the answer too, or one of no device
         known = found.get(device.identity, DeviceFigures())
@@ -139,6 +137,9 @@ def read_device_figures(body: bytes, names: FigureNames, fields: Tuple[str, ...]
             field, scale = families[match.group(1)]
             figures = figures._replace(**{field: value * scale if scale != 1.0 else value})
         found[device.identity] = figures
+    if remembered is not None:  # this answer's label texts only: those that went with earlier answers are let go
+        remembered.clear()
+        remembered.update(seen)
     return found
 
 
