@@ -35,7 +35,10 @@ _MIB = 1024 * 1024
 _MAX_PERCENT = 100.0
 # The figures each pod's numbers read: utilisation, and memory for a device held alone.
 _FIELDS = ("utilization_percent", "engine_active_ratio", "memory_used_mib")
-_NO_USES: Mapping = {}  # one object, so that rows made without per-holder use are kept while nothing else moves
+# One object each, so that rows made without per-holder use, or without an answer, are kept while nothing else moves.
+_NO_USES: Mapping = {}
+_NO_FIGURES: Dict[GpuIdentity, DeviceFigures] = {}
+_CONTAINER = Owner._fields.index("container")  # where an Owner holds what LABEL_STYLES name the container's label
 
 
 class HolderUse(NamedTuple):
@@ -177,13 +180,13 @@ def render_pod_numbers(mapping: GpuMapping, utilization: Mapping[Pod, float], me
 
 
 def _pod_labels(mapping: GpuMapping, pod: Pod, style: str, limit: Optional[LabelLimit]) -> str:
-    """The pod's owner labels in the style's names, without the container's, then the pod's extras."""
-    names = [name for name, index in LABEL_STYLES[style] if index < len(pod)]  # the namespace's and the pod's
+    """The pod's owner labels in the style's names and order, without the container's, then the pod's extras."""
+    owner = Owner(*pod, "")
+    pairs = tuple((name, owner[index]) for name, index in LABEL_STYLES[style] if index != _CONTAINER)
     extras = tuple(mapping.extra_labels.get(pod, ()))
     if limit is not None:
-        extras = limit.fit(extras, 0, len(names)) or ()
-    values = {name: pod[index] for name, index in LABEL_STYLES[style] if index < len(pod)}
-    return render_label_pairs(tuple((name, values[name]) for name in names) + extras)
+        extras = limit.fit(extras, 0, len(pairs)) or ()
+    return render_label_pairs(pairs + extras)
 
 
 def _number(value: float) -> str:
@@ -235,7 +238,7 @@ class PodNumbersSection(BaseSection):
         scraper's kept body is one object while unchanged, whose hash Python computes once); scrapes that come
         together read it once."""
         if body is None:
-            return {}
+            return _NO_FIGURES
         digest = (len(body), hash(body))
         with self._lock:
             known_digest, known = self._figures

@@ -86,6 +86,12 @@ def served(folder: Path, body: bytes, devices: Iterable[AllocatedDevice], shares
            offered: Sequence[Tuple[str, str]] = (), style: str = "kubernetes", mode: str = "samples") -> str:
     """The answer a node serves for `body` and the kubelet's `devices` (`offered`: the replicas its device
     plugins offer); with `shares`, the process-mode blocks of that reading and each pod's numbers made from it."""
+    return node_scraper(folder, body, devices, shares, offered, style, mode).scrape().decode()
+
+
+def node_scraper(folder: Path, body: bytes, devices: Iterable[AllocatedDevice], shares: Optional[Shares] = None,
+                 offered: Sequence[Tuple[str, str]] = (), style: str = "kubernetes", mode: str = "samples") -> Scraper:
+    """The Scraper of `served`, reading the dcgm body from folder/dcgm.prom (a test may write a new one)."""
     path = folder / "dcgm.prom"
     path.write_bytes(body)
     kubelet = _Kubelet(devices, offered)
@@ -99,9 +105,8 @@ def served(folder: Path, body: bytes, devices: Iterable[AllocatedDevice], shares
         per_scrape.append(TextSection("process_shares", lambda: text, lambda: SectionState(True)))
     numbers = PodNumbersSection(style, None, NVIDIA.figures, allocation.gpu_memory_mib,
                                 lambda: None if shares is None else holder_uses(shares))
-    scraper = Scraper(FileSource(DcgmFileOptions(str(path))), attribution, style,
-                      [allocation, StatusSection(NVIDIA.status), *per_scrape, numbers], labels_mode=mode)
-    return scraper.scrape().decode()
+    return Scraper(FileSource(DcgmFileOptions(str(path))), attribution, style,
+                   [allocation, StatusSection(NVIDIA.status), *per_scrape, numbers], labels_mode=mode)
 
 
 def pod_utilization(text: str) -> Dict[Tuple[str, str], float]:

@@ -18,7 +18,7 @@ from exporter.vendors.nvidia.figures import DCGM_FIGURES
 from support.fixtures import FIXTURES_DIR, fixture_bytes
 from support.pod_numbers_node import (A800, A800_DEVICES, A800_OFFERED, BLANK, MIB, UUIDS, a800_body, added_family,
                                       container_memory as served_memory, identity, pod_utilization as served_utilization,
-                                      process_case, served, with_values)
+                                      node_scraper, process_case, served, with_values)
 
 
 def test_device_mode_averages_the_devices_a_pod_holds_alone_each_once(tmp_path):
@@ -43,6 +43,19 @@ def test_join_mode_and_the_legacy_style_give_the_same_numbers(tmp_path):
     legacy = served(tmp_path, a800_body(), A800_DEVICES, offered=A800_OFFERED, style="legacy")
     assert 'pod_gpu_utilization_ratio{pod_name="mixed",pod_namespace="ml"} 0.6\n' in legacy
     assert 'pod_gpu_memory_used_bytes{pod_name="mixed",pod_namespace="ml",container_name="a"} 2097152\n' in legacy
+
+
+def test_new_values_of_the_same_gpus_give_new_numbers_and_an_unchanged_answer_the_same_rows(tmp_path):
+    """A body whose values alone moved is answered by refilling the last rewrite, the kept blocks untouched:
+    each pod's numbers follow the new values all the same."""
+    scraper = node_scraper(tmp_path, a800_body(), A800_DEVICES, offered=A800_OFFERED)
+    first = scraper.scrape().decode()
+    assert served_utilization(scraper.scrape().decode()) == served_utilization(first)
+    (tmp_path / "dcgm.prom").write_bytes(with_values(a800_body(), "DCGM_FI_DEV_GPU_UTIL", {("1", ""): "90"}))
+    moved = served_utilization(scraper.scrape().decode())
+    assert scraper.rewrites == 2
+    assert moved[("ml", "mixed")] == pytest.approx((0.9 + 0.6 + 0.9) / 3)
+    assert moved[("ml", "mig")] == served_utilization(first)[("ml", "mig")]
 
 
 def test_process_mode_reads_each_pods_own_share_over_the_gpus_it_holds(tmp_path):
