@@ -139,6 +139,7 @@ def build_node(config: Config, registry: Optional[Registry] = None) -> Node:
 def _build_core(config: Config, registry: Registry) -> _Core:
     """The kubelet refresher, the collectors that read it, and the scraper, wired but not started."""
     from exporter.exposition.allocation import AllocationSection
+    from exporter.exposition.pod_numbers import PodNumbersSection
     from exporter.exposition.sections import StatusSection
     from exporter.sources.kubelet import KubeletOptions, PodResourcesClient
     from exporter.web.scrape import Scraper
@@ -157,7 +158,10 @@ def _build_core(config: Config, registry: Registry) -> _Core:
     vendor = registry.vendor
     allocation = AllocationSection(config.labels_style, label_limit, lambda: attribution.current().kubelet_up,
                                    vendor.figures)
-    sections = registry.sections((allocation,), StatusSection(vendor.status))
+    # Each pod's numbers, from the blocks before them: the vendor's per-holder use where a collector offers it.
+    uses = hub.holder_use.holder_use if hub.holder_use is not None else (lambda: None)
+    pod_numbers = PodNumbersSection(config.labels_style, label_limit, vendor.figures, allocation.gpu_memory_mib, uses)
+    sections = registry.sections((allocation,), StatusSection(vendor.status), (pod_numbers,))
     scraper = Scraper(hub.upstream, attribution, config.labels_style, sections,
                       labels_mode=config.labels_mode, label_limit=label_limit, upstream_words=vendor.upstream_words,
                       dialect=vendor.figures.dialect)

@@ -294,10 +294,20 @@ METRIC_GROUPS = (
     ("Status of each scrape, on `/gpu/metrics`", "Gauges about this scrape and the sources behind it, written "
      "with every answer, so they never lag behind the GPU series they come with.",
      lambda family: family.name.startswith("pod_gpu_exporter_")),
+    ("Each pod's numbers, on `/gpu/metrics`", "One series per pod (its utilisation, as the autoscaling rule defines "
+     "it) and per container (its GPU memory), for a controller that reads the exporter directly: "
+     "[autoscaling.md](autoscaling.md#a-controller-that-reads-the-exporter-directly).",
+     lambda family: family.name in _pod_number_names()),
     ("Who holds each GPU, on `/gpu/metrics`", "Rows to count and join on: which container holds which device, "
      "how much of a GPU that is ([opencost.md](opencost.md)), and the HPC jobs on each device "
      "([queues.md](queues.md#slurm-and-slinky)).", lambda family: True),
 )
+
+
+def _pod_number_names() -> Tuple[str, ...]:
+    from exporter.exposition.families import POD_MEMORY, POD_UTILIZATION
+
+    return (POD_UTILIZATION.name, POD_MEMORY.name)
 
 
 def _telemetry_path() -> str:

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Callable, FrozenSet, Iterable, Mapping, NamedTuple, Optional, Sequence, Tuple
 
-from exporter.collectors.roles import MappingContextRole, PodIndex, Role, Upstream
+from exporter.collectors.roles import HolderUseRole, MappingContextRole, PodIndex, Role, Upstream
 
 if TYPE_CHECKING:  # `--help` and the flag tables load no section or page code
     from exporter.core.device_ids import DeviceForms
@@ -76,6 +76,7 @@ class Hub:
     upstream: Optional[Upstream] = None  # where the vendor's exporter text is fetched (role UPSTREAM)
     mapping_context: Optional[MappingContextRole] = None  # the core's MappingContext (role MAPPING_CONTEXT), or None
     pod_index: Optional[PodIndex] = None  # the pods on this node while fresh (role POD_INDEX), or None
+    holder_use: Optional[HolderUseRole] = None  # each holder's own use, measured per holder (role HOLDER_USE)
     attribution: Any = None  # the kubelet refresher (core/attribution), set before build
     label_limit: Any = None  # the one --labels.limit every series about a pod shares, set before build
 

@@ -171,12 +171,13 @@ class Registry:
         for collector in self._active:
             collector.build(self.hub)
 
-    def sections(self, core_kept: Sequence[Section], status: Section) -> List[Section]:
+    def sections(self, core_kept: Sequence[Section], status: Section, core_last: Sequence[Section] = ()) -> List[Section]:
         """The blocks of /gpu/metrics in the order written: the core's kept ones, the collectors' kept ones,
-        the status gauges, the collectors' per-scrape ones."""
+        the status gauges, the collectors' per-scrape ones, then the core's per-scrape ones made from theirs
+        (each pod's numbers)."""
         theirs = [section for collector in self._active for section in collector.sections()]
         return ([*core_kept, *(section for section in theirs if not section.per_scrape), status,
-                 *(section for section in theirs if section.per_scrape)])
+                 *(section for section in theirs if section.per_scrape), *core_last])
 
     def before_first_mapping(self) -> Tuple[Optional[Callable[[], None]], float]:
         """What the first mapping waits for, in turn on the refresher's thread, and how long that may take."""

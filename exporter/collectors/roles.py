@@ -33,6 +33,14 @@ class MappingContextRole(Protocol):
         """A DRA device's key from its ResourceSlice."""
 
 
+@runtime_checkable
+class HolderUseRole(Protocol):
+    """Each holder's own use of the devices it holds, where the vendor measures it per holder."""
+
+    def holder_use(self) -> Optional[Any]:
+        """(device, owner) → its exposition.pod_numbers.HolderUse, as its own block serves it now; None for none."""
+
+
 class Role(NamedTuple):
     """One role: the Hub field it is offered on and the protocol its value keeps."""
 
@@ -46,3 +54,4 @@ class Role(NamedTuple):
 UPSTREAM = Role("upstream", Upstream)
 MAPPING_CONTEXT = Role("mapping_context", MappingContextRole)
 POD_INDEX = Role("pod_index", PodIndex)
+HOLDER_USE = Role("holder_use", HolderUseRole)

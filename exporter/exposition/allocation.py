@@ -73,6 +73,10 @@ class AllocationSection(BaseSection):
         # a GPU's memory does not change, so the shares stay while dcgm-exporter is down.
         self._gpu_memory: dict = {}
 
+    def gpu_memory_mib(self) -> dict:
+        """UUID → MiB of the GPUs shared by memory alone, as the last rows counted them (one object until it changes)."""
+        return self._gpu_memory
+
     def _rows(self, view: ScrapeView) -> bytes:
         mapping = view.snapshot.mapping
         wanted = memory_shared_gpus(mapping.allocations)

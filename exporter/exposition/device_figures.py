@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import functools
 import re
-from typing import Dict, NamedTuple, Optional, Tuple
+from typing import Dict, Iterator, NamedTuple, Optional, Tuple
 
 from exporter.core.identity import GpuIdentity, SampleDialect
 from exporter.exposition.text import parse_label_pairs, unescape_label_value
@@ -30,6 +30,12 @@ class FigureNames(NamedTuple):
     dialect: SampleDialect  # how its samples name a device and its holder, and how our rows name a device
     model_label: str
     node_name_labels: Tuple[str, ...]  # the labels carrying the node's name, first non-empty wins
+    # Where a vendor serves a partitioned GPU's utilisation for the whole GPU, on one of its partitions: the label
+    # saying how a sample's GPU is partitioned, and its values for a GPU that is not (whose device is then whole,
+    # whatever its instance label says). Empty: every device's utilisation is its own (a MIG instance's is the
+    # instance's), and a device is whole where its instance label is empty.
+    partition_mode_label: str = ""
+    whole_gpu_modes: Tuple[str, ...] = ("",)
 
     @property
     def uuid_labels(self) -> Tuple[str, ...]:
@@ -56,6 +62,7 @@ class DeviceFigures(NamedTuple):
     memory_free_mib: Optional[float] = None
     memory_reserved_mib: Optional[float] = None
     power_watts: Optional[float] = None
+    partitioned: bool = False  # one partition of a GPU whose utilisation is the whole GPU's (partition_mode_label)
 
     @property
     def memory_total_mib(self) -> Optional[float]:
@@ -68,41 +75,93 @@ def families_of(names: FigureNames, fields: Tuple[str, ...]) -> Dict[bytes, Tupl
     return {family.encode(): (field, scale) for field in fields for family, scale in getattr(names, field)}
 
 
-def samples_of(families: Dict[bytes, Tuple[str, float]], value: bytes) -> re.Pattern:
-    """A sample of these families: its name, the text between its braces, and a value matching `value`.
-    A regular expression over the whole body skips every other line without splitting it: a read costs
-    one pass in C."""
+class SampleLines:
+    """The samples of some families in a body, each match's groups its name, the text between its braces and its
+    value. A regular expression over the whole body skips every other line without splitting it, a read costing
+    one pass in C; it finds each sample by the newline before it, a literal the engine searches for fast (an
+    anchor tried at every line start costs six times as much on a large body), and tries the first line alone."""
+
+    def __init__(self, sample: bytes):
+        self._first = re.compile(sample)
+        self._rest = re.compile(rb"\n" + sample)
+
+    def finditer(self, body: bytes) -> Iterator[re.Match]:
+        first = self._first.match(body)
+        if first is not None:
+            yield first
+        yield from self._rest.finditer(body)
+
+
+def samples_of(families: Dict[bytes, Tuple[str, float]], value: bytes) -> SampleLines:
+    """A sample of these families: its name, the text between its braces, and a value matching `value`."""
     alternatives = b"|".join(re.escape(name) for name in families) or rb"(?!)"  # no family: no sample
-    return re.compile(rb"^(" + alternatives + rb")\{([^}\n]*)\}[ \t]+(" + value + rb")", re.MULTILINE)
+    return SampleLines(rb"(" + alternatives + rb")\{([^}\n]*)\}[ \t]+(" + value + rb")")
 
 
 @functools.lru_cache(maxsize=None)
-def _page_lines(names: FigureNames) -> Tuple[re.Pattern, Dict[bytes, Tuple[str, float]]]:
-    """The page's figures' samples of one vendor's exporter, and what each family gives; made once."""
-    families = families_of(names, _PAGE_FIELDS)
+def _lines(names: FigureNames, fields: Tuple[str, ...]) -> Tuple[SampleLines, Dict[bytes, Tuple[str, float]]]:
+    """The samples of these figures of one vendor's exporter, and what each family gives; made once."""
+    families = families_of(names, fields)
     return samples_of(families, rb"\S+"), families
 
 
-def read_device_figures(body: bytes, names: FigureNames) -> Dict[GpuIdentity, DeviceFigures]:
-    """Each device the answer's samples of the figures name → its figures (the last sample wins)."""
-    line, families = _page_lines(names)
+class _Device(NamedTuple):
+    """What one sample's labels say of its device, whatever its value."""
+
+    identity: GpuIdentity
+    model: str
+    hostname: str
+    partitioned: bool
+
+
+_UNSEEN = object()  # a label text not remembered, told apart from one remembered as naming no device
+
+
+def read_device_figures(body: bytes, names: FigureNames, fields: Tuple[str, ...] = _PAGE_FIELDS,
+                        remembered: Optional[Dict[bytes, Optional[_Device]]] = None) -> Dict[GpuIdentity, DeviceFigures]:
+    """Each device the answer's samples of the figures name → its figures (the last sample wins): the node page's
+    figures, or these `fields` of FigureNames. `remembered`: what the last answer's label texts said, kept by a
+    caller that reads every answer (a node's label texts stay while its values move: each is parsed once, not
+    once per answer); left holding this answer's."""
+    line, families = _lines(names, fields)
+    earlier = {} if remembered is None else remembered
+    seen: Dict[bytes, Optional[_Device]] = {}
     found: Dict[GpuIdentity, DeviceFigures] = {}
     for match in line.finditer(body):
-        labels = _labels(match.group(2))
+        raw = match.group(2)
+        device = seen.get(raw, _UNSEEN)
+        if device is _UNSEEN:
+            device = earlier.get(raw, _UNSEEN)
+            seen[raw] = device = _device(raw, names) if device is _UNSEEN else device
+        if device is None:
+            continue  # a line the exposition grammar refuses is dropped from the answer too, or one of no device
+        known = found.get(device.identity, DeviceFigures())
+        figures = known._replace(model=device.model or known.model, hostname=device.hostname or known.hostname,
+                                 partitioned=known.partitioned or device.partitioned)
         value = _number(match.group(3))
-        if labels is None:
-            continue  # a line the exposition grammar refuses is dropped from the answer too
-        identity = names.dialect.identity_of(labels)
-        if not any(identity[:3]):
-            continue
-        known = found.get(identity, DeviceFigures())
-        figures = known._replace(model=labels.get(names.model_label) or known.model,
-                                 hostname=_first_label(labels, names.node_name_labels) or known.hostname)
         if value is not None:
             field, scale = families[match.group(1)]
             figures = figures._replace(**{field: value * scale if scale != 1.0 else value})
-        found[identity] = figures
+        found[device.identity] = figures
+    if remembered is not None:  # this answer's label texts only: those that went with earlier answers are let go
+        remembered.clear()
+        remembered.update(seen)
     return found
+
+
+def _device(raw: bytes, names: FigureNames) -> Optional[_Device]:
+    labels = _labels(raw)
+    if labels is None:
+        return None
+    identity = names.dialect.identity_of(labels)
+    if not any(identity[:3]):
+        return None
+    return _Device(identity, labels.get(names.model_label, ""), _first_label(labels, names.node_name_labels),
+                   _is_partitioned(labels, names))
+
+
+def _is_partitioned(labels: Dict[str, str], names: FigureNames) -> bool:
+    return bool(names.partition_mode_label) and labels.get(names.partition_mode_label, "") not in names.whole_gpu_modes
 
 
 def _first_label(labels: Dict[str, str], names: Tuple[str, ...]) -> str:

@@ -94,6 +94,19 @@ ALLOCATED_GPUS = telemetry_family(
     "pod_gpu_container_allocated_gpus", "GPUs a container holds: 1 per whole GPU, 1/N per replica of a GPU shared N "
     "ways, a MIG instance's share of its GPU's memory slices.", labels=OWNER, needs_samples=True)
 
+# /gpu/metrics, each pod's numbers for a controller that reads the exporter directly: written last, from what
+# the blocks before them hold (exposition/pod_numbers).
+POD_UTILIZATION = telemetry_family(
+    "pod_gpu_utilization_ratio", "How busy (0-1) the GPUs the pod holds are, as the recording rule "
+    "namespace_pod:pod_gpu_utilization:ratio defines it: the pod's own utilisation over the GPUs it holds where "
+    "the vendor measures it per holder, else the mean utilisation of the devices it holds alone and whole; none "
+    "for a pod holding a device that is shared, or whose utilisation is a whole partitioned GPU's.",
+    labels=("namespace", "pod"), needs_samples=True)
+POD_MEMORY = telemetry_family(
+    "pod_gpu_memory_used_bytes", "GPU memory (bytes) the container uses on the devices it holds: its own where the "
+    "vendor measures memory per holder, else the memory used on a device it holds alone; none where a device it "
+    "holds is shared and not measured per holder.", labels=OWNER, needs_samples=True)
+
 # /metrics, the process's own counters, in the order written.
 SCRAPES = self_family("pod_gpu_exporter_scrapes_total", "counter", "Scrapes of the telemetry path answered.")
 REWRITES = self_family("pod_gpu_exporter_rewrites_total", "counter", "Upstream bodies rewritten; the other scrapes reused "
@@ -122,8 +135,9 @@ def section_up_family(section_sources: Mapping[str, str] = {}) -> Family:
     return self_family("pod_gpu_exporter_section_up", "gauge", "1 when the section's source answered at its last "
                        "refresh (allocation: the kubelet; "
                        + (told + "; " if told else "") +
-                       "status, the block of the exporter's up gauges such as pod_gpu_exporter_upstream_up: none, so "
-                       "it reads 1 unless that block fails to be written; any other: its own source, read in time) "
+                       "status, the block of the exporter's up gauges such as pod_gpu_exporter_upstream_up, and "
+                       "pod_numbers, each pod's numbers made from the other blocks: none, so each reads 1 unless its "
+                       "block fails to be written; any other: its own source, read in time) "
                        "and its rows were produced for the last scrape, else 0.", ("section",))
 
 

@@ -6,7 +6,7 @@ import functools
 import re
 from typing import Dict, Iterable, Tuple
 
-from exporter.exposition.device_figures import FigureNames, families_of, samples_of
+from exporter.exposition.device_figures import FigureNames, SampleLines, families_of, samples_of
 
 # The memory figures, by what they stand for: the size where the exporter reports it, else free + used +
 # reserved (without the reserved part the sum misses the driver's few hundred MiB).
@@ -14,7 +14,7 @@ _PARTS = ("memory_total_mib", "memory_free_mib", "memory_used_mib", "memory_rese
 
 
 @functools.lru_cache(maxsize=None)
-def _memory_lines(names: FigureNames) -> Tuple[re.Pattern, re.Pattern, re.Pattern, Dict[bytes, Tuple[str, float]]]:
+def _memory_lines(names: FigureNames) -> Tuple[SampleLines, re.Pattern, re.Pattern, Dict[bytes, Tuple[str, float]]]:
     """The memory samples, the UUID label and the instance label of one vendor's exporter, made once."""
     parts = families_of(names, _PARTS)
     line = samples_of(parts, rb"[0-9.eE+-]+")

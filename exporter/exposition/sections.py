@@ -31,7 +31,7 @@ class ScrapeView(NamedTuple):
     malformed: int = 0  # upstream lines dropped from this scrape
     started: float = 0.0  # time.perf_counter() when the scrape began
     gauges: Tuple[Gauge, ...] = ()  # the sections' own status gauges, in registration order
-    body: Optional[bytes] = None  # the upstream body the kept rows are made with (None: none, or a per-scrape view)
+    body: Optional[bytes] = None  # the upstream body this scrape's rows are made with (None: none)
 
 
 class SectionState(NamedTuple):

@@ -183,12 +183,12 @@ class Scraper:
         started = time.perf_counter()
         snapshot = self._attribution.current()
         body = self._fetch()
-        malformed, identities = 0, frozenset()
+        malformed, identities, kept_body = 0, frozenset(), None
         if body is not None:
             cached = self._rewrite(body, snapshot)
             self.last_body = cached.body
             shared, shared_gzip = (cached.result.text, cached.section_rows), cached.shared_gzip
-            malformed, identities = cached.result.malformed, cached.result.identities
+            malformed, identities, kept_body = cached.result.malformed, cached.result.identities, cached.body
             self._report_content(cached.result)
         else:
             # Without upstream samples there is nothing to join, but allocations are still known.
@@ -198,7 +198,7 @@ class Scraper:
             self.scrapes += 1
             self.malformed_lines += malformed
         gauges = tuple(gauge for section in self.sections for gauge in self.failures.gauges(section))
-        view = ScrapeView(snapshot, identities, body is not None, malformed, started, gauges)
+        view = ScrapeView(snapshot, identities, body is not None, malformed, started, gauges, kept_body)
         own = b"".join(rows for rows in (self.failures.render(section, view) for section in self._per_scrape)
                        if rows is not None)
         return ScrapeBody(shared, own, shared_gzip)

@@ -155,10 +155,11 @@ def _carrying_extras(demo_lists) -> set:
 
 
 def served_order(family: str, carries_extras: bool) -> Tuple[str, ...]:
-    """The catalogue's order of a family's labels, with EXTRAS right after `container` where it carries them."""
+    """The catalogue's order of a family's labels, with EXTRAS right after its last owner label (`container`, or
+    `pod` on a family about pods) where it carries them."""
     order = list(FAMILIES[family].label_order)
     if carries_extras:
-        order.insert(order.index("container") + 1, EXTRAS)
+        order.insert(max(order.index(name) for name in ("pod", "container") if name in order) + 1, EXTRAS)
     return tuple(order)
 
 

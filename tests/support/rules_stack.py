@@ -13,7 +13,7 @@ from typing import Iterator, List, Sequence
 
 from exporter.sources.kubelet import AllocatedDevice
 from support.deploy_tools import RULES, require_executable
-from support.exporter_process import start_exporter
+from support.exporter_process import ExporterProcess, start_exporter
 from support.fake_dcgm import FakeDcgmExporter
 from support.fake_kubelet import FakeKubelet
 from support.prometheus_server import PrometheusServer
@@ -23,6 +23,7 @@ from support.prometheus_server import PrometheusServer
 class ScrapeStack:
     prometheus: PrometheusServer
     dcgm: FakeDcgmExporter  # a test may change its body while Prometheus scrapes
+    exporter: ExporterProcess  # what Prometheus scrapes, which a test may read directly too
 
 
 @contextmanager
@@ -49,7 +50,7 @@ def scrape_stack(devices: List[AllocatedDevice], body: bytes, prefix: str,
                                 "static_configs": [{"targets": [urllib.parse.urlsplit(exporter.url()).netloc]}]}],
         })
         started.append(prometheus)
-        yield ScrapeStack(prometheus, dcgm)
+        yield ScrapeStack(prometheus, dcgm, exporter)
     finally:
         for part in reversed(started):
             part.stop()

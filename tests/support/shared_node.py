@@ -33,6 +33,8 @@ SHARE_FAMILIES = ("pod_gpu_container_memory_used_bytes", "pod_gpu_container_sm_u
 # What --health.xid-events adds (on by default in process mode): XID counters, lost GPUs, its status.
 XID_FAMILIES = ("pod_gpu_device_xid_errors_total", "pod_gpu_container_xid_errors_total", "pod_gpu_device_lost",
                 "pod_gpu_exporter_xid_events_up")
+# Each pod's numbers, which process mode makes from the shares (and device mode from the devices' figures).
+POD_NUMBER_FAMILIES = ("pod_gpu_utilization_ratio", "pod_gpu_memory_used_bytes")
 # Values that differ from one scrape to the next whatever the mode.
 _PER_SCRAPE = re.compile(r"^pod_gpu_exporter_(scrape_duration_seconds|mapping_age_seconds) ")
 
@@ -102,7 +104,8 @@ def holder_labels(pod: str, uuid_: str = L4, gpu: str = "0", instance: str = "",
 
 def without_shares(text: str) -> List[str]:
     return [line for line in text.splitlines()
-            if not any(family in line for family in SHARE_FAMILIES + XID_FAMILIES) and not _PER_SCRAPE.match(line)]
+            if not any(family in line for family in SHARE_FAMILIES + XID_FAMILIES + POD_NUMBER_FAMILIES)
+            and not _PER_SCRAPE.match(line)]
 
 
 def shares_served(exporter, family="pod_gpu_container_memory_used_bytes", count=1):

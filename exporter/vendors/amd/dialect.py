@@ -57,7 +57,7 @@ FIGURES = {
 DEVICE_WIDE_FAMILIES = frozenset({"gpu_gfx_activity", "gpu_umc_activity", "gpu_package_power", "gpu_power_usage",
                                   "gpu_energy_consumed"})
 # "none": a GPU that cannot be partitioned (MI2xx; GPU_COMPUTE_PARTITION_TYPE_NONE lower-cased).
-_WHOLE_GPU_MODES = ("", "spx", "none")
+WHOLE_GPU_MODES = ("", "spx", "none")
 
 
 class SampleIdentity(NamedTuple):
@@ -92,7 +92,7 @@ def node_name(labels: Mapping[str, str]) -> str:
 
 def is_partitioned(labels: Mapping[str, str]) -> bool:
     """Whether the sample's GPU is one partition of a GPU split in several."""
-    return labels.get(COMPUTE_PARTITION_TYPE, "") not in _WHOLE_GPU_MODES
+    return labels.get(COMPUTE_PARTITION_TYPE, "") not in WHOLE_GPU_MODES
 
 
 def is_whole_gpu_figure(name: str, labels: Mapping[str, str]) -> bool:

@@ -6,8 +6,8 @@ from typing import Tuple
 
 from exporter.core.identity import SampleDialect
 from exporter.exposition.device_figures import FigureNames
-from exporter.vendors.amd.dialect import (GPU_ID, GPU_UUID, NAME_PREFIX, NODE_NAME, PARTITION_ID, UPSTREAM_OWNER_LABELS,
-                                          is_whole_gpu_figure)
+from exporter.vendors.amd.dialect import (COMPUTE_PARTITION_TYPE, GPU_ID, GPU_UUID, NAME_PREFIX, NODE_NAME, PARTITION_ID,
+                                          UPSTREAM_OWNER_LABELS, WHOLE_GPU_MODES, is_whole_gpu_figure)
 
 
 # Every partition has its own gpu_id, which alone names it; gpu_partition_id is written beside it for joins.
@@ -37,4 +37,6 @@ AMD_FIGURES = FigureNames(
     dialect=AMD_DIALECT,
     model_label="card_series",
     node_name_labels=(NODE_NAME,),
+    partition_mode_label=COMPUTE_PARTITION_TYPE,
+    whole_gpu_modes=WHOLE_GPU_MODES,
 )

@@ -8,7 +8,7 @@ from typing import Mapping, Optional
 
 from exporter.base.errors import ConfigError
 from exporter.collectors.collector import Collector, Flag, Hub, PagePart, SourceState
-from exporter.collectors.roles import POD_INDEX
+from exporter.collectors.roles import HOLDER_USE, POD_INDEX
 from exporter.vendors.nvidia.collectors import DEMO_SETS_NVML
 from exporter.vendors.nvidia.families import PROCESS_MODE
 from exporter.vendors.nvidia.shares.energy import IDLE_POLICIES
@@ -24,6 +24,7 @@ class ProcessSharesCollector(Collector):
     switch = PROCESS_MODE
     section_sources = {"process_shares": "NVML"}
     takes = (POD_INDEX,)  # with the API off there is no pod index, and no share is served
+    offers = (HOLDER_USE,)  # each holder's own SM and memory, for each pod's numbers
     flags = (
         Flag("--sharing.mode", "sharing_mode", SHARING_MODES, "device = values are device-level; process = also serve each holding container's own memory and SM share of its GPU, from NVML's per-process data (needs NVML, hostPID and the Kubernetes API).",
              "device"),
@@ -40,6 +41,7 @@ class ProcessSharesCollector(Collector):
 
     def __init__(self) -> None:
         self._shares = None
+        self._uses = (None, None)  # (the reading, its holders' use): made once per refresh, read by every scrape
 
     def check(self, command: str, values: Mapping[str, object], origins: Mapping[str, str]) -> None:
         """A --sharing.proc-root that is no folder is a configuration mistake for the commands that read it
@@ -58,6 +60,22 @@ class ProcessSharesCollector(Collector):
 
     def enabled(self, config) -> bool:
         return self.options(config) is not None
+
+    def prepare(self, hub: Hub) -> bool:
+        hub.holder_use = self
+        return True
+
+    def holder_use(self):
+        """(device, holder) → its own SM share and memory, from the reading its series are served from; None
+        before a reading or once it is stale (no share served)."""
+        shares = self._shares.reading() if self._shares is not None else None
+        if shares is None:
+            return None
+        reading, uses = self._uses
+        if reading is not shares:
+            uses = holder_uses(shares)
+            self._uses = (shares, uses)
+        return uses
 
     def build(self, hub: Hub) -> None:
         from exporter.vendors.nvidia.shares.process_shares import ProcessShares, pod_index_source
@@ -102,3 +120,10 @@ def shares_page_part(shares) -> PagePart:
         HolderFigure("memory", {holder: Amount(share.memory_bytes, BYTES) for holder, share in held.items()}),
         HolderFigure("SM", {holder: Amount(share.sm_ratio, RATIO) for holder, share in held.items()})),
         blocks=(Block("Used without being held", used, ("GPU", "container", "memory", "SM"), place=WITH_UNHELD),))
+
+
+def holder_uses(shares) -> dict:
+    """One reading's shares in the framework's terms: (device, holder) → HolderUse(SM ratio, memory bytes)."""
+    from exporter.exposition.pod_numbers import HolderUse
+
+    return {(share.device, share.owner): HolderUse(share.sm_ratio, share.memory_bytes) for share in shares.holders}
