@@ -13,9 +13,10 @@ from exporter.core.identity import GpuKey, Owner
 from exporter.core.mapping import Allocation, Mapping
 from exporter.demo.node import TEMPLATE, SimulatedDcgm
 from exporter.demo.workload import simulated_allocations, simulated_offered
-from exporter.exposition.device_figures import FigureNames, read_device_figures
+from exporter.exposition.device_figures import read_device_figures
 from exporter.exposition.pod_numbers import pod_utilization as computed_utilization
 from exporter.vendors.amd import dialect
+from exporter.vendors.amd.figures import AMD_FIGURES
 from support.deploy_tools import PROMETHEUS_DIR
 from support.fixtures import FIXTURES_DIR
 from support.pod_numbers_node import (A800_DEVICES, A800_OFFERED, a800_body, pod_utilization, process_case, served)
@@ -83,21 +84,14 @@ def test_on_an_amd_node_the_rule_and_the_numbers_agree(tmp_path):
     """tests/data/amd's MI300X answer: a pod whose two containers hold two and one whole GPUs, an idle one, and
     two holders of CPX partitions, whose GPU's activity is the whole GPU's (none for them)."""
     body = AMD_NODE.read_bytes()
-    names = FigureNames(
-        utilization_percent=tuple((prefix + family, 1.0) for family, figure in dialect.FIGURES.items()
-                                  if figure.figure == dialect.UTILIZATION for prefix in ("", dialect.NAME_PREFIX)),
-        engine_active_ratio=(), memory_used_mib=(), memory_free_mib=(), memory_reserved_mib=(), memory_total_mib=(),
-        power_watts=(), uuid_labels=(dialect.GPU_UUID,), index_label=dialect.GPU_ID, device_label="",
-        instance_label=dialect.PARTITION_ID, model_label="card_model", node_name_labels=(dialect.NODE_NAME,),
-        partition_mode_label=dialect.COMPUTE_PARTITION_TYPE, whole_gpu_modes=("", "spx", "none"))
-    figures = read_device_figures(body, names)
+    figures = read_device_figures(body, AMD_FIGURES)
     rows = [line for line in body.decode().splitlines() if line.startswith("pod_gpu_allocation_info{")]
     held = []
     for row in rows:  # the answer's own allocation rows: who holds which gpu_id and partition
         labels = dict(pair.split("=", 1) for pair in row[row.index("{") + 1 : row.rindex("}")].split(","))
         value = {name: raw.strip('"') for name, raw in labels.items()}
         held.append((Owner(value["namespace"], value["pod"], value["container"]),
-                     GpuKey("gpu", value[dialect.GPU_ID], value[dialect.PARTITION_ID])))
+                     GpuKey("gpu", value[dialect.GPU_ID], "")))
     allocations = tuple(Allocation(owner, "gpu", f"dev-{index}", key) for index, (owner, key) in enumerate(held))
     numbers = computed_utilization(Mapping(allocations=allocations), figures, figures, {}, {}, by_mode=True)
     assert set(numbers) == {("amd-ml", "trainer-amd"), ("amd-ml", "idle-amd")}

@@ -9,11 +9,11 @@ from exporter.core.identity import GpuKey, Owner
 from exporter.core.mapping import Allocation, Mapping
 from exporter.demo.node import TEMPLATE, SimulatedDcgm
 from exporter.demo.workload import FB_MIB, gpu_load, simulated_allocations, simulated_offered
-from exporter.exposition.device_figures import FigureNames, read_device_figures
+from exporter.exposition.device_figures import read_device_figures
 from exporter.exposition.pod_numbers import (HolderUse, container_memory, held_devices_utilization,
                                              own_utilization, pod_utilization, render_pod_numbers)
 from exporter.sources.kubelet import AllocatedDevice
-from exporter.vendors.amd import dialect
+from exporter.vendors.amd.figures import AMD_FIGURES
 from exporter.vendors.nvidia.figures import DCGM_FIGURES
 from support.fixtures import FIXTURES_DIR, fixture_bytes
 from support.pod_numbers_node import (A800, A800_DEVICES, A800_OFFERED, BLANK, MIB, UUIDS, a800_body, added_family,
@@ -118,23 +118,13 @@ def test_a_blank_percentage_falls_back_to_the_engine_activity_and_a_partition_ne
 
 def test_a_partitioned_gpus_activity_is_nobodys_and_its_holders_have_no_number():
     """An AMD node's answer (tests/data/amd): GPUs 0-3 whole, the fifth split in CPX partitions, its activity
-    served on partition 0 for the whole GPU. Its FigureNames as the AMD exporter's dialect names them."""
+    served on partition 0 for the whole GPU."""
     body = (FIXTURES_DIR / "amd" / "mi300x-node.prom").read_bytes()
-    names = FigureNames(
-        utilization_percent=tuple((prefix + family, 1.0) for family, figure in dialect.FIGURES.items()
-                                  if figure.figure == dialect.UTILIZATION for prefix in ("", dialect.NAME_PREFIX)),
-        engine_active_ratio=(),
-        memory_used_mib=tuple((prefix + family, 1.0) for family, figure in dialect.FIGURES.items()
-                              if figure.figure == dialect.MEMORY_USED for prefix in ("", dialect.NAME_PREFIX)),
-        memory_free_mib=(), memory_reserved_mib=(), memory_total_mib=(), power_watts=(),
-        uuid_labels=(dialect.GPU_UUID,), index_label=dialect.GPU_ID, device_label="",
-        instance_label=dialect.PARTITION_ID, model_label="card_model", node_name_labels=(dialect.NODE_NAME,),
-        partition_mode_label=dialect.COMPUTE_PARTITION_TYPE, whole_gpu_modes=("", "spx", "none"))
-    figures = read_device_figures(body, names)
+    figures = read_device_figures(body, AMD_FIGURES)
     holders = [("amd-ml", "trainer-amd", "pytorch", "0"), ("amd-ml", "trainer-amd", "pytorch", "1"),
                ("amd-ml", "trainer-amd", "loader", "2"), ("amd-ml", "idle-amd", "jupyter", "3"),
                ("amd-batch", "embed-a", "worker", "4"), ("amd-batch", "embed-b", "worker", "5")]
-    mapping = _mapping([(Owner(ns, pod, container), GpuKey("gpu", gpu_id, "0" if gpu_id != "5" else "1"))
+    mapping = _mapping([(Owner(ns, pod, container), GpuKey("gpu", gpu_id, ""))
                         for ns, pod, container, gpu_id in holders])
     assert pod_utilization(mapping, figures, figures, {}, {}, by_mode=True) == pytest.approx({
         ("amd-ml", "trainer-amd"): (0.8 + 0.4 + 0.6) / 3,  # two containers, three whole GPUs
