@@ -228,11 +228,12 @@ def test_without_the_identity_service_samples_are_served_unattributed_until_it_a
     assert len(_warnings(amd)) == 1
 
 
-def test_process_mode_is_refused_on_an_amd_node_with_one_line():
-    done = subprocess.run(exporter_command() + ["serve", "--gpu.vendor", "amd", "--sharing.mode", "process"],
+@pytest.mark.parametrize("flag, value", [("--sharing.mode", "process"), ("--health.xid-events", "on")])
+def test_nvml_features_are_refused_on_an_amd_node_with_one_line(flag, value):
+    done = subprocess.run(exporter_command() + ["serve", "--gpu.vendor", "amd", flag, value],
                           env=exporter_env(), capture_output=True, text=True, timeout=60)
     assert done.returncode == 2
-    assert done.stderr.count("\n") == 1 and "--sharing.mode process" in done.stderr
+    assert done.stderr.count("\n") == 1 and f"{flag} {value}:" in done.stderr
     assert "Traceback" not in done.stderr
 
 
