@@ -95,11 +95,12 @@ def test_every_sample_goes_to_its_gpus_holder_and_to_no_other(node, prefix, sepa
     amd.amd.body = SimulatedAmdExporter(prefix=prefix, clock=lambda: 0.0).render
     devices = _mixed_names(separator)
     assert any(d.device_id == "amdgpu_xcp.49" for d in devices) == (separator == ".")
-    amd.hold(devices)
+    # A form AMD's plugins do not write: counted unresolved, never guessed.
+    amd.hold(devices + [AllocatedDevice("odd", "odd-pod", "main", "amd.com/gpu", "card3")])
     amd.serve()
     text = wait_until(lambda: attributed(amd), 10)
     assert_attributed(text)
-    assert gauge(text, "pod_gpu_exporter_unresolved_devices") == "0"
+    assert gauge(text, "pod_gpu_exporter_unresolved_devices") == "1"
     assert gauge(text, "pod_gpu_exporter_upstream_up") == "1"
     assert gauge(text, "pod_gpu_exporter_amd_identity_up") == "1"
     assert 'pod_gpu_exporter_vendor_info{vendor="amd"} 1' in text
@@ -109,7 +110,11 @@ def test_every_sample_goes_to_its_gpus_holder_and_to_no_other(node, prefix, sepa
     assert activity and all(holder(labels) is None for labels in activity)
     # Our rows name each device as AMD's samples do; the NIC is no GPU: no row, not unresolved.
     rows = [labels for name, labels, _ in samples(text) if name == "pod_gpu_allocation_info"]
-    assert len(rows) == len(HOLDERS) and NIC_ADDRESS not in text and NIC_RESOURCE not in text
+    assert NIC_ADDRESS not in text and NIC_RESOURCE not in text
+    assert [row for row in rows if row["pod"] == "odd-pod"] == [
+        {"namespace": "odd", "pod": "odd-pod", "container": "main", "resource": "amd.com/gpu", "device_id": "card3"}]
+    rows = [row for row in rows if row["pod"] != "odd-pod"]
+    assert len(rows) == len(HOLDERS)
     for row in rows:
         assert HOLDERS[row["gpu_id"]] == holder(row)
         assert row["gpu_uuid"] == amd.gpu(row["gpu_id"]).uuid
