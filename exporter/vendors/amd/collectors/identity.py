@@ -21,7 +21,7 @@ class AmdIdentityOptions:
     socket_path: str
     sysfs_root: str
     timeout_seconds: float  # --amd.timeout
-    refresh_seconds: float  # --kubelet.refresh-interval: a new answer is attributed by the next mapping
+    refresh_seconds: float  # --kubelet.refresh-interval: a new answer wakes the mapping's refresher at once
 
 
 class _IdentityStatus(BaseSection):
@@ -29,9 +29,6 @@ class _IdentityStatus(BaseSection):
 
     name = "amd_identity"
     per_scrape = True
-
-    def __init__(self, up):
-        super().__init__(up)
 
     def _rows(self, view: ScrapeView) -> bytes:
         return b""
