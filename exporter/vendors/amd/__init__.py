@@ -23,7 +23,10 @@ AMD = Vendor(
     status=VendorStatus("amd", None, families.UNRESOLVED_DEVICES),
     families=families.FAMILIES,
     upstream_failures=families.AMD_FETCH_FAILURES,
-    refused_settings={"sharing_mode": ("process", "per-process shares are read from NVIDIA's NVML; an AMD node "
-                                                  "(--gpu.vendor amd) serves device-level values only: leave "
-                                                  "--sharing.mode at device")},
+    refused_settings={
+        "sharing_mode": ("process", "per-process shares are read from NVIDIA's NVML; an AMD node (--gpu.vendor amd) "
+                                    "serves device-level values only: leave --sharing.mode at device"),
+        "health_xid_events": ("on", "XID events are NVIDIA's, read from NVML; an AMD node (--gpu.vendor amd) reports "
+                                    "health from AMD's identity service: leave --health.xid-events at auto"),
+    },
 )
