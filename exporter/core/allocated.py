@@ -49,7 +49,7 @@ def allocated_gpus(allocations, forms: Optional[DeviceForms], offered: Optional[
                 totals[owner] = totals.get(owner, 0.0) + share
             continue
         share = forms.whole_device_share(allocation.resource, allocation.device_id, allocation.dra,
-                                         allocation.profile, node_profiles)
+                                         allocation.profile, node_profiles, allocation.parts)
         if share is None:
             continue
         replicas = offered.get((allocation.resource, forms.replica_of(allocation.device_id) or ""))

@@ -170,9 +170,11 @@ class Attribution:
         log("info", "GPU mapping updated", allocations=len(mapping.allocations), pods=len(pods),
             unresolved=len(mapping.unresolved))
         # Warn about a device when it first turns up unresolved, not again on every change of the
-        # mapping while it stays allocated; the unresolved_devices gauge carries the ongoing state.
+        # mapping while it stays allocated; the unresolved_devices gauge carries the ongoing state. One
+        # waiting only on the vendor's service is not warned about: that service's outage is logged already.
         self._unresolved_log.retain(mapping.unresolved)
-        new = [device for device in sorted(set(mapping.unresolved)) if self._unresolved_log.first(device)]
+        pending = set(mapping.pending)
+        new = [device for device in sorted(set(mapping.unresolved) - pending) if self._unresolved_log.first(device)]
         if new:
             log("warn", f"some allocated GPU devices cannot be matched to {self._forms.samples}; they are listed in "
                 "pod_gpu_allocation_info without UUID and counted in pod_gpu_exporter_unresolved_devices",

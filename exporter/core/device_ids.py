@@ -2,9 +2,21 @@
 
 from __future__ import annotations
 
-from typing import Dict, Iterable, Optional, Protocol, Tuple
+from typing import Dict, Iterable, Mapping, NamedTuple, Optional, Protocol, Tuple
 
 from exporter.core.identity import GpuKey, MigResolver
+
+
+class DeviceResolution(NamedTuple):
+    """What a vendor's own rule makes of one allocated device."""
+
+    key: Optional[GpuKey]  # the key its samples carry; None when it cannot be resolved without guessing
+    # How many parts its GPU is split into as the vendor's resolver reads the node (1: a whole GPU); 0 where
+    # it reads none, and the share is then what the resource name or ResourceSlice says (whole_device_share).
+    parts: int = 0
+    # Unresolved only because the vendor's own service has not answered yet: counted unresolved, but no
+    # warning of its own, that service's outage being logged already.
+    pending: bool = False
 
 
 class DeviceForms(Protocol):
@@ -20,6 +32,9 @@ class DeviceForms(Protocol):
     # Whether its ResourceSlices publish what its samples name a device by (a UUID): if not, a DRA device
     # is keyed by its own rule (key_for_device) even where a slice describes it.
     slices_name_devices: bool
+    # The ResourceSlice attributes (string values, by unqualified name) its own rule reads where its slices
+    # name no sample's device: handed to resolve_device; () when it reads none.
+    slice_attributes: Tuple[str, ...]
 
     def is_gpu_device(self, resource: str, device_id: str, dra: bool = False) -> bool:
         """Whether an allocated device (a device-plugin resource, or a DRA driver with `dra`) is one of
@@ -30,6 +45,11 @@ class DeviceForms(Protocol):
         """The key samples of this device carry, or None when it cannot be resolved without guessing.
         `resolve_mig` is whatever the vendor's collectors put on the hub for it (Hub.resolve_mig)."""
 
+    def resolve_device(self, device_id: str, dra: bool = False, resolve_mig: Optional[MigResolver] = None,
+                       published: Optional[Mapping[str, str]] = None) -> DeviceResolution:
+        """key_for_device with what the mapping keeps beside the key: the parts of its GPU and whether it waits on
+        the vendor's service. `published` holds a DRA device's slice_attributes where a ResourceSlice describes it."""
+
     def replica_of(self, device_id: str) -> Optional[str]:
         """The GPU a shared replica's device ID names, or None when the ID is no replica."""
 
@@ -37,9 +57,9 @@ class DeviceForms(Protocol):
         """The partition profile a device-plugin resource name carries, "" for a whole-GPU resource."""
 
     def whole_device_share(self, resource: str, device_id: str, dra: bool, profile: str,
-                           node_profiles: Iterable[str]) -> Optional[float]:
+                           node_profiles: Iterable[str], parts: int = 0) -> Optional[float]:
         """What one device counts for before it is split among replicas or holders: 1 for a whole GPU,
-        a partition's share, None when that share is unknown."""
+        a partition's share, None when that share is unknown. `parts` is DeviceResolution.parts."""
 
     def dra_partition_placement(self, device_name: str) -> Optional[Tuple[int, int]]:
         """Where a DRA partition device lies on its GPU, as its name gives it (profile ID, placement

@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 from typing import Dict, Iterable, List, NamedTuple, Optional, Protocol, Set, Tuple
 
 from exporter.core import hami
-from exporter.core.device_ids import DeviceForms
+from exporter.core.device_ids import DeviceForms, DeviceResolution
 from exporter.core.health import (NO_DEVICE_HEALTH, DeviceHealth, DeviceTaint, ResourceHealth, combined_status,
                                   device_health)
 from exporter.core.identity import GpuIdentity, GpuKey, MigResolver, Owner
@@ -38,6 +38,9 @@ class DraResolution(NamedTuple):
     # allocated it for another container's request (the kubelet lists that whole claim under each).
     held: bool = True
     resource: str = ""  # the extended resource it was requested as ("nvidia.com/gpu"); "" for a claim's device
+    # Where a slice describes a device its vendor keys by its own rule (DeviceForms.slices_name_devices False):
+    # the (name, value) of the attributes that rule reads (DeviceForms.slice_attributes), as published.
+    published: Tuple[Tuple[str, str], ...] = ()
 
 
 class MappingContext(Protocol):
@@ -82,6 +85,7 @@ class Allocation(NamedTuple):
     profile: str = ""  # DRA only: the MIG profile its ResourceSlice publishes ("" for a whole GPU)
     # A HAMi replica followed to the GPU the pod's annotation names: (memory MiB, cores %) HAMi gave; () else.
     hami: Tuple[int, ...] = ()
+    parts: int = 0  # how many parts its GPU is split into, as the vendor's resolver read it (DeviceResolution)
 
 
 @dataclass(frozen=True)
@@ -91,6 +95,8 @@ class Mapping:
     owners: dict = field(default_factory=dict)  # GpuKey -> tuple[Owner, ...], sorted, distinct
     allocations: Tuple[Allocation, ...] = ()
     unresolved: Tuple[str, ...] = ()  # device IDs that no sample can be matched to
+    # Those of them unresolved only while the vendor's own service has not answered (DeviceResolution.pending).
+    pending: Tuple[str, ...] = ()
     # (namespace, pod) → ((name, value), …): labels written after the owner labels (--labels.*, from
     # the Kubernetes API), values unescaped; empty without it, so the output is the kubelet-only one.
     extra_labels: dict = field(default_factory=dict)
@@ -177,30 +183,36 @@ def _group(forms: DeviceForms, devices: Iterable[DeviceLike], resolve_mig: MigRe
     owner_sets: dict = {}
     allocations: dict = {}  # keyed so that a replica listed twice gives one allocation
     unresolved: set = set()
+    pending: set = set()  # unresolved while the vendor's service has not answered
+    settled: set = set()  # unresolved for good (a device ID listed twice may be both: then it is this)
     for device in devices:
         if not forms.is_gpu_device(device.resource, device.device_id, device.dra):
             continue
         owner = Owner(device.namespace, device.pod, device.container)
         given = (followed or {}).get((*owner, device.device_id))
         if given is not None:
-            key, profile, resource = forms.key_for_device(given.uuid, False, resolve_mig), "", device.resource
+            found = DeviceResolution(forms.key_for_device(given.uuid, False, resolve_mig))
+            profile, resource = "", device.resource
         else:
-            key, profile, resource = _device_key(forms, device, resolve_mig, context)
-        if key is _NOT_AN_OWNER:
+            found, profile, resource = _device_key(forms, device, resolve_mig, context)
+        if found is _NOT_AN_OWNER:
             continue
+        key = found.key
         allocations[(owner, resource, device.device_id)] = Allocation(
             owner, resource, device.device_id, key, device.dra,
             device.claim if device.dra else "", profile,
-            (given.memory_mib, given.cores_percent) if given is not None else (),
+            (given.memory_mib, given.cores_percent) if given is not None else (), found.parts,
         )
         if key is None:
             unresolved.add(device.device_id)
+            (pending if found.pending else settled).add(device.device_id)
         else:
             owner_sets.setdefault(key, set()).add(owner)
     return Mapping(
         owners={key: tuple(sorted(owners)) for key, owners in owner_sets.items()},
         allocations=tuple(sorted(allocations.values(), key=_allocation_order)),
         unresolved=tuple(sorted(unresolved)),
+        pending=tuple(sorted(pending - settled)),
         forms=forms,
     )
 
@@ -209,17 +221,18 @@ _NOT_AN_OWNER = object()
 
 
 def _device_key(forms: DeviceForms, device: DeviceLike, resolve_mig: MigResolver | None, context: MappingContext | None):
-    """(key, MIG profile from a ResourceSlice, resource of its allocation row) of one device; the key is
-    _NOT_AN_OWNER for adminAccess and for a device its container does not hold."""
+    """(DeviceResolution, MIG profile from a ResourceSlice, resource of its allocation row) of one device; the
+    resolution is _NOT_AN_OWNER for adminAccess and for a device its container does not hold."""
     if device.dra and context is not None:
         resolution = context.resolve_dra(device)
         if resolution.admin_access or not resolution.held:
             return _NOT_AN_OWNER, "", ""
         resource = resolution.resource or device.resource
         if resolution.known:  # a ResourceSlice describes it: its answer, even None, beats the name rule
-            return resolution.key, resolution.profile, resource
-        return forms.key_for_device(device.device_id, device.dra, resolve_mig), "", resource
-    return forms.key_for_device(device.device_id, device.dra, resolve_mig), "", device.resource
+            return DeviceResolution(resolution.key), resolution.profile, resource
+        found = forms.resolve_device(device.device_id, device.dra, resolve_mig, dict(resolution.published))
+        return found, "", resource
+    return forms.resolve_device(device.device_id, device.dra, resolve_mig), "", device.resource
 
 
 def _allocation_order(allocation: Allocation) -> tuple:

@@ -27,14 +27,17 @@ def label_text(family: Family, values: Mapping[str, str], owner: str = "",
     if device and not set(DEVICE_ORDER) & set(family.label_order):
         raise ValueError(f"{family.name} names no device")
     parts = []
+    device_written = False
     for name in family.label_order:
         if name in OWNER:
             if name == OWNER[0] and owner:  # the owner block's place; its names depend on the style
                 parts.append(owner)
             continue
-        if device and name in DEVICE_ORDER:  # the device block's place; its names depend on the vendor
+        if name in DEVICE_ORDER and (device or device_written):
+            # The device block's place; its names depend on the vendor, and stand for every identity label
+            # the entry names, required ones included.
             parts.extend(f'{label}="{escape_label_value(value)}"' for label, value in device)
-            device = ()
+            device, device_written = (), True
             continue
         value = values.get(name)
         if value is None and name in family.labels:

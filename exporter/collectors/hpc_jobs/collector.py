@@ -30,6 +30,7 @@ class HpcJobsCollector(Collector):
 
     def __init__(self) -> None:
         self._source = None
+        self._dialect = None  # the vendor's labels for a device, for its rows
 
     def check(self, command: str, values: Mapping[str, object], origins: Mapping[str, str]) -> None:
         """A file is a mistake; a directory not there yet is not (a job prolog may create it; the reader says so)."""
@@ -51,6 +52,7 @@ class HpcJobsCollector(Collector):
         from exporter.collectors.hpc_jobs.source import make_hpc_job_source
 
         self._source = make_hpc_job_source(self.options(hub.config))
+        self._dialect = hub.dialect
         return True
 
     def before_first_mapping(self, hub: Hub):
@@ -66,7 +68,7 @@ class HpcJobsCollector(Collector):
     def sections(self):
         from exporter.collectors.hpc_jobs.section import HpcJobsSection
 
-        return (HpcJobsSection(self._source.current, self._source.state),)
+        return (HpcJobsSection(self._source.current, self._source.state, *([self._dialect] if self._dialect else [])),)
 
     def state(self) -> SourceState:
         up = self._source.state().up

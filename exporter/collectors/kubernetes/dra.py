@@ -37,6 +37,9 @@ class SliceDevice(NamedTuple):
     parent_uuid: str
     profile: str = ""  # a MIG device's profile ("1g.10gb"): what share of its GPU it is
     taints: Tuple[Tuple[str, str, str], ...] = ()  # (key, value, effect) of each taint its driver put on it
+    # (name, value) of the string attributes the vendor's own rule reads (DeviceForms.slice_attributes), for a
+    # vendor whose slices give an address, not what its samples name a device by.
+    published: Tuple[Tuple[str, str], ...] = ()
 
 
 class ClaimResults(NamedTuple):
@@ -46,8 +49,9 @@ class ClaimResults(NamedTuple):
     requests: Dict[DeviceRef, FrozenSet[str]]  # device → the requests it was allocated for (never mutated)
 
 
-def slice_devices(resource_slice) -> Dict[DeviceRef, SliceDevice]:
-    """The devices of one ResourceSlice (v1 and v1beta2 `attributes` and `taints`, or v1beta1 `basic.…`)."""
+def slice_devices(resource_slice, kept: Tuple[str, ...] = ()) -> Dict[DeviceRef, SliceDevice]:
+    """The devices of one ResourceSlice (v1 and v1beta2 `attributes` and `taints`, or v1beta1 `basic.…`), with
+    the string attributes named in `kept` (by unqualified name) where a device publishes them."""
     spec = resource_slice.spec
     pool = spec.pool.name if spec.pool is not None else ""
     found = {}
@@ -57,7 +61,8 @@ def slice_devices(resource_slice) -> Dict[DeviceRef, SliceDevice]:
         values = {_unqualified(name, spec.driver): _string_value(value) for name, value in attributes.items()}
         found[(spec.driver, pool, device.name)] = SliceDevice(
             values.get("type", ""), values.get("uuid", ""), values.get("parentUUID", ""),
-            values.get("profile", ""), _taints(getattr(fields, "taints", None)))
+            values.get("profile", ""), _taints(getattr(fields, "taints", None)),
+            tuple((name, values[name]) for name in kept if values.get(name)))
     return found
 
 
@@ -101,13 +106,13 @@ class DraDevices:
     # The ResourceSlice ListWatch's store (watch.WatchedStore).
     def replace(self, slices: list, complete: bool = True) -> None:
         # A slice skipped as malformed (not `complete`) describes no device we could read: nothing to keep of it.
-        by_slice = {s.metadata.name: slice_devices(s) for s in slices}
+        by_slice = {s.metadata.name: slice_devices(s, self._forms.slice_attributes) for s in slices}
         with self._lock:
             self._by_slice = by_slice
             self._devices = _merged(by_slice)
 
     def add(self, resource_slice) -> None:
-        devices = slice_devices(resource_slice)
+        devices = slice_devices(resource_slice, self._forms.slice_attributes)
         with self._lock:
             self._by_slice[resource_slice.metadata.name] = devices
             self._devices = _merged(self._by_slice)
@@ -125,9 +130,12 @@ class DraDevices:
             return DraResolution(True, None, False)
         with self._lock:
             published = self._devices.get((driver, pool, device))
-        if published is None or driver != self._forms.dra_driver or not self._forms.slices_name_devices:
-            # A vendor whose slices name no sample's device (one giving only an address): its own rule decides.
+        if published is None or driver != self._forms.dra_driver:
             return DraResolution(False, None, False)
+        if not self._forms.slices_name_devices:
+            # A vendor whose slices name no sample's device (one giving only an address): its own rule decides,
+            # told what the slice publishes.
+            return DraResolution(False, None, False, published=published.published)
         return DraResolution(False, self._key_for(device, published), True, published.profile)
 
     def taints(self, rule_taints: Optional[Callable[[str, str, str], tuple]] = None) -> Tuple[DeviceTaint, ...]:

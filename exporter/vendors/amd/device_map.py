@@ -36,12 +36,16 @@ class AmdGpu(NamedTuple):
 class Resolution(NamedTuple):
     gpu: Optional[AmdGpu]
     unresolved: str = ""  # one of the reasons above when gpu is None
+    # How many partitions the device's GPU is split into as sysfs shows it in use (1: a whole GPU); 0 where
+    # sysfs does not show the device, so that its share of its GPU is not known from here.
+    parts: int = 0
 
 
 def resolve(ref: DeviceRef, layout: SysfsLayout, identity: IdentitySnapshot,
-            slice_pci_address: str = "") -> Resolution:
+            slice_pci_address: str = "", slice_parent_address: str = "") -> Resolution:
     """The GPU `ref` names. `slice_pci_address` is a whole GPU's `pciAddr` from its ResourceSlice, when the
-    Kubernetes API is read (a partition's slice names only its parent, so partitions always go through sysfs)."""
+    Kubernetes API is read; `slice_parent_address` a partition's `parentPciAddr`, which names only its GPU: a
+    partition is always met through sysfs, and only checked against it."""
     if not identity.known:
         return Resolution(None, NO_IDENTITY)
     device = _sysfs_device(ref, layout)
@@ -51,6 +55,9 @@ def resolve(ref: DeviceRef, layout: SysfsLayout, identity: IdentitySnapshot,
         if address and address != slice_address:
             return Resolution(None, SLICE_DISAGREES)
         address = slice_address
+    parent_address = normalise_pci_address(slice_parent_address) if slice_parent_address else None
+    if parent_address and device is not None and device.parent_address != parent_address:
+        return Resolution(None, SLICE_DISAGREES)
     if not address:
         return Resolution(None, NOT_IN_SYSFS)
     state = identity.by_address.get(address)
@@ -58,7 +65,8 @@ def resolve(ref: DeviceRef, layout: SysfsLayout, identity: IdentitySnapshot,
         return Resolution(None, NOT_LISTED)
     partitioned = device is not None and device.compute_partition not in ("", "spx")
     first = partitioned and device is not None and device.pci_address == device.parent_address
-    return Resolution(AmdGpu(state.gpu_id, state.uuid, address, partitioned, first))
+    parts = layout.parts_of(device.parent_address) if device is not None else 0
+    return Resolution(AmdGpu(state.gpu_id, state.uuid, address, partitioned, first), parts=parts)
 
 
 def _sysfs_device(ref: DeviceRef, layout: SysfsLayout) -> Optional[AmdDevice]:

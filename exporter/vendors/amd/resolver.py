@@ -6,7 +6,7 @@ import threading
 from typing import Optional
 
 from exporter.vendors.amd.device_ids import DeviceRef
-from exporter.vendors.amd.device_map import AmdGpu, resolve
+from exporter.vendors.amd.device_map import AmdGpu, Resolution, resolve
 from exporter.vendors.amd.identity import AmdIdentity, IdentitySnapshot
 from exporter.vendors.amd.sysfs_layout import SysfsLayout, read_layout
 
@@ -50,9 +50,14 @@ class AmdResolver:
 
     def resolve(self, ref: DeviceRef) -> Optional[AmdGpu]:
         """The GPU or partition a device names, or None when it cannot be settled (device_map.resolve)."""
+        return self.resolution(ref).gpu
+
+    def resolution(self, ref: DeviceRef, slice_pci_address: str = "", slice_parent_address: str = "") -> Resolution:
+        """device_map.resolve on what the last refresh read: the GPU, or why not, and its GPU's parts; the
+        addresses are a DRA device's ResourceSlice's, when the Kubernetes API is read."""
         with self._lock:
             snapshot, layout = self._snapshot, self._layout
-        return resolve(ref, layout, snapshot).gpu
+        return resolve(ref, layout, snapshot, slice_pci_address, slice_parent_address)
 
     def health(self, gpu_id: str) -> str:
         """healthy, unhealthy, or unknown while the service does not answer or does not list the GPU."""

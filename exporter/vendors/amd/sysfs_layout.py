@@ -52,6 +52,11 @@ class SysfsLayout:
     by_device_id: Dict[str, AmdDevice] = field(default_factory=dict, compare=False)
     by_dra_name: Dict[str, AmdDevice] = field(default_factory=dict, compare=False)
 
+    def parts_of(self, parent_address: str) -> int:
+        """How many devices in use sysfs shows on the GPU at `parent_address`: 1 for a whole GPU, its partitions'
+        count for a partitioned one."""
+        return sum(1 for device in self.devices if device.parent_address == parent_address)
+
 
 @dataclass(frozen=True)
 class _KfdNode:

@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import re
-from typing import Dict, Iterable, Optional, Tuple
+from typing import Dict, Iterable, Mapping, Optional, Tuple
 
+from exporter.core.device_ids import DeviceResolution
 from exporter.core.hami import replica_gpu
 from exporter.core.identity import GpuKey, MigResolver
 from exporter.vendors.nvidia.mig_shares import mig_profile_of, replica_of, whole_device_share
@@ -97,6 +98,7 @@ class NvidiaDeviceForms:
     dra_driver = DRA_GPU_DRIVER
     samples = "dcgm samples"
     slices_name_devices = True  # its ResourceSlices publish each device's UUID
+    slice_attributes = ()  # read by the Kubernetes source itself (uuid, parentUUID, profile)
 
     def is_gpu_device(self, resource: str, device_id: str, dra: bool = False) -> bool:
         return is_gpu_device(resource, device_id, dra)
@@ -105,6 +107,10 @@ class NvidiaDeviceForms:
                        resolve_mig: Optional[MigResolver] = None) -> Optional[GpuKey]:
         return key_for_device(device_id, dra, resolve_mig)
 
+    def resolve_device(self, device_id: str, dra: bool = False, resolve_mig: Optional[MigResolver] = None,
+                       published: Optional[Mapping[str, str]] = None) -> DeviceResolution:
+        return DeviceResolution(key_for_device(device_id, dra, resolve_mig))
+
     def replica_of(self, device_id: str) -> Optional[str]:
         return replica_of(device_id)
 
@@ -112,7 +118,7 @@ class NvidiaDeviceForms:
         return mig_profile_of(resource)
 
     def whole_device_share(self, resource: str, device_id: str, dra: bool, profile: str,
-                           node_profiles: Iterable[str]) -> Optional[float]:
+                           node_profiles: Iterable[str], parts: int = 0) -> Optional[float]:
         return whole_device_share(resource, device_id, dra, profile, node_profiles)
 
     def dra_partition_placement(self, device_name: str) -> Optional[Tuple[int, int]]:
