@@ -15,9 +15,9 @@ from exporter.vendors.amd.demo_exporter import SimulatedAmdExporter
 from exporter.vendors.amd.demo_node import CPX_GPU, HOLDERS, NIC_ADDRESS, NIC_RESOURCE, allocations, identity_states
 from exporter.vendors.amd.demo_sysfs import mi300x_node
 from exporter.vendors.amd.dialect import DEVICE_WIDE_FAMILIES, unprefixed
-from support.amd_node import AmdNode, holder, samples
+from support.amd_node import AmdNode, amd_slice, hold_through_claim, holder, samples
 from support.exporter_process import exporter_command, exporter_env
-from support.fake_kube_api import make_pod, write_kubeconfig
+from support.fake_kube_api import write_kubeconfig
 from support.kube_e2e import gauge
 from support.kube_scenario import NODE
 from support.waiting import wait_until
@@ -151,38 +151,15 @@ def test_health_follows_the_identity_service_per_holder(node):
     wait_until(lambda: row % (uuid, "unhealthy") in scrape(amd), 3)
 
 
-def _amd_slice(devices: dict) -> dict:
-    """This node's ResourceSlice of AMD's DRA driver: device name → its PCI address (pciAddr), as AMD's driver
-    publishes a whole GPU (a partition's names only its parent: parentPciAddr)."""
-    return {"apiVersion": "resource.k8s.io/v1", "kind": "ResourceSlice", "metadata": {"name": f"{NODE}-gpu.amd.com"},
-            "spec": {"driver": "gpu.amd.com", "nodeName": NODE, "pool": {"name": NODE, "generation": 1,
-                     "resourceSliceCount": 1},
-                     "devices": [{"name": name, "attributes": {key: {"string": value} for key, value in attrs.items()}}
-                                 for name, attrs in devices.items()]}}
-
-
 def test_with_the_kubernetes_api_dra_devices_are_met_and_health_combines_the_pods_status(node, api, tmp_path):
     amd = node()
     whole, cpx = mi300x_node(cpx_gpus=(CPX_GPU,))[0], mi300x_node(cpx_gpus=(CPX_GPU,))[CPX_GPU]
     names = {"whole": f"gpu-{whole.card}-{whole.render}", "part-3": f"gpu-{cpx.card + 3}-{cpx.render + 3}"}
-    api.put("resource.k8s.io/v1", "resourceslices", _amd_slice({
+    api.put("resource.k8s.io/v1", "resourceslices", amd_slice({
         names["whole"]: {"pciAddr": whole.address, "type": "amdgpu"},
         names["part-3"]: {"parentPciAddr": cpx.address, "type": "amdgpu-partition"}}))
-    devices = []
-    for pod, name in names.items():
-        api.put("resource.k8s.io/v1", "resourceclaims", {
-            "apiVersion": "resource.k8s.io/v1", "kind": "ResourceClaim", "metadata": {"name": f"{pod}-gpu",
-                                                                                     "namespace": "dra"},
-            "spec": {"devices": {"requests": []}},
-            "status": {"allocation": {"devices": {"results": [
-                {"request": "gpu", "driver": "gpu.amd.com", "pool": NODE, "device": name}]}}}})
-        made = make_pod("dra", pod, NODE, containers=("main",))
-        made["status"]["containerStatuses"][0]["allocatedResourcesStatus"] = [{
-            "name": f"claim:{pod}-gpu/gpu", "resources": [{"resourceID": f"gpu.amd.com/{NODE}/{name}",
-                                                           "health": "Unhealthy" if pod == "part-3" else "Healthy"}]}]
-        api.put("v1", "pods", made)
-        devices.append(AllocatedDevice("dra", pod, "main", "gpu.amd.com", name, dra=True, claim=f"dra/{pod}-gpu",
-                                       pool=NODE))
+    devices = [hold_through_claim(api, pod, name, "Unhealthy" if pod == "part-3" else "Healthy")
+               for pod, name in names.items()]
     amd.hold(devices)
     amd.serve(kubeconfig=write_kubeconfig(str(tmp_path / "kubeconfig"), api.url), node_name=NODE)
     text = wait_until(lambda: attributed(amd, "part-3"), 15)

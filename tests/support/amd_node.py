@@ -14,7 +14,9 @@ from exporter.vendors.amd.demo_sysfs import GpuSpec, mi300x_node, write_sysfs
 from support.exporter_process import ExporterProcess, start_exporter
 from support.fake_amd_exporter import FakeAmdExporter
 from support.fake_amd_identity import FakeAmdIdentity
+from support.fake_kube_api import FakeKubeApi, make_pod
 from support.fake_kubelet import FakeKubelet
+from support.kube_scenario import NODE
 
 _SAMPLE = re.compile(r"^([a-zA-Z_:][a-zA-Z0-9_:]*)\{(.*)\} (\S+)$")
 OWNER = ("namespace", "pod", "container")
@@ -75,3 +77,29 @@ class AmdNode:
         self.amd.stop()
         self.identity.stop()
         self.kubelet.stop()
+
+
+def amd_slice(devices: Dict[str, Dict[str, str]]) -> dict:
+    """This node's ResourceSlice of AMD's DRA driver: device name → its string attributes, as AMD's driver
+    publishes them (a whole GPU's `pciAddr`, a partition's `parentPciAddr`, `type`)."""
+    return {"apiVersion": "resource.k8s.io/v1", "kind": "ResourceSlice", "metadata": {"name": f"{NODE}-gpu.amd.com"},
+            "spec": {"driver": "gpu.amd.com", "nodeName": NODE, "pool": {"name": NODE, "generation": 1,
+                     "resourceSliceCount": 1},
+                     "devices": [{"name": name, "attributes": {key: {"string": value} for key, value in attrs.items()}}
+                                 for name, attrs in devices.items()]}}
+
+
+def hold_through_claim(api: FakeKubeApi, pod: str, device: str, health: str = "") -> AllocatedDevice:
+    """Pod `dra/<pod>` (container main) made holding DRA device `device` through its claim `<pod>-gpu`, on the API
+    server, with the allocatedResourcesStatus `health` where given; the kubelet's device for it."""
+    api.put("resource.k8s.io/v1", "resourceclaims", {
+        "apiVersion": "resource.k8s.io/v1", "kind": "ResourceClaim", "metadata": {"name": f"{pod}-gpu", "namespace": "dra"},
+        "spec": {"devices": {"requests": []}},
+        "status": {"allocation": {"devices": {"results": [
+            {"request": "gpu", "driver": "gpu.amd.com", "pool": NODE, "device": device}]}}}})
+    made = make_pod("dra", pod, NODE, containers=("main",))
+    if health:
+        made["status"]["containerStatuses"][0]["allocatedResourcesStatus"] = [{
+            "name": f"claim:{pod}-gpu/gpu", "resources": [{"resourceID": f"gpu.amd.com/{NODE}/{device}", "health": health}]}]
+    api.put("v1", "pods", made)
+    return AllocatedDevice("dra", pod, "main", "gpu.amd.com", device, dra=True, claim=f"dra/{pod}-gpu", pool=NODE)

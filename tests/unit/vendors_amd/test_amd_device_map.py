@@ -70,3 +70,25 @@ def test_what_does_not_join_is_unresolved_with_its_reason(layout):
 def test_a_kept_answer_still_resolves_while_the_service_is_down(layout):
     kept = make_snapshot(False, STATES, "AMD identity socket … not found")
     assert _resolve(layout, "amdgpu_xcp_55", identity=kept).gpu.gpu_id == "14"
+
+
+def test_each_device_knows_how_many_parts_sysfs_shows_its_gpu_split_into(layout):
+    assert _resolve(layout, "0000:85:00.0").parts == 1
+    assert _resolve(layout, "gpu-32-160", dra=True).parts == 1
+    # The CPX GPU's first partition is named by its GPU's address, yet it is one of eight.
+    assert _resolve(layout, "0000:e5:00.0").parts == 8
+    assert _resolve(layout, "amdgpu_xcp_55").parts == 8
+    assert _resolve(layout, "gpu-63-191", dra=True).parts == 8
+    # Met by its slice alone, the device is not in sysfs: how its GPU is split is not known from here.
+    assert _resolve(layout, "gpu-90-200", dra=True, slice_pci_address="0000:27:00.0").parts == 0
+
+
+def _resolve_partition(layout, device_id, parent):
+    return resolve(parse_device_id(device_id, True), layout, IDENTITY, slice_parent_address=parent)
+
+
+def test_a_partitions_slice_names_only_its_gpu_which_sysfs_is_checked_against(layout):
+    assert _resolve_partition(layout, "gpu-63-191", "0000:E5:00.0").gpu.gpu_id == "14"
+    assert _resolve_partition(layout, "gpu-63-191", "0000:05:00.0").unresolved == SLICE_DISAGREES
+    # Without sysfs a partition is never taken for its GPU, whose address alone its slice gives.
+    assert _resolve_partition(layout, "gpu-90-200", "0000:e5:00.0").unresolved == NOT_IN_SYSFS
