@@ -180,6 +180,11 @@ def _warnings(amd: AmdNode):
             if "dependency=amd-identity-service" in line and "level=warn" in line]
 
 
+def _log_warnings(amd: AmdNode):
+    """Every warning or error line the exporter logged, whatever it is about."""
+    return [line for line in amd.exporter.stderr_text().splitlines() if "level=warn" in line or "level=error" in line]
+
+
 @pytest.mark.parametrize("fault", ["absent", "hang", "internal", "garbage", "not_ready"])
 def test_without_the_identity_service_samples_are_served_unattributed_until_it_answers(node, fault):
     amd = node(identity=fault != "not_ready")
@@ -199,6 +204,8 @@ def test_without_the_identity_service_samples_are_served_unattributed_until_it_a
     lists = amd.identity.list_calls
     wait_until(lambda: amd.identity.list_calls >= lists + 2 or fault == "absent", 10)  # refreshes went on
     assert len(_warnings(amd)) == 1, _warnings(amd)  # one line for the whole outage
+    # and no other: the devices waiting on it are counted unresolved above, not warned about again
+    assert _log_warnings(amd) == _warnings(amd)
     # Back up: attributed again within one identity refresh (500 ms; after a List still hanging, its 1 s timeout):
     # a new answer builds the mapping at once, not at the kubelet refresher's next turn.
     if fault == "absent":
@@ -209,6 +216,27 @@ def test_without_the_identity_service_samples_are_served_unattributed_until_it_a
     assert_attributed(text)
     assert gauge(text, "pod_gpu_exporter_amd_identity_up") == "1"
     assert len(_warnings(amd)) == 1
+    assert _log_warnings(amd) == _warnings(amd)
+
+
+def test_a_device_form_amd_does_not_write_is_warned_about_on_its_own_while_the_identity_service_is_down(node):
+    amd = node()
+    amd.identity.stop()
+    amd.hold(allocations() + [AllocatedDevice("odd", "odd-pod", "main", "amd.com/gpu", "card3")])
+    amd.serve("--amd.timeout", "1s")
+    text = wait_until(lambda: (lambda t: t if gauge(t, "pod_gpu_exporter_amd_identity_up") == "0"
+                               and len(_log_warnings(amd)) == 2 else "")(scrape(amd)), 10)
+    assert gauge(text, "pod_gpu_exporter_unresolved_devices") == str(len(HOLDERS) + 1)
+    lists = amd.kubelet.list_calls
+    wait_until(lambda: amd.kubelet.list_calls >= lists + 3, 10)  # mappings went on being built
+    outage, unknown = sorted(_log_warnings(amd), key=lambda line: "dependency=amd-identity-service" not in line)
+    assert "dependency=amd-identity-service" in outage
+    assert "cannot be matched" in unknown and unknown.endswith("device_ids=card3")  # it alone, not those waiting
+    # Back up: attributed within one refresh, and nothing more is logged at warning level.
+    amd.identity.start()
+    text = wait_until(lambda: attributed(amd), 2.5)
+    assert gauge(text, "pod_gpu_exporter_unresolved_devices") == "1"
+    assert len(_log_warnings(amd)) == 2, _log_warnings(amd)
 
 
 @pytest.mark.parametrize("flag, value", [("--sharing.mode", "process"), ("--health.xid-events", "on")])
@@ -244,3 +272,21 @@ def test_mapping_names_each_amd_device_by_its_gpu_id(node):
     expected = {device.device_id: f'gpu_id="{gpu.gpu_id}"' for device in devices for gpu in amd.gpus
                 if gpu.device_id == device.device_id and device.resource != NIC_RESOURCE}
     assert matches == expected
+
+
+def test_hpc_job_rows_name_each_device_by_the_amd_samples_labels(node, tmp_path):
+    jobs = tmp_path / "jobs"
+    jobs.mkdir()
+    (jobs / "3").write_text("slurm-42\n")  # files named by the gpu_id, a whole GPU's and a partition's
+    (jobs / "10").write_text("slurm-7\nslurm-8\n")
+    amd = node()
+    amd.hold(allocations())
+    amd.serve("--hpc.job-mapping-dir", str(jobs))
+    text = wait_until(lambda: (lambda t: t if 'hpc_job="slurm-8"' in t else "")(scrape(amd)), 10)
+    rows = sorted((labels for name, labels, _ in samples(text) if name == "pod_gpu_hpc_job_info"),
+                  key=lambda labels: labels["hpc_job"])
+
+    def row(gpu_id: str, job: str) -> dict:
+        gpu = amd.gpu(gpu_id)
+        return {"gpu_id": gpu_id, "gpu_partition_id": gpu.partition_id, "gpu_uuid": gpu.uuid, "hpc_job": job}
+    assert rows == [row("3", "slurm-42"), row("10", "slurm-7"), row("10", "slurm-8")]
