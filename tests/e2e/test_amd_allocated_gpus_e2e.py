@@ -16,19 +16,6 @@ from support.kube_e2e import gauge
 from support.waiting import wait_until
 
 
-@pytest.fixture
-def amd_node(tmp_path):
-    made = []
-
-    def make(**options) -> AmdNode:
-        made.append(AmdNode(tmp_path, **options))
-        return made[-1]
-
-    yield make
-    for amd in made:
-        amd.stop()
-
-
 def _single_names():
     """The demo's held GPUs as `--resource_naming_strategy single` names them: all under amd.com/gpu."""
     return [dataclasses.replace(d, resource="amd.com/gpu") if d.resource.startswith("amd.com/") and

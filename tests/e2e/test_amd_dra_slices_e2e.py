@@ -4,7 +4,6 @@ its GPU; a slice that disagrees with sysfs attributes nothing. Each counts as it
 
 from __future__ import annotations
 
-import pytest
 import requests
 
 from exporter.vendors.amd.demo_node import CPX_GPU
@@ -21,19 +20,6 @@ WHOLE, OTHER, CPX = SPECS[2], SPECS[3], SPECS[CPX_GPU]  # gpu_id 2, gpu_id 3, th
 
 def _name(spec: GpuSpec, partition: int = 0) -> str:
     return f"gpu-{spec.card + partition}-{spec.render + partition}"
-
-
-@pytest.fixture
-def amd_node(tmp_path):
-    made = []
-
-    def make(**options) -> AmdNode:
-        made.append(AmdNode(tmp_path, **options))
-        return made[-1]
-
-    yield make
-    for amd in made:
-        amd.stop()
 
 
 def _served(amd: AmdNode, api, tmp_path, slice_devices: dict, holders: dict, ready_pod: str) -> str:

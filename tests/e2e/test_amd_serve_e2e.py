@@ -27,16 +27,8 @@ AMD_OWN = {"pod_uuid", "job_id", "job_user", "job_partition"}
 
 
 @pytest.fixture
-def node(tmp_path):
-    made = []
-
-    def make(**options) -> AmdNode:
-        made.append(AmdNode(tmp_path, **options))
-        return made[-1]
-
-    yield make
-    for amd in made:
-        amd.stop()
+def node(amd_node):
+    return amd_node  # conftest's maker of AMD nodes
 
 
 def scrape(node: AmdNode) -> str:
