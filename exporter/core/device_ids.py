@@ -30,7 +30,7 @@ class DeviceForms(Protocol):
     dra_driver: str  # the DRA driver whose devices are this vendor's GPUs
     samples: str  # how a log line names the upstream samples devices are matched to ("… samples")
     # Whether its ResourceSlices publish what its samples name a device by (a UUID): if not, a DRA device
-    # is keyed by its own rule (key_for_device) even where a slice describes it.
+    # is keyed by its own rule (resolve_device) even where a slice describes it.
     slices_name_devices: bool
     # The ResourceSlice attributes (string values, by unqualified name) its own rule reads where its slices
     # name no sample's device: handed to resolve_device; () when it reads none.
