@@ -6,10 +6,11 @@
 OLD_REV is checked out into a temporary git worktree; both revisions run as processes of this checkout's
 Python (each with its own tree first on PYTHONPATH) against one fake kubelet (real gRPC on a unix socket)
 and one dcgm-exporter (real HTTP) per fixture. Compared, per fixture: /gpu/metrics byte for byte (the
-two values that are times, the scrape duration and the mapping age, masked; the new status gauges
-pod_gpu_exporter_upstream_up and pod_gpu_exporter_vendor_info taken out of the new answer after checking
-their values), the family names of /metrics, each route's status, `mapping -o json` and `top -o json` (its
-rows' new `vendor` field checked to be nvidia, then taken out)
+two values that are times, the scrape duration and the mapping age, masked; the vendor status gauges
+pod_gpu_exporter_upstream_up and pod_gpu_exporter_vendor_info taken out of both answers after checking
+the new one's values, so that an old revision from before or after they came compares alike), the family
+names of /metrics, each route's status, `mapping -o json` and `top -o json` (its rows' `vendor` field
+checked to be nvidia in the new answer, then taken out of both)
 (through a fake API server's pod proxy). Then the demo at fixed moments (its simulated clocks frozen by
 scripts/frozen_demo.py, which both revisions run), and the flags, variables and defaults of --help.
 Prints one line per comparison and a summary; exits 1 on any difference.
@@ -37,7 +38,7 @@ from typing import Dict, List, Optional, Sequence, Tuple
 REPO = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(REPO), str(REPO / "tests")]
 
-from exporter.demo.fake_dcgm import FakeDcgmExporter  # noqa: E402
+from exporter.demo.fake_upstream import FakeUpstreamExporter  # noqa: E402
 from exporter.demo.fake_kubelet import FakeKubelet  # noqa: E402
 from exporter.sources.kubelet import AllocatedDevice  # noqa: E402
 
@@ -131,11 +132,12 @@ def allocations_for(text: str) -> List[AllocatedDevice]:
 
 
 def masked(text: str, new: bool) -> str:
-    """The answer with its time values masked, and (new) without the gauges only the new code writes."""
+    """The answer with its time values masked, and without the vendor status gauges (the new code writes them,
+    an old one may: `new_gauges_hold` checks the new answer's)."""
     lines = []
     for line in text.splitlines(keepends=True):
         name = line.split(" ", 3)[2] if line.startswith("# ") and line.count(" ") >= 2 else re.split(r"[{ ]", line, 1)[0]
-        if new and name in NEW_ONLY:
+        if name in NEW_ONLY:
             continue
         if not line.startswith("#") and name in TIMED:
             line = line.rstrip("\n").rpartition(" ")[0] + " <time>\n"
@@ -215,7 +217,7 @@ def compare_fixture(path: Path, old: Revision, new: Revision, work: Path, report
         kubelet.set_devices(devices)
         kubelet.start()
         stack.callback(kubelet.stop)
-        dcgm = FakeDcgmExporter(path.read_bytes())
+        dcgm = FakeUpstreamExporter(path.read_bytes())
         dcgm.start()
         stack.callback(dcgm.stop)
         args = ["--kubelet.socket", socket, "--dcgm.url", dcgm.url, "--kubernetes.api", "off"]
@@ -236,7 +238,7 @@ def compare_fixture(path: Path, old: Revision, new: Revision, work: Path, report
         tops = {revision.name: top_json(revision, running[revision.name], work) for revision in (old, new)}
         vendors_told = all(row.get("vendor") == "nvidia" for row in _rows(tops["new"]))
         report.check(f"{path.name}: top -o json ({len(_rows(tops['new']))} rows, vendor added)",
-                     _normalised(tops["old"]), _normalised(tops["new"], drop_vendor=True),
+                     _normalised(tops["old"], drop_vendor=True), _normalised(tops["new"], drop_vendor=True),
                      (bool(_rows(tops["new"])) or not devices) and vendors_told)
 
 
@@ -248,8 +250,9 @@ def _is_json(text: str) -> bool:
 
 
 def _normalised(text: str, drop_vendor: bool = False) -> str:
-    """top's JSON written one way, with the `vendor` field every row of the new code gains taken out (the mixed
-    fleet's addition, checked to be nvidia by the caller); an error's text as it is."""
+    """top's JSON written one way, with the `vendor` field every row of the new code has taken out (the mixed
+    fleet's addition, checked to be nvidia by the caller; an old revision may have it too); an error's text as
+    it is."""
     if not _is_json(text):
         return text
     answer = json.loads(text)
@@ -319,9 +322,12 @@ def help_contract(revision: Revision) -> Dict[str, Tuple[str, str]]:
 def compare_help(old: Revision, new: Revision, report: Report) -> None:
     before, after = help_contract(old), help_contract(new)
     added = sorted(set(after) - set(before))
-    report.check("--help: flags, variables and defaults (--gpu.vendor added)", before,
+    # --gpu.vendor is new since the vendor port: checked in the new help, compared without it (an old
+    # revision from after the port lists it too).
+    report.check("--help: flags, variables and defaults (--gpu.vendor in the new)",
+                 {flag: value for flag, value in before.items() if flag != "--gpu.vendor"},
                  {flag: value for flag, value in after.items() if flag != "--gpu.vendor"},
-                 added == ["--gpu.vendor"] and after["--gpu.vendor"] == ("POD_GPU_EXPORTER_GPU_VENDOR", "auto"))
+                 set(added) <= {"--gpu.vendor"} and after.get("--gpu.vendor") == ("POD_GPU_EXPORTER_GPU_VENDOR", "auto"))
     print(f"           {len(before)} flags before, {len(after)} after; added: {', '.join(added) or 'none'}")
 
 
