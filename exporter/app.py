@@ -223,7 +223,8 @@ def _build_core(config: Config, registry: Registry, watch: Optional[VendorWatch]
     attribution = Attribution(list_devices, forms, config.kubelet_refresh_interval_seconds,
                               config.mapping_max_age_seconds, resolve_mig=hub.resolve_mig,
                               describe=config.kubelet_socket, context=hub.mapping_context,
-                              offered=OfferedReplicas(client.list_offered, forms))
+                              offered=OfferedReplicas(client.list_offered, forms),
+                              resolver_generation=hub.resolver_generation)
     # One limit for every series written about a pod, so its count covers them all.
     label_limit = LabelLimit(config.labels_limit)
     registry.build(attribution, label_limit)
@@ -232,7 +233,8 @@ def _build_core(config: Config, registry: Registry, watch: Optional[VendorWatch]
                                    vendor.figures)
     sections = registry.sections((allocation,), StatusSection(vendor.status))
     scraper = Scraper(hub.upstream, attribution, config.labels_style, sections,
-                      labels_mode=config.labels_mode, label_limit=label_limit, upstream_words=vendor.upstream_words)
+                      labels_mode=config.labels_mode, label_limit=label_limit, upstream_words=vendor.upstream_words,
+                      dialect=vendor.figures.dialect)
     return _Core(client, attribution, scraper)
 
 

@@ -12,7 +12,8 @@ from exporter.base.flag_values import format_seconds, format_size, parse_duratio
 from exporter.base.logs import LOG_FORMATS, LOG_LEVELS
 from exporter.collectors.collector import Flag, Kind
 from exporter.collectors.registry import (VENDOR_AUTO, VENDOR_CHOICES, check_collector_settings, collector_flags,
-                                          check_collector_options, collector_refusals, demo_flags, refused_vendor)
+                                          check_collector_options, collector_refusals, demo_flags, refused_setting,
+                                          refused_vendor)
 from exporter.exposition.labels import LABEL_STYLE_NAMES
 from exporter.vendors import VENDORS
 from exporter.exposition.series import LABEL_MODES
@@ -242,6 +243,9 @@ def parse_config(argv: Sequence[str], environ: Mapping[str, str]) -> Config:
     refusal = refused_vendor(values.get("gpu_vendor", VENDOR_AUTO))
     if refusal:
         raise ConfigError(f"{origins['gpu_vendor']} {values['gpu_vendor']}: {refusal}")
+    refused = refused_setting(values.get("gpu_vendor", VENDOR_AUTO), values)
+    if refused:
+        raise ConfigError(f"{origins.get(refused[0], refused[0])} {values[refused[0]]}: {refused[1]}")
     check_collector_settings(args.command, values, origins)
     if args.output is not None:
         values["output"] = args.output

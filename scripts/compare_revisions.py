@@ -6,11 +6,11 @@
 OLD_REV is checked out into a temporary git worktree; both revisions run as processes of this checkout's
 Python (each with its own tree first on PYTHONPATH) against one fake kubelet (real gRPC on a unix socket)
 and one dcgm-exporter (real HTTP) per fixture. Compared, per fixture: /gpu/metrics byte for byte (the
-two values that are times, the scrape duration and the mapping age, masked; the vendor status gauges
-pod_gpu_exporter_upstream_up and pod_gpu_exporter_vendor_info taken out of both answers after checking
-the new one's values, so that an old revision from before or after they came compares alike), the family
-names of /metrics, each route's status, `mapping -o json` and `top -o json` (its rows' `vendor` field
-checked to be nvidia in the new answer, then taken out of both)
+two values that are times, the scrape duration and the mapping age, masked; the vendor port's status gauges
+pod_gpu_exporter_upstream_up and pod_gpu_exporter_vendor_info taken out of both answers after checking the
+new one's values, so that OLD_REV may be from before or after the port), the family names of /metrics, each
+route's status, `mapping -o json` and `top -o json` (its rows' `vendor` field checked to be nvidia, then
+taken out)
 (through a fake API server's pod proxy). Then the demo at fixed moments (its simulated clocks frozen by
 scripts/frozen_demo.py, which both revisions run), and the flags, variables and defaults of --help.
 Prints one line per comparison and a summary; exits 1 on any difference.
@@ -131,9 +131,9 @@ def allocations_for(text: str) -> List[AllocatedDevice]:
     return devices
 
 
-def masked(text: str, new: bool) -> str:
-    """The answer with its time values masked, and without the vendor status gauges (the new code writes them,
-    an old one may: `new_gauges_hold` checks the new answer's)."""
+def masked(text: str) -> str:
+    """The answer with its time values masked, and without the gauges the vendor port added (from both sides,
+    so that a revision that has them already compares too; the new one's are checked by new_gauges_hold)."""
     lines = []
     for line in text.splitlines(keepends=True):
         name = line.split(" ", 3)[2] if line.startswith("# ") and line.count(" ") >= 2 else re.split(r"[{ ]", line, 1)[0]
@@ -225,8 +225,8 @@ def compare_fixture(path: Path, old: Revision, new: Revision, work: Path, report
         for revision in (old, new):
             running[revision.name] = stack.enter_context(_stopping(revision.start(args)))
         answers = {name: settled(exporter, len(devices)) for name, exporter in running.items()}
-        report.check(f"{path.name}: /gpu/metrics ({len(devices)} allocations)", masked(answers["old"], False),
-                     masked(answers["new"], True), new_gauges_hold(answers["new"]))
+        report.check(f"{path.name}: /gpu/metrics ({len(devices)} allocations)", masked(answers["old"]),
+                     masked(answers["new"]), new_gauges_hold(answers["new"]))
         names = {name: family_names(exporter.get("/metrics")[1]) for name, exporter in running.items()}
         report.check(f"{path.name}: /metrics family names", names["old"], names["new"])
         routes = {name: [exporter.get(route)[0] for route in ("/", "/healthz", "/metrics", "/gpu/metrics", "/nope")]
@@ -250,9 +250,9 @@ def _is_json(text: str) -> bool:
 
 
 def _normalised(text: str, drop_vendor: bool = False) -> str:
-    """top's JSON written one way, with the `vendor` field every row of the new code has taken out (the mixed
-    fleet's addition, checked to be nvidia by the caller; an old revision may have it too); an error's text as
-    it is."""
+    """top's JSON written one way, with the `vendor` field every row of the new code gains taken out (the mixed
+    fleet's addition, checked to be nvidia by the caller; taken out of a revision that has it already too); an
+    error's text as it is."""
     if not _is_json(text):
         return text
     answer = json.loads(text)
@@ -288,8 +288,8 @@ def compare_demo(old: Revision, new: Revision, report: Report) -> None:
                     running[revision.name] = revision.start(["--moment", str(moment), "--demo.nvml", nvml],
                                                             script=script)
                 answers = {name: _demo_settled(exporter, nvml) for name, exporter in running.items()}
-                report.check(f"demo at {moment:g}s, --demo.nvml {nvml}: /gpu/metrics", masked(answers["old"], False),
-                             masked(answers["new"], True), new_gauges_hold(answers["new"]))
+                report.check(f"demo at {moment:g}s, --demo.nvml {nvml}: /gpu/metrics", masked(answers["old"]),
+                             masked(answers["new"]), new_gauges_hold(answers["new"]))
                 names = {name: family_names(exporter.get("/metrics")[1]) for name, exporter in running.items()}
                 report.check(f"demo at {moment:g}s, --demo.nvml {nvml}: /metrics family names", names["old"],
                              names["new"])
@@ -303,7 +303,7 @@ def _demo_settled(exporter: Running, nvml: str) -> str:
     (their energy counters count from the first): the same answer twice in a row."""
     deadline, last = time.monotonic() + 40, None
     while time.monotonic() < deadline:
-        text = masked(exporter.get("/gpu/metrics")[1].decode(), False)
+        text = masked(exporter.get("/gpu/metrics")[1].decode())
         ready = "pod_gpu_exporter_kubernetes_api_up 1" in text and "pod_gpu_hpc_job_info{" in text and (
             nvml == "off" or "pod_gpu_container_energy_joules_total{" in text)
         if ready and text == last:
@@ -319,15 +319,20 @@ def help_contract(revision: Revision) -> Dict[str, Tuple[str, str]]:
     return {flag: (env, default) for flag, env, default in _HELP_FLAG.findall(text)}
 
 
+def _amd_node_flag(flag: str) -> bool:
+    """A flag of AMD nodes only (--amd.*): listed by --help, never read on an NVIDIA node."""
+    return flag.startswith("--amd.")
+
+
 def compare_help(old: Revision, new: Revision, report: Report) -> None:
     before, after = help_contract(old), help_contract(new)
-    added = sorted(set(after) - set(before))
-    # --gpu.vendor is new since the vendor port: checked in the new help, compared without it (an old
-    # revision from after the port lists it too).
-    report.check("--help: flags, variables and defaults (--gpu.vendor in the new)",
-                 {flag: value for flag, value in before.items() if flag != "--gpu.vendor"},
-                 {flag: value for flag, value in after.items() if flag != "--gpu.vendor"},
-                 set(added) <= {"--gpu.vendor"} and after.get("--gpu.vendor") == ("POD_GPU_EXPORTER_GPU_VENDOR", "auto"))
+    added = sorted(flag for flag in set(after) - set(before) if not _amd_node_flag(flag))
+    # --gpu.vendor is the vendor port's one new flag on NVIDIA nodes: compared aside (an old revision may have it).
+    kept = {flag: value for flag, value in before.items() if flag != "--gpu.vendor" and not _amd_node_flag(flag)}
+    report.check("--help: flags, variables and defaults (--gpu.vendor added; AMD nodes' --amd.* aside)", kept,
+                 {flag: value for flag, value in after.items() if flag != "--gpu.vendor" and not _amd_node_flag(flag)},
+                 set(added) <= {"--gpu.vendor"}
+                 and after.get("--gpu.vendor") == ("POD_GPU_EXPORTER_GPU_VENDOR", "auto"))
     print(f"           {len(before)} flags before, {len(after)} after; added: {', '.join(added) or 'none'}")
 
 

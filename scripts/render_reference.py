@@ -159,6 +159,7 @@ FLAG_GROUPS = (
     ("gpu", "GPU vendor", "Where a vendor's code lives: [architecture.md](architecture.md#vendors)."),
     ("dcgm", "dcgm-exporter", "What an outage or a bad answer looks like: [operations.md](operations.md#faults-it-rides-out); "
      "memory against `--dcgm.max-body-size`: [operations.md](operations.md#memory)."),
+    ("amd", "AMD's exporter and node", "How an AMD device is met with its samples: [amd.md](amd.md)."),
     ("kubelet", "The kubelet", "How the mapping is kept: [architecture.md](architecture.md#one-refresh)."),
     ("labels", "Labels", "Extra labels: [kubernetes.md](kubernetes.md) and [queues.md](queues.md); the two label modes "
      "and the limit: [scale.md](scale.md)."),

@@ -9,7 +9,7 @@ from exporter.collectors.roles import MappingContextRole, PodIndex, Role, Upstre
 
 if TYPE_CHECKING:  # `--help` and the flag tables load no section or page code
     from exporter.core.device_ids import DeviceForms
-    from exporter.core.identity import GpuIdentity
+    from exporter.core.identity import GpuIdentity, SampleDialect
     from exporter.exposition.families import Family
     from exporter.exposition.sections import Section
     from exporter.web.page_parts import Block, GpuColumn, HolderFigure
@@ -68,7 +68,11 @@ class Hub:
     config: Any
     driver: Any = None  # the vendor's driver library binding to use instead of the node's own: None on a real node
     devices: Optional[DeviceForms] = None  # the vendor's device forms: which devices are its GPUs, what each names
+    dialect: Optional[SampleDialect] = None  # how the vendor's samples name a device, and our rows name one
     resolve_mig: Optional[Callable] = None  # a partition's device ID → identity, through the vendor's driver
+    # What changes whenever the vendor's resolver may resolve the same devices otherwise (a new answer of
+    # the service it asks): the mapping is then built again though the kubelet lists the same. None: never.
+    resolver_generation: Optional[Callable[[], object]] = None
     upstream: Optional[Upstream] = None  # where the vendor's exporter text is fetched (role UPSTREAM)
     mapping_context: Optional[MappingContextRole] = None  # the core's MappingContext (role MAPPING_CONTEXT), or None
     pod_index: Optional[PodIndex] = None  # the pods on this node while fresh (role POD_INDEX), or None

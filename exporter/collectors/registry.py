@@ -54,6 +54,15 @@ def refused_vendor(choice: str) -> Optional[str]:
     return PENDING_VENDORS.get(choice)
 
 
+def refused_setting(choice: str, values: Mapping[str, object]) -> Optional[Tuple[str, str]]:
+    """(Config field, why) of a setting the vendor --gpu.vendor names explicitly cannot serve, or None."""
+    vendor = next((vendor for vendor in VENDORS if vendor.name == choice), None)
+    for name, (value, why) in (vendor.refused_settings.items() if vendor else ()):
+        if values.get(name) == value:
+            return name, why
+    return None
+
+
 def collector_flags() -> Tuple[Flag, ...]:
     """Every collector's flags, in registration order."""
     return tuple(flag for collector in _DECLARED for flag in collector.flags)
@@ -131,7 +140,7 @@ class Registry:
         """`driver`: the binding of the vendor's driver library to use instead of the node's own (the
         demo's simulation enters here, as a real node's library would)."""
         self.vendor = vendor_for(getattr(config, "gpu_vendor", VENDOR_AUTO))
-        self.hub = Hub(config, driver=driver, devices=self.vendor.devices)
+        self.hub = Hub(config, driver=driver, devices=self.vendor.devices, dialect=self.vendor.figures.dialect)
         candidates = [kind() for kind in collector_kinds(self.vendor)] if collectors is None else list(collectors)
         self._all = candidates
         self._active = [collector for collector in candidates if collector.enabled(config)]

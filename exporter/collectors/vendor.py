@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Callable, Mapping, Optional, Tuple
 
 from exporter.base.upstream import GENERIC_UPSTREAM, UpstreamWords
-from exporter.collectors.collector import Flag
+from exporter.collectors.collector import Collector, Flag, SourceState
 
 if TYPE_CHECKING:  # `--help` and the flag tables load no section code
     from exporter.core.device_ids import DeviceForms
@@ -49,3 +50,24 @@ class Vendor:
     demo_refused: Mapping[str, str] = field(default_factory=dict)  # their Config fields → why serve, mapping refuse them
     upstream_failures: Optional[Family] = None  # /metrics: its name for the count of failed upstream fetches
     driver_timeouts: Optional[Family] = None  # /metrics: its name for calls into its driver cut at their bound
+    # Config field → (a value, why a node of this vendor refuses it): another vendor's setting it cannot serve.
+    refused_settings: Mapping[str, Tuple[object, str]] = field(default_factory=dict)
+
+
+class UpstreamReader(Collector):
+    """What every vendor's reader of its exporter shares: the source it put on the hub's `upstream` in
+    prepare (kept in `_upstream`, a sources.upstream.tracked.Tracked), its state from that source's last
+    fetch, and its address announced under its `name`."""
+
+    def __init__(self) -> None:
+        self._upstream = None  # the Tracked source, once prepared
+
+    def state(self) -> SourceState:
+        upstream = self._upstream
+        if upstream is None or upstream.answered_at is None:
+            return SourceState(self.name, False, (upstream.failure if upstream else None) or "not fetched yet")
+        age = time.monotonic() - upstream.answered_at
+        return SourceState(self.name, upstream.failure is None, upstream.failure, age)
+
+    def announce(self) -> Mapping[str, object]:
+        return {self.name: self._upstream.describe()} if self._upstream else {}

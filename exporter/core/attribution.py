@@ -42,6 +42,7 @@ class Attribution:
         describe: str = "kubelet",
         context: Optional[MappingContext] = None,
         offered: Optional[Callable[[list], Optional[dict]]] = None,
+        resolver_generation: Optional[Callable[[], object]] = None,
     ):
         self._list_devices = list_devices
         self._forms = forms  # the vendor's device forms: which devices are its GPUs, and what each names
@@ -49,6 +50,9 @@ class Attribution:
         self._resolve_mig = resolve_mig
         self._context = context  # the Kubernetes API's DRA keys and extra labels, when it is in use
         self._offered = offered  # devices → the replicas offered per shared GPU (core.offered)
+        # What changes when the resolver may resolve the same devices otherwise (Hub.resolver_generation).
+        self._resolver_generation = resolver_generation
+        self._built_generation: object = None  # its value when the installed mapping was built
         self._clock = clock
         self._reporter = DependencyReporter("kubelet")
         self._describe = describe
@@ -71,11 +75,12 @@ class Attribution:
             devices = self._list_devices()
             offered = self._offered(devices) if self._offered is not None else None
             devices = tuple(devices)  # a copy of our own: the lister may reuse its list
-            if self._unchanged(devices, offered):
+            generation = self._resolver_generation() if self._resolver_generation is not None else None
+            if self._unchanged(devices, offered) and generation == self._built_generation:
                 mapping = self._mapping
             else:
                 mapping = build_mapping(self._forms, devices, self._resolve_mig, self._context, offered)
-                self._built_from = devices
+                self._built_from, self._built_generation = devices, generation
         except KubeletError as exc:
             if self._refresher.stopping:
                 return False  # cut short by shutting down: not the kubelet's failure

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Iterable, Optional, Protocol, Tuple
+from typing import Dict, Iterable, Optional, Protocol, Tuple
 
 from exporter.core.identity import GpuKey, MigResolver
 
@@ -24,7 +24,8 @@ class DeviceForms(Protocol):
 
     def key_for_device(self, device_id: str, dra: bool = False,
                        resolve_mig: Optional[MigResolver] = None) -> Optional[GpuKey]:
-        """The key samples of this device carry, or None when it cannot be resolved without guessing."""
+        """The key samples of this device carry, or None when it cannot be resolved without guessing.
+        `resolve_mig` is whatever the vendor's collectors put on the hub for it (Hub.resolve_mig)."""
 
     def replica_of(self, device_id: str) -> Optional[str]:
         """The GPU a shared replica's device ID names, or None when the ID is no replica."""
@@ -40,3 +41,7 @@ class DeviceForms(Protocol):
     def dra_partition_placement(self, device_name: str) -> Optional[Tuple[int, int]]:
         """Where a DRA partition device lies on its GPU, as its name gives it (profile ID, placement
         start), for the vendor's resolver; None for other names."""
+
+    def driver_health(self, keys: Iterable[GpuKey], resolve_mig: Optional[MigResolver] = None) -> Dict[GpuKey, str]:
+        """Each held key's health as the vendor's own service reports it (healthy, unhealthy, unknown), combined
+        with what the pods' status says; {} where the vendor reports none."""

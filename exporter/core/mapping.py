@@ -8,7 +8,8 @@ from typing import Dict, Iterable, List, NamedTuple, Optional, Protocol, Set, Tu
 
 from exporter.core import hami
 from exporter.core.device_ids import DeviceForms
-from exporter.core.health import NO_DEVICE_HEALTH, DeviceHealth, DeviceTaint, ResourceHealth, device_health
+from exporter.core.health import (NO_DEVICE_HEALTH, DeviceHealth, DeviceTaint, ResourceHealth, combined_status,
+                                  device_health)
 from exporter.core.identity import GpuIdentity, GpuKey, MigResolver, Owner
 
 
@@ -129,6 +130,22 @@ def build_mapping(forms: DeviceForms, devices: Iterable[DeviceLike], resolve_mig
     if offered:
         mapping = build_mapping(forms, devices, resolve_mig, context)
         return dataclasses.replace(mapping, offered=dict(offered))
+    return _with_driver_health(forms, _built(forms, devices, resolve_mig, context), resolve_mig)
+
+
+def _with_driver_health(forms: DeviceForms, mapping: Mapping, resolve_mig) -> Mapping:
+    """The mapping with the health the vendor's own service reports of each held device combined in."""
+    reported = forms.driver_health(tuple(mapping.owners), resolve_mig)
+    if not reported:
+        return mapping
+    statuses = dict(mapping.device_health.statuses)
+    for key, status in reported.items():
+        statuses[key] = combined_status(statuses.get(key, status), status)
+    return dataclasses.replace(mapping, device_health=mapping.device_health._replace(statuses=statuses))
+
+
+def _built(forms: DeviceForms, devices: Iterable[DeviceLike], resolve_mig: MigResolver | None,
+           context: MappingContext | None) -> Mapping:
     if context is None:
         return _group(forms, devices, resolve_mig, None)
     devices = list(devices)

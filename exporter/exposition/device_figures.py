@@ -6,7 +6,7 @@ import functools
 import re
 from typing import Dict, NamedTuple, Optional, Tuple
 
-from exporter.core.identity import GpuIdentity
+from exporter.core.identity import GpuIdentity, SampleDialect
 from exporter.exposition.text import parse_label_pairs, unescape_label_value
 
 
@@ -16,8 +16,9 @@ Families = Tuple[Tuple[str, float], ...]
 
 
 class FigureNames(NamedTuple):
-    """A vendor's upstream exporter's families for the figures the core reads, and the labels that name
-    a device, its model and its node (empty where its exporter has none). Handed in as Vendor.figures."""
+    """A vendor's upstream exporter's families for the figures the core reads, its dialect (the labels that
+    name a device and its holder), and the labels naming its model and its node (empty where its exporter
+    has none). Handed in as Vendor.figures."""
 
     utilization_percent: Families  # a whole device's utilisation, 0-100
     engine_active_ratio: Families  # utilisation where the percentage is not reported (a partition's), 0-1
@@ -26,12 +27,17 @@ class FigureNames(NamedTuple):
     memory_reserved_mib: Families
     memory_total_mib: Families  # where the exporter reports the size itself, else used + free + reserved
     power_watts: Families
-    uuid_labels: Tuple[str, ...]  # the labels carrying the device's UUID, first found wins
-    index_label: str  # the driver's index of the device
-    device_label: str  # the device's node name
-    instance_label: str  # a partition's instance within its GPU; absent for a whole GPU
+    dialect: SampleDialect  # how its samples name a device and its holder, and how our rows name a device
     model_label: str
     node_name_labels: Tuple[str, ...]  # the labels carrying the node's name, first non-empty wins
+
+    @property
+    def uuid_labels(self) -> Tuple[str, ...]:
+        return self.dialect.uuid_labels
+
+    @property
+    def instance_label(self) -> str:
+        return self.dialect.instance_label
 
 
 # The figures of the node page, by DeviceFigures field: what a person looking at a node wants first.
@@ -86,8 +92,7 @@ def read_device_figures(body: bytes, names: FigureNames) -> Dict[GpuIdentity, De
         value = _number(match.group(3))
         if labels is None:
             continue  # a line the exposition grammar refuses is dropped from the answer too
-        identity = GpuIdentity(_first_label(labels, names.uuid_labels), labels.get(names.index_label, ""),
-                               labels.get(names.device_label, ""), labels.get(names.instance_label, ""))
+        identity = names.dialect.identity_of(labels)
         if not any(identity[:3]):
             continue
         known = found.get(identity, DeviceFigures())

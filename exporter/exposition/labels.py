@@ -1,10 +1,10 @@
-"""The labels this exporter adds to a series: its owner's, in a label style, and its GPU's identity."""
+"""The labels this exporter adds to a series: its owner's, in a label style, and its GPU's identity in the vendor's dialect."""
 
 from __future__ import annotations
 
 from typing import Dict, Iterable, Optional, Tuple
 
-from exporter.core.identity import GpuIdentity, GpuKey, Owner
+from exporter.core.identity import GpuIdentity, GpuKey, Owner, SampleDialect
 from exporter.exposition.label_limit import LabelLimit
 from exporter.exposition.text import LabelPairs, render_label_pairs
 
@@ -27,6 +27,14 @@ UPSTREAM_OWNER_LABELS = frozenset({
     "dra_claim_name", "dra_claim_namespace", "dra_driver_name", "dra_pool_name", "dra_device_name",
     "dra_mig_profile", "dra_mig_device_uuid",
 })
+
+# What a caller that names no vendor gets (a test, a tool reading text written before vendors): the
+# labels every series was named by before a node could serve another vendor. A serving node always hands
+# in its vendor's own dialect (Vendor.figures.dialect).
+DEFAULT_DIALECT = SampleDialect(
+    uuid_labels=("UUID", "uuid"), index_label="gpu", device_label="device", instance_label="GPU_I_ID",
+    partition_label="", written=(("uuid", "UUID"), ("gpu", "gpu"), ("instance", "GPU_I_ID")),
+    naming=("UUID", "gpu"), upstream_owner_labels=UPSTREAM_OWNER_LABELS)
 
 
 def check_label_style(style: str) -> None:
@@ -55,10 +63,11 @@ def render_owner_labels_within(owner: Owner, style: str, extra_labels: LabelPair
     return render_owner_labels(owner, style, extra_labels)
 
 
-def gpu_label_pairs(identity: GpuIdentity) -> Tuple[Tuple[str, str], ...]:
-    """UUID, gpu and GPU_I_ID as dcgm-exporter names them, each only when known: what a series this
-    exporter writes about a GPU carries, so that it joins dcgm's samples in PromQL."""
-    named = (("UUID", identity.uuid), ("gpu", identity.gpu), ("GPU_I_ID", identity.instance))
+def gpu_label_pairs(identity: GpuIdentity, dialect: SampleDialect = DEFAULT_DIALECT) -> Tuple[Tuple[str, str], ...]:
+    """The device's labels as the vendor's samples name them (SampleDialect.written: UUID, gpu and GPU_I_ID
+    on NVIDIA), each only when known: what a series this exporter writes about a GPU carries, so that it
+    joins the vendor's samples in PromQL."""
+    named = ((label, getattr(identity, field)) for field, label in dialect.written)
     return tuple((name, value) for name, value in named if value)
 
 
@@ -72,9 +81,10 @@ def identities_by_key(identities: Iterable[GpuIdentity]) -> Dict[GpuKey, GpuIden
     return by_key
 
 
-def device_label_pairs(key: Optional[GpuKey], by_key: Dict[GpuKey, GpuIdentity]) -> Tuple[Tuple[str, str], ...]:
-    """UUID, gpu and GPU_I_ID of a device the mapping resolved to `key`: the sample's identity that `key`
-    claims (identities_by_key), else the one name the key itself gives. Every series naming a held device
+def device_label_pairs(key: Optional[GpuKey], by_key: Dict[GpuKey, GpuIdentity],
+                       dialect: SampleDialect = DEFAULT_DIALECT) -> Tuple[Tuple[str, str], ...]:
+    """The labels (gpu_label_pairs) of a device the mapping resolved to `key`: the sample's identity that
+    `key` claims (identities_by_key), else the one name the key itself gives. Every series naming a held device
     (its allocation rows, its health) takes them from here, so that rules join them on the device even
     when no sample carried it (dcgm-exporter down, a GPU gone from its answer).
 
@@ -85,7 +95,14 @@ def device_label_pairs(key: Optional[GpuKey], by_key: Dict[GpuKey, GpuIdentity])
         return ()
     identity = by_key.get(key)
     if identity is not None:
-        return gpu_label_pairs(identity)
-    if key.label not in ("UUID", "gpu"):
+        return gpu_label_pairs(identity, dialect)
+    label = dialect.label_for(key.label)
+    if key.label not in dialect.naming or not label:
         return ()
-    return ((key.label, key.value),) + ((("GPU_I_ID", key.instance),) if key.instance else ())
+    instance = next((name for field, name in dialect.written if field == "instance"), "")
+    return ((label, key.value),) + (((instance, key.instance),) if key.instance and instance else ())
+
+
+def naming_labels(dialect: SampleDialect) -> frozenset:
+    """The labels whose value alone tells one device from another on our rows (UUID and gpu on NVIDIA)."""
+    return frozenset(dialect.label_for(kind) for kind in dialect.naming) - {""}

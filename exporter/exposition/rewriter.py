@@ -11,8 +11,10 @@ from __future__ import annotations
 import io
 from typing import Callable, Dict, List, Optional
 
+from exporter.core.identity import SampleDialect
 from exporter.core.mapping import Mapping
 from exporter.exposition.label_limit import LabelLimit
+from exporter.exposition.labels import DEFAULT_DIALECT
 from exporter.exposition.metadata import FamilyRecord
 from exporter.exposition.line_rule import read_line
 from exporter.exposition.series import LabelSet, RewriteResult, Series, SeriesBuilder, replace_copy
@@ -63,8 +65,8 @@ class Rewriter:
     work on everything but the value is done once per series and cached."""
 
     def __init__(self, mapping: Mapping, style: str = "kubernetes", mode: str = "samples",
-                 limit: Optional[LabelLimit] = None):
-        self._builder = SeriesBuilder(mapping, style, mode, limit)
+                 limit: Optional[LabelLimit] = None, dialect: SampleDialect = DEFAULT_DIALECT):
+        self._builder = SeriesBuilder(mapping, style, mode, limit, dialect)
         self.mapping = mapping
         self.style = style
         self._label_sets: Dict[str, Optional[LabelSet]] = {}

@@ -8,24 +8,33 @@ from __future__ import annotations
 
 from typing import Iterable, Mapping, Tuple
 
-from exporter.exposition.families import OWNER, Family
+from exporter.exposition.families import DEVICE_ORDER, OWNER, Family
 from exporter.exposition.text import escape_label_value
 
 Row = Tuple[str, object]  # (label text from label_text, value)
 
 
-def label_text(family: Family, values: Mapping[str, str], owner: str = "") -> str:
+def label_text(family: Family, values: Mapping[str, str], owner: str = "",
+               device: Tuple[Tuple[str, str], ...] = ()) -> str:
     """`name="value",…` of one row, in the entry's order: each required label (an empty value too), each
     optional one that has a value; `owner`, the owner labels already written in the --labels.style and
-    followed by the pod's extras (labels.render_owner_labels_within), where the entry puts its owner."""
+    followed by the pod's extras (labels.render_owner_labels_within), where the entry puts its owner;
+    `device`, a device's labels in the vendor's dialect (labels.device_label_pairs), in their order where
+    the entry puts its device (its DEVICE_ORDER names, which are the labels' names on NVIDIA nodes)."""
     unknown = set(values) - set(family.label_order)
     if unknown:
         raise ValueError(f"{family.name} has no label {sorted(unknown)}")
+    if device and not set(DEVICE_ORDER) & set(family.label_order):
+        raise ValueError(f"{family.name} names no device")
     parts = []
     for name in family.label_order:
         if name in OWNER:
             if name == OWNER[0] and owner:  # the owner block's place; its names depend on the style
                 parts.append(owner)
+            continue
+        if device and name in DEVICE_ORDER:  # the device block's place; its names depend on the vendor
+            parts.extend(f'{label}="{escape_label_value(value)}"' for label, value in device)
+            device = ()
             continue
         value = values.get(name)
         if value is None and name in family.labels:

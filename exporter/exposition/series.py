@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from typing import Callable, List, NamedTuple, Optional, Tuple
 
-from exporter.core.identity import GpuIdentity
+from exporter.core.identity import GpuIdentity, SampleDialect
 from exporter.core.mapping import Mapping
 from exporter.exposition.label_limit import LabelLimit
-from exporter.exposition.labels import (LABEL_STYLES, UPSTREAM_OWNER_LABELS, check_label_style, owner_label_pairs,
+from exporter.exposition.labels import (DEFAULT_DIALECT, LABEL_STYLES, check_label_style, owner_label_pairs,
                                         render_owner_labels)
 from exporter.exposition.text import METRIC_NAME, is_float, parse_label_pairs, render_label_pairs
 
@@ -26,10 +26,14 @@ class LabelSet(NamedTuple):
     # The kept upstream pairs sorted, then the first owner's: the same series whatever order its
     # labels came in (Prometheus sorts them too, and rejects the second as a duplicate).
     key_text: str
-    # Whether upstream attributed it (carries one of UPSTREAM_OWNER_LABELS): see Series.attributed.
+    # Whether upstream attributed it (carries one of its dialect's upstream owner labels): see Series.attributed.
     attributed: bool = False
     dropped: str = ""  # the upstream pairs ours replace, sorted: see Series.dropped
     odd_bounds: Tuple[str, ...] = ()  # see Series.odd_bounds
+    # Where the vendor serves a whole GPU's figures on one of its partitions (SampleDialect.shared_figure):
+    # the same labels given to no holder, and the labels the rule reads; None elsewhere (always on NVIDIA).
+    unowned: Optional["LabelSet"] = None
+    values: Optional[dict] = None
 
 
 class Series(NamedTuple):
@@ -90,7 +94,7 @@ class SeriesBuilder:
     """
 
     def __init__(self, mapping: Mapping, style: str = "kubernetes", mode: str = "samples",
-                 limit: Optional[LabelLimit] = None):
+                 limit: Optional[LabelLimit] = None, dialect: SampleDialect = DEFAULT_DIALECT):
         check_label_style(style)
         if mode not in LABEL_MODES:
             raise ValueError(f"unknown label mode {mode!r}")
@@ -99,6 +103,8 @@ class SeriesBuilder:
         self.join = mode == "join"
         self._limit = limit if limit is not None and limit.limit is not None else None
         self._limited_text: dict = {}  # (owner, upstream label count) → owner text within the limit, or None
+        self._dialect = dialect  # how the vendor's samples name a device and their own holder
+        self._upstream_owners = dialect.upstream_owner_labels
         extras = mapping.extra_labels
         self._owner_text = {}
         # The names each owner's labels use: an upstream label of any of those names is replaced by
@@ -110,7 +116,7 @@ class SeriesBuilder:
             for owner in owners:
                 pairs = owner_label_pairs(owner, style, extras.get((owner.namespace, owner.pod), ()))
                 self._owner_text[owner] = render_label_pairs(pairs)
-                self._owner_names[owner] = UPSTREAM_OWNER_LABELS.union(name for name, _ in pairs)
+                self._owner_names[owner] = self._upstream_owners.union(name for name, _ in pairs)
 
     def build_series(self, head: str,
                      label_set_of: Optional[Callable[[str], Optional[LabelSet]]] = None) -> Optional[Series]:
@@ -125,6 +131,8 @@ class SeriesBuilder:
         label_set = (label_set_of or self.build_label_set)(head[brace + 1 : -1])
         if label_set is None:
             return None
+        if label_set.unowned is not None and self._dialect.shared_figure(name, label_set.values):
+            label_set = label_set.unowned  # a whole GPU's figure served on one partition: no holder's
         return Series(label_set.variants, label_set.identity, (name, label_set.key_text), head, name,
                       label_set.attributed, label_set.dropped, label_set.odd_bounds)
 
@@ -134,35 +142,42 @@ class SeriesBuilder:
         if pairs is None:
             return None
         values = {name: value for name, value, _ in pairs}
-        identity = GpuIdentity(
-            values.get("UUID") or values.get("uuid", ""),
-            values.get("gpu", ""),
-            values.get("device", ""),
-            values.get("GPU_I_ID", ""),
-        )
+        identity = self._dialect.identity_of(values)
         owners = self.mapping.owners_of(identity) if any(identity[:3]) and not self.join else ()
+        upstream_owners = self._upstream_owners
         # One set of names for all owners of the GPU (every owner's, not each its own): the kept
         # upstream part, and so the series' key, is then the same for each of them.
-        replaced = UPSTREAM_OWNER_LABELS.union(*[self._owner_names[owner] for owner in owners])
+        replaced = upstream_owners.union(*[self._owner_names[owner] for owner in owners])
         kept = ",".join(span for name, _, span in pairs if name not in replaced)
         key_text = ",".join(sorted(f'{name}="{value}"' for name, value, _ in pairs if name not in replaced))
         dropped = ",".join(sorted(f'{name}="{value}"' for name, value, _ in pairs if name in replaced))
-        attributed = any(name in UPSTREAM_OWNER_LABELS for name, _, _ in pairs)
+        attributed = any(name in upstream_owners for name, _, _ in pairs)
         odd = tuple(name for name in ("quantile", "le") if name in values and not is_float(values[name]))
         if not any(identity[:3]):
             return LabelSet((kept,), None, key_text, attributed, dropped, odd)
         if not owners:
             return LabelSet((kept,), identity, key_text, attributed, dropped, odd)
+        unowned = None
+        if self._dialect.shared_figure is not None:  # the same labels, for a figure that is no holder's
+            unowned = self._unowned(pairs, identity, attributed, odd)
         if self._limit is None:
             texts = [self._owner_text[owner] for owner in owners]
         else:
             upstream = sum(1 for name, _, _ in pairs if name not in replaced)
             texts = [self._owner_text_within_limit(owner, upstream) for owner in owners]
             if texts[0] is None:  # not even the owner labels fit (the same for every owner)
-                return LabelSet((kept,), identity, key_text, attributed, dropped, odd)
+                return LabelSet((kept,), identity, key_text, attributed, dropped, odd, unowned, values)
         separator = "," if kept else ""
         variants = tuple(kept + separator + text for text in texts)
-        return LabelSet(variants, identity, key_text + "|" + texts[0], attributed, dropped, odd)
+        return LabelSet(variants, identity, key_text + "|" + texts[0], attributed, dropped, odd, unowned, values)
+
+    def _unowned(self, pairs, identity: GpuIdentity, attributed: bool, odd: Tuple[str, ...]) -> LabelSet:
+        """The label set of a device's sample that no holder gets: upstream's own attribution removed only."""
+        replaced = self._upstream_owners
+        kept = ",".join(span for name, _, span in pairs if name not in replaced)
+        key_text = ",".join(sorted(f'{name}="{value}"' for name, value, _ in pairs if name not in replaced))
+        dropped = ",".join(sorted(f'{name}="{value}"' for name, value, _ in pairs if name in replaced))
+        return LabelSet((kept,), identity, key_text, attributed, dropped, odd)
 
     def _owner_text_within_limit(self, owner, upstream: int) -> Optional[str]:
         key = (owner, upstream)

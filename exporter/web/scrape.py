@@ -13,7 +13,9 @@ from exporter.base.logs import DependencyReporter
 from exporter.base.memory import fit_heap_to_answer
 from exporter.base.upstream import GENERIC_UPSTREAM, UpstreamWords
 from exporter.core.attribution import Attribution, Snapshot
+from exporter.core.identity import SampleDialect
 from exporter.core.mapping import Mapping
+from exporter.exposition.labels import DEFAULT_DIALECT
 from exporter.exposition.label_limit import LabelLimit
 from exporter.exposition.rewriter import Rewriter
 from exporter.exposition.sections import ScrapeView, Section, SectionFailures, SectionState, check_order
@@ -139,9 +141,10 @@ class Scraper:
 
     def __init__(self, source, attribution: Attribution, labels_style: str, sections: Sequence[Section] = (),
                  labels_mode: str = "samples", label_limit: Optional[LabelLimit] = None,
-                 upstream_words: UpstreamWords = GENERIC_UPSTREAM):
+                 upstream_words: UpstreamWords = GENERIC_UPSTREAM, dialect: SampleDialect = DEFAULT_DIALECT):
         check_order(sections)
         self._words = upstream_words  # how the logs name the vendor's exporter, and what to check
+        self._dialect = dialect  # how the vendor's samples name a device and their own holder
         self._source = source
         self.sections = tuple(sections)
         self._kept = tuple(section for section in self.sections if not section.per_scrape)
@@ -256,7 +259,8 @@ class Scraper:
         mapping = snapshot.mapping
         rewriter = self._rewriter
         if rewriter is None or rewriter.mapping is not mapping:
-            rewriter = self._rewriter = Rewriter(mapping, self._style, self._mode, self.label_limit)
+            rewriter = self._rewriter = Rewriter(mapping, self._style, self._mode, self.label_limit,
+                                                           self._dialect)
         result = rewriter.rewrite(body)
         fit_heap_to_answer(len(result.text))
         if (previous is not None and previous.mapping is mapping and previous.identities == result.identities

@@ -64,6 +64,7 @@ class KubernetesCollector(Collector):
 
     def __init__(self) -> None:
         self._lifecycle = None  # KubernetesLifecycle, once prepared and on
+        self._dialect = None  # the vendor's labels for a device, for its rows
 
     def options(self, config) -> KubernetesOptions:
         """--kubernetes.* and --labels.extra/pod-labels/pod-annotations read into the source's settings, with how
@@ -85,6 +86,7 @@ class KubernetesCollector(Collector):
         if context is None:
             return False
         self._lifecycle = context.lifecycle
+        self._dialect = hub.dialect
         hub.mapping_context, hub.pod_index = context.mapping, context.pod_index
         return True
 
@@ -110,7 +112,7 @@ class KubernetesCollector(Collector):
         from exporter.collectors.kubernetes.health_section import DeviceHealthSection
 
         lifecycle = self._lifecycle
-        return (DeviceHealthSection(lambda: lifecycle.up),)
+        return (DeviceHealthSection(lambda: lifecycle.up, *([self._dialect] if self._dialect else [])),)
 
     def self_metrics(self):
         """The API watches' own counters, by resource (`pods`, `resourceslices`, `devicetaintrules`)."""

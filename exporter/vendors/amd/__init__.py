@@ -1,1 +1,29 @@
-"""AMD Instinct GPUs: ROCm's device plugin, DRA driver and device-metrics-exporter, as this exporter meets them."""
+"""AMD: its kubelet resources and device IDs, its device-metrics-exporter (reader, label dialect, identity and health service) and sysfs, registered as one Vendor."""
+
+from __future__ import annotations
+
+from exporter.base.upstream import UpstreamWords
+from exporter.collectors.vendor import Vendor
+from exporter.exposition.sections import VendorStatus
+from exporter.vendors.amd import families
+from exporter.vendors.amd.collectors.identity import AmdIdentityCollector
+from exporter.vendors.amd.collectors.reader import AmdExporterCollector
+from exporter.vendors.amd.figures import AMD_FIGURES
+from exporter.vendors.amd.forms import DEVICE_FORMS
+
+AMD = Vendor(
+    name="amd",
+    devices=DEVICE_FORMS,
+    figures=AMD_FIGURES,
+    reader=AmdExporterCollector,
+    collectors=(AmdIdentityCollector,),
+    upstream_words=UpstreamWords(
+        "AMD's device-metrics-exporter", "check its version and that --amd.metrics-url points at its /metrics",
+        "check its logs, the amdgpu driver and its GPU agent"),
+    status=VendorStatus("amd", None, families.UNRESOLVED_DEVICES),
+    families=families.FAMILIES,
+    upstream_failures=families.AMD_FETCH_FAILURES,
+    refused_settings={"sharing_mode": ("process", "per-process shares are read from NVIDIA's NVML; an AMD node "
+                                                  "(--gpu.vendor amd) serves device-level values only: leave "
+                                                  "--sharing.mode at device")},
+)

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import re
-from typing import Iterable, Optional, Tuple
+from typing import Dict, Iterable, Optional, Tuple
 
 from exporter.core.hami import replica_gpu
 from exporter.core.identity import GpuKey, MigResolver
@@ -116,6 +116,9 @@ class NvidiaDeviceForms:
 
     def dra_partition_placement(self, device_name: str) -> Optional[Tuple[int, int]]:
         return dra_mig_placement(device_name)
+
+    def driver_health(self, keys: Iterable[GpuKey], resolve_mig: Optional[MigResolver] = None) -> Dict[GpuKey, str]:
+        return {}  # NVIDIA's health comes from the pods' status alone
 
 
 DEVICE_FORMS = NvidiaDeviceForms()

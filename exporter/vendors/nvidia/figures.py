@@ -3,6 +3,11 @@
 from __future__ import annotations
 
 from exporter.exposition.device_figures import FigureNames
+from exporter.exposition.labels import DEFAULT_DIALECT
+
+# dcgm-exporter's labels for a device (UUID or uuid, gpu, device, GPU_I_ID) and its own attribution (-k and
+# the rest): the dialect the core falls back on where no vendor is named, as every series was named before.
+DCGM_DIALECT = DEFAULT_DIALECT
 
 # dcgm-exporter's default counters carry all but GR_ENGINE_ACTIVE, which stands for utilisation on MIG
 # instances (GPU_UTIL is per GPU only), and FB_TOTAL, read where a counters file asks for it (FB_RESERVED
@@ -16,10 +21,7 @@ DCGM_FIGURES = FigureNames(
     memory_reserved_mib=(("DCGM_FI_DEV_FB_RESERVED", 1.0),),
     memory_total_mib=(("DCGM_FI_DEV_FB_TOTAL", 1.0),),
     power_watts=(("DCGM_FI_DEV_POWER_USAGE", 1.0),),
-    uuid_labels=("UUID", "uuid"),
-    index_label="gpu",
-    device_label="device",
-    instance_label="GPU_I_ID",
+    dialect=DCGM_DIALECT,
     model_label="modelName",
     node_name_labels=("Hostname", "hostname"),
 )

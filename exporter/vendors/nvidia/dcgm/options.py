@@ -2,23 +2,13 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-from typing import Optional, Tuple
+from dataclasses import dataclass
+from typing import Optional
 
+from exporter.sources.upstream import Endpoint
 from exporter.vendors.nvidia.dcgm import DEFAULT_MAX_BODY_BYTES
 
-
-@dataclass(frozen=True)
-class DcgmEndpoint:
-    """--dcgm.url in the parts a fetch needs; its collector reads and checks it, the source never does."""
-
-    scheme: str  # "http" or "https"
-    host: str
-    port: Optional[int]  # None: the scheme's own
-    path: str  # with its query, if any
-    shown: str  # the URL as logs and messages show it: its password, if any, replaced by ***
-    # (user, password), unquoted, for a dcgm-exporter behind basic auth; kept out of repr, so out of logs.
-    credentials: Optional[Tuple[str, str]] = field(default=None, repr=False)
+DcgmEndpoint = Endpoint  # --dcgm.url in the parts a fetch needs
 
 
 @dataclass(frozen=True)

@@ -1,4 +1,4 @@
-"""Connections to dcgm-exporter: the headers every fetch sends, one connection per fetch, deadline-bound reads."""
+"""Connections to a vendor's exporter: the headers every fetch sends, one connection per fetch, deadline-bound reads."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ import time
 from typing import Optional, Tuple
 
 from exporter import __version__
-from exporter.vendors.nvidia.dcgm.options import DcgmEndpoint
+from exporter.sources.upstream import Endpoint
 
 # Sent with every fetch.
 _HEADERS = {
@@ -19,7 +19,7 @@ _HEADERS = {
     "Accept": "text/plain",
     # promhttp only compresses with gzip; we decode it ourselves to bound the decoded size.
     "Accept-Encoding": "gzip",
-    # One answer per connection (exporter.vendors.nvidia.dcgm.http_source): the server need not keep it open.
+    # One answer per connection (exporter.sources.upstream.http_source): the server need not keep it open.
     "Connection": "close",
     "User-Agent": f"pod-gpu-metrics-exporter/{__version__}",
 }
@@ -61,9 +61,9 @@ class DeadlineResponse(http.client.HTTPResponse):
 
 
 class Target:
-    """Where and how to ask: --dcgm.url's host, port and path, the headers, and a connection factory."""
+    """Where and how to ask: the URL's host, port and path, the headers, and a connection factory."""
 
-    def __init__(self, endpoint: DcgmEndpoint) -> None:
+    def __init__(self, endpoint: Endpoint) -> None:
         self.host, self.port, self.path = endpoint.host, endpoint.port, endpoint.path
         self.headers = _headers(endpoint.credentials)
         # One TLS context for all connections: building one loads the system's CA certificates.
@@ -77,7 +77,7 @@ class Target:
 
 
 def _headers(credentials: Optional[Tuple[str, str]]) -> dict:
-    """What every fetch sends; with credentials for a dcgm-exporter behind basic auth (http://user:pass@host/…)."""
+    """What every fetch sends; with credentials for an exporter behind basic auth (http://user:pass@host/…)."""
     headers = dict(_HEADERS)
     if credentials is not None:
         user, password = credentials

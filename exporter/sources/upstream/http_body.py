@@ -1,4 +1,4 @@
-"""A dcgm-exporter response body collected under a size cap, gzip decoded on the fly in bounded steps."""
+"""A vendor exporter's response body collected under a size cap, gzip decoded on the fly in bounded steps."""
 
 from __future__ import annotations
 
@@ -7,6 +7,7 @@ import zlib
 from typing import Callable
 
 from exporter.base.errors import UpstreamError
+from exporter.sources.upstream import FetchWords
 
 
 class CappedBody:
@@ -17,9 +18,10 @@ class CappedBody:
     """
 
     def __init__(self, max_bytes: int, gzipped: bool, error: Callable[[str, str], UpstreamError],
-                 expected_bytes: int = 0) -> None:
+                 expected_bytes: int, words: FetchWords) -> None:
         self._max_bytes = max_bytes
         self._error = error
+        self._words = words
         # BytesIO rather than a list of parts joined at the end: the parts and their join were two
         # copies of a body of megabytes at once; BytesIO hands its buffer over trimmed, not copied.
         self._buffer = _presized(min(expected_bytes, max_bytes))
@@ -53,15 +55,15 @@ class CappedBody:
     def _keep(self, data: bytes) -> None:
         self._size += len(data)
         if self._size > self._max_bytes:
-            raise self._error(f"sent more than {self._max_bytes} bytes once decoded: is --dcgm.url "
-                              "really dcgm-exporter's /metrics?", "too_large")
+            raise self._error(f"sent more than {self._max_bytes} bytes once decoded: is {self._words.url_flag} "
+                              f"really {self._words.name}'s /metrics?", "too_large")
         if data:
             self._buffer.write(data)
 
     def finish(self) -> bytes:
         if self._member_open:
             raise self._error(f"ended its response in the middle of a gzip stream after {self.wire_bytes} "
-                              "bytes: is dcgm-exporter restarting?", "truncated")
+                              f"bytes: is {self._words.name} restarting?", "truncated")
         self._buffer.truncate(self._size)  # what the buffer was sized for beyond the body
         return self._buffer.getvalue()
 
