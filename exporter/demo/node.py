@@ -11,7 +11,7 @@ import sys
 import tempfile
 from contextlib import ExitStack
 from pathlib import Path
-from typing import Callable
+from typing import Callable, Sequence
 
 from exporter.collectors.registry import Registry, vendor_for
 from exporter.config import Config
@@ -52,7 +52,7 @@ def run_demo(config: Config, serve: Callable[..., int]) -> int:
             **serving.settings)
         program = _invoked_as()
         ready = functools.partial(_announce, socket_path=socket_path, simulated=serving.simulated,
-                                  mapping=mapping_command(program, socket_path), top=program)
+                                  mapping=mapping_command(program, socket_path, serving.mapping_flags), top=program)
         # The simulation reaches every collector that reads the vendor's driver through the registry's
         # driver binding, which a real node leaves at the driver's library.
         return serve(demo_config, on_ready=ready, registry=Registry(demo_config, driver=serving.driver))
@@ -70,9 +70,11 @@ def demo_labels_extra(asked: str) -> str:
     return ",".join(chosen + ([] if "queue" in chosen else ["queue"]))
 
 
-def mapping_command(program: str, socket_path: str) -> str:
-    """The command that prints the simulated node's GPU -> pod table, ready to paste."""
-    return f"{program} mapping --kubelet.socket {shlex.quote(socket_path)}"
+def mapping_command(program: str, socket_path: str, extra: Sequence[str] = ()) -> str:
+    """The command that prints the simulated node's GPU -> pod table, ready to paste (`extra`: the flags the
+    vendor's node needs besides the socket)."""
+    return " ".join([f"{program} mapping --kubelet.socket {shlex.quote(socket_path)}",
+                     *(shlex.quote(part) for part in extra)])
 
 
 def _invoked_as() -> str:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from contextlib import ExitStack
 from pathlib import Path
-from typing import Callable, List, Mapping, NamedTuple, Protocol, Tuple
+from typing import Callable, List, Mapping, NamedTuple, Protocol, Sequence, Tuple
 
 from exporter.demo.cluster import DemoKubeApi, SimulatedCluster
 from exporter.sources.kubelet import AllocatedDevice
@@ -16,6 +16,8 @@ class DemoServing(NamedTuple):
     settings: Mapping[str, object]  # Config fields pointing the exporter at its simulations (its upstream, its files)
     simulated: Callable[[str], str]  # the banner's lines on what it runs, given the URL the exporter serves at
     driver: object = None  # the simulated driver binding the registry hands the vendor's collectors, if any
+    # What `mapping` needs besides the kubelet's socket to name each device's GPU on this node (flag, value, …).
+    mapping_flags: Sequence[str] = ()
 
 
 class SimulatedNode(Protocol):
