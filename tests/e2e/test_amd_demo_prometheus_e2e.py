@@ -27,7 +27,7 @@ WHOLE = {gpu.gpu_id for gpu in demo_gpus() if not gpu.partitioned}
 def stack():
     with demo_behind_prometheus("--gpu.vendor", "amd") as stack:
         wait_until(lambda: query(stack.prometheus, 'count_over_time(namespace_pod:pod_gpu_utilization:ratio'
-                                                   '{pod="trainer-0",vendor="amd"}[1m]) >= 5'),
+                                                   f'{{pod="{HOLDERS["0"][1]}",vendor="amd"}}[1m]) >= 5'),
                    2 * DEADLINE_SECONDS, 0.5, "five evaluations of the per-pod utilisation rule")
         yield stack
 

@@ -17,12 +17,12 @@ from exporter.vendors.amd.demo_node import (CPX_GPU, CPX_RESOURCE, HOLDERS, NIC_
                                             demo_gpus, demo_sysfs_specs, identity_states, offered)
 from exporter.vendors.amd.demo_sysfs import write_sysfs
 
-# Each holder's controller (kind, name), and the queue it came through: trainer-0 through Kueue, llm-server-a's
+# Each holder's controller (kind, name), and the queue it came through: trainer-amd-0 through Kueue, llm-amd-a's
 # Deployment naming a KAI Scheduler Queue, as on the NVIDIA demo node.
 _OWNERS: Dict[Tuple[str, str], Tuple[str, str]] = {
-    ("ml-team", "trainer-0"): ("StatefulSet", "trainer"),
-    ("inference", "llm-server-a"): ("ReplicaSet", "llm-server-a-6c8d9"),
-    ("inference", "llm-server-b"): ("ReplicaSet", "llm-server-b-4f7b2"),
+    ("ml-team", "trainer-amd-0"): ("StatefulSet", "trainer-amd"),
+    ("inference", "llm-amd-a"): ("ReplicaSet", "llm-amd-a-6c8d9"),
+    ("inference", "llm-amd-b"): ("ReplicaSet", "llm-amd-b-4f7b2"),
     ("inference", "small-model-a"): ("ReplicaSet", "small-model-a-59d7c"),
     ("research", "notebook-7f9c"): ("StatefulSet", "notebook-7f9c"),
     ("research", "notebook-31aa"): ("StatefulSet", "notebook-31aa"),
@@ -30,7 +30,7 @@ _OWNERS: Dict[Tuple[str, str], Tuple[str, str]] = {
     ("batch", "embed-2"): ("StatefulSet", "embed"),
     ("networking", "rdma-bench"): ("StatefulSet", "rdma-bench"),
 }
-_QUEUES = {("ml-team", "trainer-0"): (LOCAL_QUEUE, ""), ("inference", "llm-server-a"): ("", KAI_QUEUE)}
+_QUEUES = {("ml-team", "trainer-amd-0"): (LOCAL_QUEUE, ""), ("inference", "llm-amd-a"): ("", KAI_QUEUE)}
 
 
 def demo_pods() -> Tuple[SimulatedPod, ...]:
