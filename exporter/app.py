@@ -304,7 +304,8 @@ def print_mapping(config: Config) -> int:
     mapping = build_mapping(registry.vendor.devices, devices, hub.resolve_mig, hub.mapping_context)
     registry.stop()
     try:
-        print_report(client.api_version, mapping, config.output, with_labels=hub.mapping_context is not None)
+        print_report(client.api_version, mapping, config.output, with_labels=hub.mapping_context is not None,
+                     dialect=registry.vendor.figures.dialect)
         sys.stdout.flush()
     except BrokenPipeError:
         # `mapping | head` closed the pipe: what was wanted has been read. Point stdout at

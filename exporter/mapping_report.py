@@ -5,13 +5,17 @@ from __future__ import annotations
 import json
 from typing import Optional
 
+from exporter.core.identity import SampleDialect
 from exporter.core.mapping import Mapping
+from exporter.exposition.labels import DEFAULT_DIALECT
 from exporter.exposition.text import render_label_pairs
 
 
-def print_report(api_version: str, mapping: Mapping, output: str, with_labels: bool) -> None:
+def print_report(api_version: str, mapping: Mapping, output: str, with_labels: bool,
+                 dialect: SampleDialect = DEFAULT_DIALECT) -> None:
     """Print `mapping`'s allocations as `output` says: "json", or an aligned table; `with_labels` adds
-    each pod's extra labels from the Kubernetes API."""
+    each pod's extra labels from the Kubernetes API. What each device matches is named in the vendor's
+    labels (`dialect`)."""
     rows = [
         {
             "namespace": a.owner.namespace,
@@ -19,7 +23,7 @@ def print_report(api_version: str, mapping: Mapping, output: str, with_labels: b
             "container": a.owner.container,
             "resource": a.resource,
             "device_id": a.device_id,
-            "matches": _describe_key(a.key),
+            "matches": _describe_key(a.key, dialect),
             **({"labels": render_label_pairs(mapping.extra_labels.get((a.owner.namespace, a.owner.pod), ()))}
                if with_labels else {}),
         }
@@ -31,11 +35,12 @@ def print_report(api_version: str, mapping: Mapping, output: str, with_labels: b
         _print_table(rows)
 
 
-def _describe_key(key) -> Optional[str]:
+def _describe_key(key, dialect: SampleDialect) -> Optional[str]:
     if key is None:
         return None
-    text = f'{key.label}="{key.value}"'
-    return text + f',GPU_I_ID="{key.instance}"' if key.instance else text
+    text = f'{dialect.label_for(key.label) or key.label}="{key.value}"'
+    instance = next((label for field, label in dialect.written if field == "instance"), "")
+    return text + f',{instance}="{key.instance}"' if key.instance else text
 
 
 def _print_table(rows) -> None:

@@ -152,6 +152,11 @@ class Attribution:
         self._first_wait = first_wait_seconds
         self._refresher.start(before_first=before_first)
 
+    def refresh_soon(self) -> None:
+        """List and build the mapping again now, not at the end of the interval: what a device resolves to
+        has changed (a vendor's resolver learnt something new)."""
+        self._refresher.wake()
+
     def wait_first_refresh(self) -> None:
         """Block a scrape until the first refresh is done, at most the bound given to `start`."""
         if self._first_wait > 0:

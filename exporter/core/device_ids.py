@@ -17,6 +17,9 @@ class DeviceForms(Protocol):
 
     dra_driver: str  # the DRA driver whose devices are this vendor's GPUs
     samples: str  # how a log line names the upstream samples devices are matched to ("… samples")
+    # Whether its ResourceSlices publish what its samples name a device by (a UUID): if not, a DRA device
+    # is keyed by its own rule (key_for_device) even where a slice describes it.
+    slices_name_devices: bool
 
     def is_gpu_device(self, resource: str, device_id: str, dra: bool = False) -> bool:
         """Whether an allocated device (a device-plugin resource, or a DRA driver with `dra`) is one of

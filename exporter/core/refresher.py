@@ -13,7 +13,7 @@ class Refresher:
 
     An unexpected exception is logged (one error line naming `what` is refreshed) and the loop goes
     on: a bug must not end a refresher for good, as it once did. `stop` ends the loop at once, even
-    mid-wait.
+    mid-wait; `wake` makes the next refresh come at once rather than at the end of the interval.
     """
 
     def __init__(self, name: str, refresh: Callable[[], object], interval_seconds: float, what: str):
@@ -22,6 +22,7 @@ class Refresher:
         self._interval = interval_seconds
         self._what = what
         self._stop = threading.Event()
+        self._woken = threading.Event()  # set by wake and by stop: the wait between refreshes ends
         self._first_done = threading.Event()
         self._thread: Optional[threading.Thread] = None
 
@@ -41,9 +42,14 @@ class Refresher:
         """Wait up to `timeout_seconds` for the first refresh to be done; whether it is."""
         return self._first_done.wait(timeout_seconds)
 
+    def wake(self) -> None:
+        """Refresh now (after a refresh in progress, if any) instead of at the end of the interval."""
+        self._woken.set()
+
     def stop(self, timeout_seconds: float = 2.0) -> None:
         """End the loop and wait up to `timeout_seconds` for a refresh in progress to return."""
         self._stop.set()
+        self._woken.set()
         if self._thread is not None:
             self._thread.join(timeout_seconds)
 
@@ -54,7 +60,11 @@ class Refresher:
             self._refresh_once()
         finally:
             first_done.set()
-        while not self._stop.wait(self._interval):
+        while True:
+            self._woken.wait(self._interval)
+            self._woken.clear()
+            if self._stop.is_set():
+                break
             self._refresh_once()
 
     def _refresh_once(self) -> None:

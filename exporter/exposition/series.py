@@ -148,9 +148,7 @@ class SeriesBuilder:
         # One set of names for all owners of the GPU (every owner's, not each its own): the kept
         # upstream part, and so the series' key, is then the same for each of them.
         replaced = upstream_owners.union(*[self._owner_names[owner] for owner in owners])
-        kept = ",".join(span for name, _, span in pairs if name not in replaced)
-        key_text = ",".join(sorted(f'{name}="{value}"' for name, value, _ in pairs if name not in replaced))
-        dropped = ",".join(sorted(f'{name}="{value}"' for name, value, _ in pairs if name in replaced))
+        kept, key_text, dropped = _split(pairs, replaced)
         attributed = any(name in upstream_owners for name, _, _ in pairs)
         odd = tuple(name for name in ("quantile", "le") if name in values and not is_float(values[name]))
         if not any(identity[:3]):
@@ -159,7 +157,8 @@ class SeriesBuilder:
             return LabelSet((kept,), identity, key_text, attributed, dropped, odd)
         unowned = None
         if self._dialect.shared_figure is not None:  # the same labels, for a figure that is no holder's
-            unowned = self._unowned(pairs, identity, attributed, odd)
+            alone, alone_key, alone_dropped = _split(pairs, upstream_owners)
+            unowned = LabelSet((alone,), identity, alone_key, attributed, alone_dropped, odd)
         if self._limit is None:
             texts = [self._owner_text[owner] for owner in owners]
         else:
@@ -171,14 +170,6 @@ class SeriesBuilder:
         variants = tuple(kept + separator + text for text in texts)
         return LabelSet(variants, identity, key_text + "|" + texts[0], attributed, dropped, odd, unowned, values)
 
-    def _unowned(self, pairs, identity: GpuIdentity, attributed: bool, odd: Tuple[str, ...]) -> LabelSet:
-        """The label set of a device's sample that no holder gets: upstream's own attribution removed only."""
-        replaced = self._upstream_owners
-        kept = ",".join(span for name, _, span in pairs if name not in replaced)
-        key_text = ",".join(sorted(f'{name}="{value}"' for name, value, _ in pairs if name not in replaced))
-        dropped = ",".join(sorted(f'{name}="{value}"' for name, value, _ in pairs if name in replaced))
-        return LabelSet((kept,), identity, key_text, attributed, dropped, odd)
-
     def _owner_text_within_limit(self, owner, upstream: int) -> Optional[str]:
         key = (owner, upstream)
         if key not in self._limited_text:
@@ -186,6 +177,14 @@ class SeriesBuilder:
             fitted = self._limit.fit(extras, upstream, len(LABEL_STYLES[self.style]))
             self._limited_text[key] = None if fitted is None else render_owner_labels(owner, self.style, fitted)
         return self._limited_text[key]
+
+
+def _split(pairs, replaced) -> Tuple[str, str, str]:
+    """(the kept label text as it came, the kept pairs sorted, the replaced pairs sorted) of a head's pairs."""
+    kept = ",".join(span for name, _, span in pairs if name not in replaced)
+    key_text = ",".join(sorted(f'{name}="{value}"' for name, value, _ in pairs if name not in replaced))
+    dropped = ",".join(sorted(f'{name}="{value}"' for name, value, _ in pairs if name in replaced))
+    return kept, key_text, dropped
 
 
 def replace_copy(lines: List[str], is_first: Callable[[str], bool], new_lines: List[str]) -> None:

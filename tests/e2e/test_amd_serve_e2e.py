@@ -4,6 +4,7 @@ a sysfs tree as AMD's code reads it; every sample goes to its GPU's or partition
 from __future__ import annotations
 
 import dataclasses
+import json
 import subprocess
 
 import pytest
@@ -16,7 +17,9 @@ from exporter.vendors.amd.demo_sysfs import mi300x_node
 from exporter.vendors.amd.dialect import DEVICE_WIDE_FAMILIES, unprefixed
 from support.amd_node import AmdNode, holder, samples
 from support.exporter_process import exporter_command, exporter_env
+from support.fake_kube_api import make_pod, write_kubeconfig
 from support.kube_e2e import gauge
+from support.kube_scenario import NODE
 from support.waiting import wait_until
 
 STALE_POD = "llm-server-old-5d8f"  # AMD's exporter still names it on GPU 2 (demo_node.amd_own_holder)
@@ -92,11 +95,12 @@ def test_every_sample_goes_to_its_gpus_holder_and_to_no_other(node, prefix, sepa
     amd.amd.body = SimulatedAmdExporter(prefix=prefix, clock=lambda: 0.0).render
     devices = _mixed_names(separator)
     assert any(d.device_id == "amdgpu_xcp.49" for d in devices) == (separator == ".")
-    amd.hold(devices)
+    # A form AMD's plugins do not write: counted unresolved, never guessed.
+    amd.hold(devices + [AllocatedDevice("odd", "odd-pod", "main", "amd.com/gpu", "card3")])
     amd.serve()
     text = wait_until(lambda: attributed(amd), 10)
     assert_attributed(text)
-    assert gauge(text, "pod_gpu_exporter_unresolved_devices") == "0"
+    assert gauge(text, "pod_gpu_exporter_unresolved_devices") == "1"
     assert gauge(text, "pod_gpu_exporter_upstream_up") == "1"
     assert gauge(text, "pod_gpu_exporter_amd_identity_up") == "1"
     assert 'pod_gpu_exporter_vendor_info{vendor="amd"} 1' in text
@@ -106,7 +110,11 @@ def test_every_sample_goes_to_its_gpus_holder_and_to_no_other(node, prefix, sepa
     assert activity and all(holder(labels) is None for labels in activity)
     # Our rows name each device as AMD's samples do; the NIC is no GPU: no row, not unresolved.
     rows = [labels for name, labels, _ in samples(text) if name == "pod_gpu_allocation_info"]
-    assert len(rows) == len(HOLDERS) and NIC_ADDRESS not in text and NIC_RESOURCE not in text
+    assert NIC_ADDRESS not in text and NIC_RESOURCE not in text
+    assert [row for row in rows if row["pod"] == "odd-pod"] == [
+        {"namespace": "odd", "pod": "odd-pod", "container": "main", "resource": "amd.com/gpu", "device_id": "card3"}]
+    rows = [row for row in rows if row["pod"] != "odd-pod"]
+    assert len(rows) == len(HOLDERS)
     for row in rows:
         assert HOLDERS[row["gpu_id"]] == holder(row)
         assert row["gpu_uuid"] == amd.gpu(row["gpu_id"]).uuid
@@ -143,6 +151,53 @@ def test_health_follows_the_identity_service_per_holder(node):
     wait_until(lambda: row % (uuid, "unhealthy") in scrape(amd), 3)
 
 
+def _amd_slice(devices: dict) -> dict:
+    """This node's ResourceSlice of AMD's DRA driver: device name → its PCI address (pciAddr), as AMD's driver
+    publishes a whole GPU (a partition's names only its parent: parentPciAddr)."""
+    return {"apiVersion": "resource.k8s.io/v1", "kind": "ResourceSlice", "metadata": {"name": f"{NODE}-gpu.amd.com"},
+            "spec": {"driver": "gpu.amd.com", "nodeName": NODE, "pool": {"name": NODE, "generation": 1,
+                     "resourceSliceCount": 1},
+                     "devices": [{"name": name, "attributes": {key: {"string": value} for key, value in attrs.items()}}
+                                 for name, attrs in devices.items()]}}
+
+
+def test_with_the_kubernetes_api_dra_devices_are_met_and_health_combines_the_pods_status(node, api, tmp_path):
+    amd = node()
+    whole, cpx = mi300x_node(cpx_gpus=(CPX_GPU,))[0], mi300x_node(cpx_gpus=(CPX_GPU,))[CPX_GPU]
+    names = {"whole": f"gpu-{whole.card}-{whole.render}", "part-3": f"gpu-{cpx.card + 3}-{cpx.render + 3}"}
+    api.put("resource.k8s.io/v1", "resourceslices", _amd_slice({
+        names["whole"]: {"pciAddr": whole.address, "type": "amdgpu"},
+        names["part-3"]: {"parentPciAddr": cpx.address, "type": "amdgpu-partition"}}))
+    devices = []
+    for pod, name in names.items():
+        api.put("resource.k8s.io/v1", "resourceclaims", {
+            "apiVersion": "resource.k8s.io/v1", "kind": "ResourceClaim", "metadata": {"name": f"{pod}-gpu",
+                                                                                     "namespace": "dra"},
+            "spec": {"devices": {"requests": []}},
+            "status": {"allocation": {"devices": {"results": [
+                {"request": "gpu", "driver": "gpu.amd.com", "pool": NODE, "device": name}]}}}})
+        made = make_pod("dra", pod, NODE, containers=("main",))
+        made["status"]["containerStatuses"][0]["allocatedResourcesStatus"] = [{
+            "name": f"claim:{pod}-gpu/gpu", "resources": [{"resourceID": f"gpu.amd.com/{NODE}/{name}",
+                                                           "health": "Unhealthy" if pod == "part-3" else "Healthy"}]}]
+        api.put("v1", "pods", made)
+        devices.append(AllocatedDevice("dra", pod, "main", "gpu.amd.com", name, dra=True, claim=f"dra/{pod}-gpu",
+                                       pool=NODE))
+    amd.hold(devices)
+    amd.serve(kubeconfig=write_kubeconfig(str(tmp_path / "kubeconfig"), api.url), node_name=NODE)
+    text = wait_until(lambda: attributed(amd, "part-3"), 15)
+    holders = {"0": ("dra", "whole", "main"), "10": ("dra", "part-3", "main")}
+    wrong = [(name, labels["gpu_id"], holder(labels)) for name, labels in gpu_samples(text)
+             if holder(labels) != (None if expected_holder(name, labels) is None else holders.get(labels["gpu_id"]))]
+    assert not wrong, wrong[:5]
+    assert gauge(text, "pod_gpu_exporter_unresolved_devices") == "0"
+    # The identity service says both are healthy; the pod's status says partition 3 is not: unhealthy wins.
+    health = {labels["gpu_id"]: labels["status"] for name, labels, _ in samples(text)
+              if name == "pod_gpu_device_health_status"}
+    assert health == {"0": "healthy", "10": "unhealthy"}
+    assert gauge(text, "pod_gpu_exporter_kubernetes_api_up") == "1"
+
+
 def _warnings(amd: AmdNode):
     return [line for line in amd.exporter.stderr_text().splitlines()
             if "dependency=amd-identity-service" in line and "level=warn" in line]
@@ -167,20 +222,48 @@ def test_without_the_identity_service_samples_are_served_unattributed_until_it_a
     lists = amd.identity.list_calls
     wait_until(lambda: amd.identity.list_calls >= lists + 2 or fault == "absent", 10)  # refreshes went on
     assert len(_warnings(amd)) == 1, _warnings(amd)  # one line for the whole outage
-    # Back up: attributed again within a refresh of each (500 ms).
+    # Back up: attributed again within one identity refresh (500 ms; after a List still hanging, its 1 s timeout):
+    # a new answer builds the mapping at once, not at the kubelet refresher's next turn.
     if fault == "absent":
         amd.identity.start()
     amd.identity.fault = None
     amd.identity.set_states(identity_states(0))
-    text = wait_until(lambda: attributed(amd), 3)
+    text = wait_until(lambda: attributed(amd), 2.5)
     assert_attributed(text)
     assert gauge(text, "pod_gpu_exporter_amd_identity_up") == "1"
     assert len(_warnings(amd)) == 1
 
 
-def test_process_mode_is_refused_on_an_amd_node_with_one_line():
-    done = subprocess.run(exporter_command() + ["serve", "--gpu.vendor", "amd", "--sharing.mode", "process"],
+@pytest.mark.parametrize("flag, value", [("--sharing.mode", "process"), ("--health.xid-events", "on")])
+def test_nvml_features_are_refused_on_an_amd_node_with_one_line(flag, value):
+    done = subprocess.run(exporter_command() + ["serve", "--gpu.vendor", "amd", flag, value],
                           env=exporter_env(), capture_output=True, text=True, timeout=60)
     assert done.returncode == 2
-    assert done.stderr.count("\n") == 1 and "--sharing.mode process" in done.stderr
+    assert done.stderr.count("\n") == 1 and f"{flag} {value}:" in done.stderr
     assert "Traceback" not in done.stderr
+
+
+def test_join_mode_names_holders_on_the_allocation_rows_only(node):
+    amd = node()
+    amd.hold(allocations())
+    amd.serve("--labels.mode", "join")
+    text = wait_until(lambda: (lambda t: t if gauge(t, "pod_gpu_exporter_amd_identity_up") == "1"
+                               and 'gpu_id="7"' in t and "pod_gpu_allocation_info{" in t else "")(scrape(amd)), 10)
+    assert not [labels for _, labels in gpu_samples(text) if holder(labels) or AMD_OWN & set(labels)]
+    rows = {labels["gpu_id"]: holder(labels) for name, labels, _ in samples(text) if name == "pod_gpu_allocation_info"}
+    assert rows == HOLDERS
+
+
+def test_mapping_names_each_amd_device_by_its_gpu_id(node):
+    amd = node()
+    devices = allocations()
+    amd.hold(devices)
+    done = subprocess.run(exporter_command() + [
+        "mapping", "--gpu.vendor", "amd", "--kubelet.socket", amd.kubelet.socket_path, "--amd.metrics-socket",
+        amd.identity_socket, "--amd.sysfs-root", str(amd.sysfs), "--kubernetes.api", "off", "-o", "json"],
+        env=exporter_env(), capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    matches = {row["device_id"]: row["matches"] for row in json.loads(done.stdout)["allocations"]}
+    expected = {device.device_id: f'gpu_id="{gpu.gpu_id}"' for device in devices for gpu in amd.gpus
+                if gpu.device_id == device.device_id and device.resource != NIC_RESOURCE}
+    assert matches == expected

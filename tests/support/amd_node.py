@@ -59,11 +59,14 @@ class AmdNode:
     def hold(self, devices: Sequence[AllocatedDevice]) -> None:
         self.kubelet.set_devices(list(devices))
 
-    def serve(self, *args: str) -> ExporterProcess:
+    def serve(self, *args: str, kubeconfig: str = "", node_name: str = "") -> ExporterProcess:
+        """The exporter on this node; with `kubeconfig`, reading the Kubernetes API as `node_name`, else not."""
+        api = ["--kubernetes.kubeconfig", kubeconfig, "--kubernetes.node-name", node_name] if kubeconfig else [
+            "--kubernetes.api", "off"]
         self.exporter = start_exporter(["serve", "--gpu.vendor", "amd", "--kubelet.socket", self.kubelet.socket_path,
                                         "--amd.metrics-url", self.amd.url, "--amd.metrics-socket", self.identity_socket,
                                         "--amd.sysfs-root", str(self.sysfs), "--kubelet.refresh-interval", "500ms",
-                                        "--kubernetes.api", "off", *args])
+                                        *api, *args])
         return self.exporter
 
     def stop(self) -> None:

@@ -130,7 +130,8 @@ class DraDevices:
             return DraResolution(True, None, False)
         with self._lock:
             published = self._devices.get((driver, pool, device))
-        if published is None or driver != self._forms.dra_driver:
+        if published is None or driver != self._forms.dra_driver or not self._forms.slices_name_devices:
+            # A vendor whose slices name no sample's device (one giving only an address): its own rule decides.
             return DraResolution(False, None, False)
         return DraResolution(False, self._key_for(device, published), True, published.profile)
 

@@ -37,7 +37,10 @@ AMD = Vendor(
     upstream_failures=families.AMD_FETCH_FAILURES,
     marker_paths=_identity_socket,
     demo_node=_demo_node,
-    refused_settings={"sharing_mode": ("process", "per-process shares are read from NVIDIA's NVML; an AMD node "
-                                                  "(--gpu.vendor amd) serves device-level values only: leave "
-                                                  "--sharing.mode at device")},
+    refused_settings={
+        "sharing_mode": ("process", "per-process shares are read from NVIDIA's NVML; an AMD node (--gpu.vendor amd) "
+                                    "serves device-level values only: leave --sharing.mode at device"),
+        "health_xid_events": ("on", "XID events are NVIDIA's, read from NVML; an AMD node (--gpu.vendor amd) reports "
+                                    "health from AMD's identity service: leave --health.xid-events at auto"),
+    },
 )

@@ -23,6 +23,9 @@ class AmdDeviceForms:
 
     dra_driver = DRA_DRIVER
     samples = "AMD exporter samples (by gpu_id, through the AMD identity service and sysfs)"
+    # Its ResourceSlices give a PCI address (a partition's parent's only), never the gpu_id: a DRA device is
+    # met through sysfs by its card and render minors, whether or not a slice describes it.
+    slices_name_devices = False
 
     def is_gpu_device(self, resource: str, device_id: str, dra: bool = False) -> bool:
         return is_gpu_device(resource, dra)

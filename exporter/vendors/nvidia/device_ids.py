@@ -96,6 +96,7 @@ class NvidiaDeviceForms:
 
     dra_driver = DRA_GPU_DRIVER
     samples = "dcgm samples"
+    slices_name_devices = True  # its ResourceSlices publish each device's UUID
 
     def is_gpu_device(self, resource: str, device_id: str, dra: bool = False) -> bool:
         return is_gpu_device(resource, device_id, dra)

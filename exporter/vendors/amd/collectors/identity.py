@@ -21,7 +21,7 @@ class AmdIdentityOptions:
     socket_path: str
     sysfs_root: str
     timeout_seconds: float  # --amd.timeout
-    refresh_seconds: float  # --kubelet.refresh-interval: a new answer is attributed by the next mapping
+    refresh_seconds: float  # --kubelet.refresh-interval: a new answer wakes the mapping's refresher at once
 
 
 class _IdentityStatus(BaseSection):
@@ -29,9 +29,6 @@ class _IdentityStatus(BaseSection):
 
     name = "amd_identity"
     per_scrape = True
-
-    def __init__(self, up):
-        super().__init__(up)
 
     def _rows(self, view: ScrapeView) -> bytes:
         return b""
@@ -74,6 +71,7 @@ class AmdIdentityCollector(Collector):
         self._options: Optional[AmdIdentityOptions] = None
         self._with_api = False  # whether the Kubernetes API's section writes the devices' health
         self._dialect = None  # AMD's labels for a device, for the health rows
+        self._attribution = None  # the kubelet refresher, told to build the mapping again on a new answer
 
     def options(self, config) -> AmdIdentityOptions:
         return AmdIdentityOptions(config.amd_metrics_socket, config.amd_sysfs_root, config.amd_timeout_seconds,
@@ -91,6 +89,7 @@ class AmdIdentityCollector(Collector):
 
     def build(self, hub: Hub) -> None:
         self._with_api, self._dialect = hub.mapping_context is not None, hub.dialect
+        self._attribution = hub.attribution
 
     def before_first_mapping(self, hub: Hub):
         """The first answer awaited (at most one List's timeout), so that the first mapping attributes by it."""
@@ -100,9 +99,17 @@ class AmdIdentityCollector(Collector):
     def start(self) -> None:
         from exporter.core.refresher import Refresher
 
-        self._refresher = Refresher("amd-identity-refresher", self._resolver.refresh, self._options.refresh_seconds,
+        self._refresher = Refresher("amd-identity-refresher", self._refresh, self._options.refresh_seconds,
                                     "the AMD identity and sysfs")
         self._refresher.start()
+
+    def _refresh(self) -> None:
+        """One reading; when it changes what devices resolve to, the mapping is built again at once, not at the
+        kubelet refresher's next turn: an answer arriving late attributes within this refresh."""
+        before = self._resolver.generation()
+        self._resolver.refresh()
+        if self._resolver.generation() != before and self._attribution is not None:
+            self._attribution.refresh_soon()
 
     def start_for_mapping(self, hub: Hub) -> None:
         self._resolver.refresh()
