@@ -3,7 +3,7 @@
 Usage: python .ci/fake_node.py SOCKDIR FIXTURE.prom
 
 Starts exporter.demo.fake_kubelet.FakeKubelet at SOCKDIR/kubelet.sock, with one pod owning the
-first GPU (by UUID) found in FIXTURE, and exporter.demo.fake_dcgm.FakeDcgmExporter on a free
+first GPU (by UUID) found in FIXTURE, and exporter.demo.fake_upstream.FakeUpstreamExporter on a free
 loopback port serving FIXTURE. Prints one line `ready dcgm_url=URL pod=NAMESPACE/POD` once
 both answer, then runs until SIGTERM/SIGINT. .ci/image.sh mounts SOCKDIR into the container.
 """
@@ -17,7 +17,7 @@ import threading
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 
-from exporter.demo.fake_dcgm import FakeDcgmExporter  # noqa: E402
+from exporter.demo.fake_upstream import FakeUpstreamExporter  # noqa: E402
 from exporter.demo.fake_kubelet import FakeKubelet  # noqa: E402
 from exporter.sources.kubelet import AllocatedDevice  # noqa: E402
 
@@ -47,7 +47,7 @@ def main(argv: list[str]) -> int:
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
     signal.signal(signal.SIGINT, lambda *_: stop.set())
     kubelet = FakeKubelet(os.path.join(sockdir, "kubelet.sock"))
-    dcgm = FakeDcgmExporter(body)
+    dcgm = FakeUpstreamExporter(body)
     kubelet.set_devices([device])
     kubelet.start()
     dcgm.start()

@@ -15,7 +15,10 @@ It measures, in one run:
   sees, the exporter's CPU per scrape, and its own mean rewrite time (from its /metrics);
 - peak RSS (VmHWM), and what a user pays in millicores at a 15 s and a 1 s scrape interval;
 - in this process: prometheus_client parse + render of the same body, and gzip of the answer alone,
-  the references for the ratios.
+  the references for the ratios;
+- with `--amd`, the same for an AMD node of about as many series as the reference size (benchmarks/amd_node.py:
+  AMD's exporter text, its identity service on a unix socket, its sysfs tree; the exporter run with
+  `--gpu.vendor amd`), and its CPU per series against the NVIDIA body's, measured in the same run.
 """
 
 from __future__ import annotations
@@ -37,12 +40,14 @@ from urllib.parse import urlsplit
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from node import REPO_ROOT, SIZES, Node, Shape, describe  # noqa: E402
+from amd_node import AmdNode  # noqa: E402
 
 sys.path.insert(0, str(REPO_ROOT / "tests"))
 from exporter.core.mapping import build_mapping  # noqa: E402
 from exporter.exposition.rewriter import Rewriter  # noqa: E402
 from exporter.web.scrape import ScrapeBody  # noqa: E402
-from exporter.vendors.nvidia.device_ids import DEVICE_FORMS
+from exporter.vendors.amd.demo_identity import DemoIdentityService  # noqa: E402
+from exporter.vendors.nvidia.device_ids import DEVICE_FORMS  # noqa: E402
 from support.exporter_process import start_exporter  # noqa: E402
 from support.fake_dcgm import FakeDcgmExporter  # noqa: E402
 from support.fake_kubelet import FakeKubelet  # noqa: E402
@@ -186,6 +191,7 @@ class SizeResult(NamedTuple):
     new_values_gzip: Variant
     new_values_plain: Variant
     peak_rss_mib: float
+    body_bytes: int = 0  # the upstream's answer
 
 
 def run_size(label: str, shape: Shape, plan: Plan, args: argparse.Namespace, workdir: Path) -> SizeResult:
@@ -194,41 +200,81 @@ def run_size(label: str, shape: Shape, plan: Plan, args: argparse.Namespace, wor
     print(f"\n== {label} series: {describe(node, bodies[0])}, {len(node.allocations())} pods holding GPUs")
     socket_path = workdir / f"kubelet-{len(bodies[0])}.sock"
     with FakeKubelet(str(socket_path)) as kubelet, FakeDcgmExporter(bodies[0]) as dcgm:
-        dcgm.chunked = not args.upstream_sized
-        dcgm.render_seconds = args.upstream_render_ms / 1000
         kubelet.set_devices(node.allocations())
         exporter = start_exporter(["--dcgm.url", dcgm.url, "--kubelet.socket", str(socket_path)])
-        pid = exporter.proc.pid
-        clients: List[Client] = []
+        return _measured(exporter, dcgm, bodies, plan, args, lambda text: check_attribution(text, node), node.series)
+
+
+def run_amd(label: str, series: int, plan: Plan, args: argparse.Namespace, workdir: Path) -> SizeResult:
+    """The AMD body of about `series` series (benchmarks/amd_node.py): its exporter over HTTP, its identity
+    service on a unix socket, its sysfs tree, every partition held by a pod; the exporter run with --gpu.vendor amd."""
+    node = AmdNode(series, gpus=8 if series >= 1000 else 1)
+    bodies = [node.render(generation) for generation in range(_CHANGING_BODIES)]
+    print(f"\n== AMD {label} series: {node.series} series of {len(node.gpus)} MI300X partitions (8 GPUs in CPX "
+          f"mode), {len(bodies[0]) / 1e6:.2f} MB, {len(node.allocations())} pods holding partitions")
+    node.write_sysfs(workdir / "amd-sys")
+    socket_path, identity_socket = workdir / "kubelet-amd.sock", workdir / "amd-identity.sock"
+    with FakeKubelet(str(socket_path)) as kubelet, FakeDcgmExporter(bodies[0]) as upstream, \
+            DemoIdentityService(str(identity_socket), states=node.identity_states):
+        kubelet.set_devices(node.allocations())
+        exporter = start_exporter(["--gpu.vendor", "amd", "--amd.metrics-url", upstream.url, "--amd.metrics-socket",
+                                   str(identity_socket), "--amd.sysfs-root", str(workdir / "amd-sys"),
+                                   "--kubelet.socket", str(socket_path)])
+        return _measured(exporter, upstream, bodies, plan, args, lambda text: check_amd_attribution(text, node),
+                         node.series)
+
+
+def _measured(exporter, upstream, bodies: List[bytes], plan: Plan, args: argparse.Namespace,
+              check: Callable[[bytes], None], series: int) -> SizeResult:
+    """Idle CPU, then scrapes of an unchanged body and of new values (plain and gzip), and peak RSS, of an
+    exporter started on `upstream` (the simulated upstream exporter, answering like Go's server)."""
+    upstream.chunked = not args.upstream_sized
+    upstream.render_seconds = args.upstream_render_ms / 1000
+    pid = exporter.proc.pid
+    clients: List[Client] = []
+    try:
+        first = Client(exporter.url("/gpu/metrics"), False)
+        wait_attributed(first, check)
+        first.close()  # the exporter closes connections idle for 30 s: new ones after the idle time
+        idle = measure_idle(pid, plan.idle_seconds)
+        print(f"  idle: {idle:.3f} millicores over {plan.idle_seconds:.0f} s (no scrapes; the kubelet is "
+              "listed every 5 s)")
+        metrics = Client(exporter.url("/metrics"), False)
+        plain, gzipped = Client(exporter.url("/gpu/metrics"), False), Client(exporter.url("/gpu/metrics"), True)
+        direct = Client(upstream.url, False)
+        clients = [metrics, plain, gzipped, direct]
+        unchanged = measure(direct, plain, metrics, pid, plan)
+        print(unchanged.line("unchanged body"))
+        upstream.body = _cycle(bodies)
+        new_plain = measure(direct, plain, metrics, pid, plan)
+        print(new_plain.line("new values"))
+        new_gzip = measure(direct, gzipped, metrics, pid, plan)
+        print(new_gzip.line("new values, gzip"))
+        rss = peak_rss_mib(pid)
+        print(f"  peak RSS (VmHWM): {rss:.1f} MiB")
+        for interval in (15, 1):
+            paid = idle + new_gzip.cpu_per_scrape / interval * 1000
+            print(f"  a user pays at a {interval:>2} s scrape interval (gzip, new values every scrape, idle "
+                  f"included): {paid:6.2f} millicores")
+    finally:
+        for client in clients:
+            client.close()
+        exporter.stop()
+    return SizeResult(series, idle, new_gzip, new_plain, rss, len(bodies[0]))
+
+
+def wait_attributed(client: Client, check: Callable[[bytes], None], seconds: float = 20.0) -> None:
+    """Scrape until `check` passes (the first mapping, and on AMD the identity service's first answer, may take
+    a refresh or two); its last failure ends the run."""
+    deadline = time.monotonic() + seconds
+    while True:
         try:
-            first = Client(exporter.url("/gpu/metrics"), False)
-            check_attribution(first.get(), node)
-            first.close()  # the exporter closes connections idle for 30 s: new ones after the idle time
-            idle = measure_idle(pid, plan.idle_seconds)
-            print(f"  idle: {idle:.3f} millicores over {plan.idle_seconds:.0f} s (no scrapes; the kubelet is "
-                  "listed every 5 s)")
-            metrics = Client(exporter.url("/metrics"), False)
-            plain, gzipped = Client(exporter.url("/gpu/metrics"), False), Client(exporter.url("/gpu/metrics"), True)
-            direct = Client(dcgm.url, False)
-            clients = [metrics, plain, gzipped, direct]
-            unchanged = measure(direct, plain, metrics, pid, plan)
-            print(unchanged.line("unchanged body"))
-            dcgm.body = _cycle(bodies)
-            new_plain = measure(direct, plain, metrics, pid, plan)
-            print(new_plain.line("new values"))
-            new_gzip = measure(direct, gzipped, metrics, pid, plan)
-            print(new_gzip.line("new values, gzip"))
-            rss = peak_rss_mib(pid)
-            print(f"  peak RSS (VmHWM): {rss:.1f} MiB")
-            for interval in (15, 1):
-                paid = idle + new_gzip.cpu_per_scrape / interval * 1000
-                print(f"  a user pays at a {interval:>2} s scrape interval (gzip, new values every scrape, idle "
-                      f"included): {paid:6.2f} millicores")
-        finally:
-            for client in clients:
-                client.close()
-            exporter.stop()
-    return SizeResult(node.series, idle, new_gzip, new_plain, rss)
+            check(client.get())
+            return
+        except SystemExit:
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(0.5)
 
 
 def _cycle(bodies: List[bytes]) -> Callable[[], bytes]:
@@ -250,6 +296,15 @@ def check_attribution(text: bytes, node: Node) -> None:
     expected = len(node.families) * len(node.gpus) * max(1, len(node.instances))  # MIG: instance samples only
     if attributed != expected:
         raise SystemExit(f"benchmark setup broken: {attributed} attributed series, expected {expected}")
+
+
+def check_amd_attribution(text: bytes, node: AmdNode) -> None:
+    """Every partition's samples attributed to its own pod: fail loudly rather than time an exporter that
+    attributes nothing."""
+    attributed = {line.split(b'gpu_id="', 1)[1].split(b'"', 1)[0] for line in text.splitlines()
+                  if b'gpu_id="' in line and b',pod="pod-' in line}
+    if len(attributed) != len(node.gpus):
+        raise SystemExit(f"benchmark setup broken: {len(attributed)} AMD partitions attributed, expected {len(node.gpus)}")
 
 
 def cpu_time(action: Callable[[], object], repeats: int) -> float:
@@ -296,6 +351,21 @@ def in_process(shape: Shape, plan: Plan) -> InProcess:
     return InProcess(parse_render, refill, gzip_answer)
 
 
+def amd_summary(amd: SizeResult, nvidia: SizeResult, label: str) -> None:
+    """CPU per series of the AMD body against the NVIDIA body of the same size, measured in this run."""
+    print(f"\n== AMD against NVIDIA at {label} series (this run)")
+    for variant in ("new_values_plain", "new_values_gzip"):
+        a, n = getattr(amd, variant), getattr(nvidia, variant)
+        per_a, per_n = a.cpu_per_scrape / amd.series, n.cpu_per_scrape / nvidia.series
+        print(f"  {variant.replace('_', ' ')}: AMD {per_a * 1e6:.3f} us per series ({amd.series} series, "
+              f"{a.cpu_per_scrape * 1e3:.2f} ms/scrape), NVIDIA {per_n * 1e6:.3f} us ({nvidia.series} series, "
+              f"{n.cpu_per_scrape * 1e3:.2f} ms/scrape): AMD / NVIDIA {_ratio(per_a, per_n)} (goal <= 1.00x)")
+        per_mb_a, per_mb_n = a.cpu_per_scrape / amd.body_bytes * 1e6, n.cpu_per_scrape / nvidia.body_bytes * 1e6
+        print(f"    per MB of upstream text: AMD {per_mb_a * 1e3:.2f} ms ({amd.body_bytes / 1e6:.2f} MB), NVIDIA "
+              f"{per_mb_n * 1e3:.2f} ms ({nvidia.body_bytes / 1e6:.2f} MB): AMD / NVIDIA {_ratio(per_mb_a, per_mb_n)}")
+    print(f"  peak RSS: AMD {amd.peak_rss_mib:.1f} MiB, NVIDIA {nvidia.peak_rss_mib:.1f} MiB")
+
+
 def summary(results: Dict[str, SizeResult], references: InProcess, reference_label: str) -> None:
     middle = results[reference_label]
     per_series = {label: result.new_values_plain.cpu_per_scrape / result.series for label, result in results.items()}
@@ -339,6 +409,9 @@ def main(argv: List[str]) -> int:
                         help="time the simulated dcgm-exporter takes to render each answer (default 0)")
     parser.add_argument("--upstream-sized", action="store_true",
                         help="answer with a Content-Length instead of chunked as Go's server does")
+    parser.add_argument("--amd", action="store_true",
+                        help="also an AMD node of about as many series as the reference size (benchmarks/amd_node.py), "
+                             "run with --gpu.vendor amd, and its CPU per series against NVIDIA's")
     args = parser.parse_args(argv)
     plan = PLANS[args.size]
     if args.scrapes:
@@ -351,10 +424,13 @@ def main(argv: List[str]) -> int:
     workdir = Path(tempfile.mkdtemp(prefix="pgx-bench-", dir="/tmp"))  # unix socket paths must be short
     try:
         results = {label: run_size(label, shape, plan, args, workdir) for label, shape in plan.sizes.items()}
+        reference_label = "6,400" if "6,400" in plan.sizes else next(iter(plan.sizes))
+        amd = run_amd(reference_label, results[reference_label].series, plan, args, workdir) if args.amd else None
     finally:
         shutil.rmtree(workdir, ignore_errors=True)
-    reference_label = "6,400" if "6,400" in plan.sizes else next(iter(plan.sizes))
     summary(results, in_process(plan.sizes[reference_label], plan), reference_label)
+    if amd is not None:
+        amd_summary(amd, results[reference_label], reference_label)
     return 0
 
 

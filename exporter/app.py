@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import errno
 import os
 import platform
@@ -14,7 +15,7 @@ from exporter import __version__
 from exporter.base.errors import ConfigError, KubeletError
 from exporter.base.logs import log
 from exporter.base.memory import tune_malloc
-from exporter.collectors.registry import Registry
+from exporter.collectors.registry import VENDOR_AUTO, Registry
 from exporter.config import Config
 from exporter.core.attribution import Attribution
 from exporter.core.mapping import build_mapping
@@ -23,6 +24,7 @@ from exporter.exposition.label_limit import LabelLimit
 from exporter.mapping_report import print_report
 
 if TYPE_CHECKING:  # for the annotations only: serve imports these when it runs (see _build_core)
+    from exporter.auto_vendor import VendorWatch
     from exporter.sources.kubelet import PodResourcesClient
     from exporter.web.scrape import Scraper
     from exporter.web.webconfig_reload import ReloadingWebConfig
@@ -75,27 +77,40 @@ class Node:
     """One serving exporter, built but not started: the web config, the collectors, the core.
 
     `serve` runs it in named steps (listen, start, announce, stop); a test may do the same in-process.
+    With --gpu.vendor auto and no vendor seen yet, `watch` looks at each mapping refresh; a vendor decided
+    later than start-up is served from then on (switch_vendor).
     """
 
-    def __init__(self, config: Config, registry: Registry, web_config: Optional[ReloadingWebConfig], core: _Core):
+    def __init__(self, config: Config, registry: Registry, web_config: Optional[ReloadingWebConfig], core: _Core,
+                 watch: Optional[VendorWatch] = None):
         self.config = config
         self.registry = registry
         self.web_config = web_config
         self.core = core
+        self._server = None
+        self._parts_lock = threading.Lock()  # a switch of vendor and stop take turns
+        self._stopped = False
+        if watch is not None:
+            watch.on_decided = self._switch_soon
 
     def listen(self):
         """The listening server, or None (logged) when the address cannot be had."""
         from exporter.web.server import ExporterHTTPServer
-        from exporter.web.service import App
 
         config, web_config = self.config, self.web_config
-        app = App(self.core.scraper, self.core.attribution, config.telemetry_path, web_config, collectors=self.registry)
         try:
-            return ExporterHTTPServer.listen(config.listen_host, config.listen_port, app,
-                                             web_config.current().ssl_context() if web_config else None)
+            self._server = ExporterHTTPServer.listen(config.listen_host, config.listen_port, self._app(),
+                                                     web_config.current().ssl_context() if web_config else None)
         except OSError as exc:
             _log_listen_failure(config, exc)
             return None
+        return self._server
+
+    def _app(self):
+        from exporter.web.service import App
+
+        return App(self.core.scraper, self.core.attribution, self.config.telemetry_path, self.web_config,
+                   collectors=self.registry)
 
     def start(self) -> None:
         """Start the refreshers behind the server, which answers already. What a collector's first
@@ -119,25 +134,78 @@ class Node:
     def stop(self, server) -> None:
         """Bounded whatever the kubelet, the API or NVML do: SIGTERM must end us well within the pod's
         grace period. Scrapes and calls still in flight run on daemon threads, cut when the process exits."""
-        self.core.attribution.stop(timeout_seconds=0.2)
-        self.registry.stop()
-        self.core.client.close(wait_seconds=0.3)
+        with self._parts_lock:
+            self._stopped = True
+            self._stop_parts(self.registry, self.core)
         server.server_close()
+
+    @staticmethod
+    def _stop_parts(registry: Registry, core: _Core) -> None:
+        core.attribution.stop(timeout_seconds=0.2)
+        registry.stop()
+        core.client.close(wait_seconds=0.3)
+
+    def _switch_soon(self, vendor: str) -> None:
+        """Called on the mapping refresher, whose parts the switch stops: it runs on a thread of its own."""
+        threading.Thread(target=self.switch_vendor, args=(vendor,), name="vendor-switch", daemon=True).start()
+
+    def switch_vendor(self, vendor: str) -> bool:
+        """Serve `vendor` from now on: its collectors and core built and started, swapped into the running
+        server in one step (each request reads the server's app once), then the old ones stopped. A vendor
+        whose collectors refuse this Config (a ConfigError) is logged, and the node goes on as it was."""
+        with self._parts_lock:
+            if self._stopped:
+                return False
+            config = dataclasses.replace(self.config, gpu_vendor=vendor)
+            registry = Registry(config)
+            try:
+                registry.prepare()
+            except ConfigError as exc:
+                log("error", "cannot serve the GPU vendor chosen: serving as before", vendor=vendor,
+                    served=self.registry.vendor.name, error=str(exc))
+                return False
+            old_registry, old_core = self.registry, self.core
+            self.config, self.registry, self.core = config, registry, _build_core(config, registry)
+            self.start()
+            if self._server is not None:
+                app = self._app()
+                app.count_connections(self._server.connections)
+                self._server.app = app
+            self._stop_parts(old_registry, old_core)
+        log("info", "serving the GPU vendor chosen", vendor=vendor, replaced=old_registry.vendor.name)
+        return True
 
 
 def build_node(config: Config, registry: Optional[Registry] = None) -> Node:
     """The web config and the collectors checked (ConfigError: a usage mistake, exit 2), then the core
-    wired to them; nothing started."""
+    wired to them; nothing started. With --gpu.vendor auto (and no registry handed in), the node is looked at
+    first, and served as the vendor seen, else as the fallback while the refresher looks again."""
+    watch = None
+    if registry is None and config.gpu_vendor == VENDOR_AUTO:
+        config, watch = _look_for_vendor(config)
     registry = registry or Registry(config)
     web_config = _load_web_config(config.web_config_file)
     registry.prepare()
     log("info", "starting pod-gpu-metrics-exporter", version=__version__, python=platform.python_version())
     tune_malloc()
-    return Node(config, registry, web_config, _build_core(config, registry))
+    return Node(config, registry, web_config, _build_core(config, registry, watch), watch)
 
 
-def _build_core(config: Config, registry: Registry) -> _Core:
-    """The kubelet refresher, the collectors that read it, and the scraper, wired but not started."""
+def _look_for_vendor(config: Config):
+    """(the Config to serve by, the watch that keeps looking or None): the vendor a marker path shows now, else
+    auto served as the fallback vendor while each mapping refresh looks again (the kubelet is not asked
+    before serving: one that hangs must not delay it)."""
+    from exporter.auto_vendor import watch_from_start
+
+    watch = watch_from_start(config)
+    if watch.decided is not None:
+        return dataclasses.replace(config, gpu_vendor=watch.decided.vendor), None
+    return config, watch
+
+
+def _build_core(config: Config, registry: Registry, watch: Optional[VendorWatch] = None) -> _Core:
+    """The kubelet refresher, the collectors that read it, and the scraper, wired but not started; `watch`
+    looks at what each refresh lists while the vendor is undecided."""
     from exporter.exposition.allocation import AllocationSection
     from exporter.exposition.pod_numbers import PodNumbersSection
     from exporter.exposition.sections import StatusSection
@@ -147,7 +215,13 @@ def _build_core(config: Config, registry: Registry) -> _Core:
     hub = registry.hub
     client = PodResourcesClient(KubeletOptions(config.kubelet_socket, config.kubelet_timeout_seconds))
     forms = registry.vendor.devices
-    attribution = Attribution(client.list_devices, forms, config.kubelet_refresh_interval_seconds,
+    list_devices = client.list_devices
+    if watch is not None:
+        watch.rebind(client.list_offered)
+        if hub.mapping_context is not None:
+            watch.read_slices_from(hub.mapping_context.published_drivers)
+        list_devices = watch.wrap(client.list_devices, served=lambda: registry.vendor.name)
+    attribution = Attribution(list_devices, forms, config.kubelet_refresh_interval_seconds,
                               config.mapping_max_age_seconds, resolve_mig=hub.resolve_mig,
                               describe=config.kubelet_socket, context=hub.mapping_context,
                               offered=OfferedReplicas(client.list_offered, forms),
@@ -212,6 +286,13 @@ def print_mapping(config: Config) -> int:
     from exporter.sources.kubelet import KubeletOptions, PodResourcesClient
 
     client = PodResourcesClient(KubeletOptions(config.kubelet_socket, config.kubelet_timeout_seconds))
+    if config.gpu_vendor == VENDOR_AUTO:
+        from exporter.auto_vendor import look_once
+
+        # The vendor the node shows, as serve's looks read it (the fallback while nothing is seen).
+        decided = look_once(config, client.list_offered, client.list_devices)
+        if decided is not None:
+            config = dataclasses.replace(config, gpu_vendor=decided.vendor)
     registry = Registry(config)
     try:
         # Only the collectors that offer the mapping a context (the API's labels, DRA keys) take part.

@@ -38,7 +38,7 @@ from typing import Dict, List, Optional, Sequence, Tuple
 REPO = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(REPO), str(REPO / "tests")]
 
-from exporter.demo.fake_dcgm import FakeDcgmExporter  # noqa: E402
+from exporter.demo.fake_upstream import FakeUpstreamExporter  # noqa: E402
 from exporter.demo.fake_kubelet import FakeKubelet  # noqa: E402
 from exporter.sources.kubelet import AllocatedDevice  # noqa: E402
 
@@ -217,7 +217,7 @@ def compare_fixture(path: Path, old: Revision, new: Revision, work: Path, report
         kubelet.set_devices(devices)
         kubelet.start()
         stack.callback(kubelet.stop)
-        dcgm = FakeDcgmExporter(path.read_bytes())
+        dcgm = FakeUpstreamExporter(path.read_bytes())
         dcgm.start()
         stack.callback(dcgm.stop)
         args = ["--kubelet.socket", socket, "--dcgm.url", dcgm.url, "--kubernetes.api", "off"]

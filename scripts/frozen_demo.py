@@ -6,7 +6,7 @@
 Whichever `exporter` is first on the path runs: its own `demo`, unchanged, but with the simulated
 dcgm-exporter's and the simulated NVML's clocks reading SECONDS after their start on every call. The
 demo has no clock option of its own (a user's demo moves in real time); this comparison-only driver
-binds the clock where the demo's module makes its simulations, and nothing else.
+binds the clock where the demo's NVIDIA node makes its simulations, and nothing else.
 """
 
 from __future__ import annotations
@@ -33,12 +33,24 @@ def main(argv: List[str]) -> int:
     moment = float(argv[argv.index("--moment") + 1])
     rest = [arg for index, arg in enumerate(argv) if arg != "--moment" and (index == 0 or argv[index - 1] != "--moment")]
     from exporter import cli
-    from exporter.demo import node
+
+    node = _simulations_module()
 
     simulated_dcgm, simulated_nvml = node.SimulatedDcgm, node.SimulatedNvml
     node.SimulatedDcgm = lambda template: simulated_dcgm(template, clock=frozen_clock(moment))
     node.SimulatedNvml = functools.partial(_nvml, simulated_nvml, moment)
     return cli.main(["demo", *rest])
+
+
+def _simulations_module():
+    """The module whose SimulatedDcgm and SimulatedNvml the demo makes its simulations from: NVIDIA's demo node
+    since the demo is vendor-neutral, the demo's own node module before."""
+    import importlib
+
+    try:
+        return importlib.import_module("exporter.vendors.nvidia.demo.node")
+    except ModuleNotFoundError:
+        return importlib.import_module("exporter.demo.node")
 
 
 def _nvml(simulated_nvml, moment: float, processes, ready=None):

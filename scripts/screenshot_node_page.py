@@ -19,7 +19,7 @@ REPO_ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO_ROOT))
 sys.path.insert(0, str(REPO_ROOT / "tests"))
 
-from exporter.demo.nvml import LOST_AFTER_SECONDS  # noqa: E402
+from exporter.vendors.nvidia.demo.nvml import LOST_AFTER_SECONDS  # noqa: E402
 from support.browser import INSTALL_HINT, find_chromium, screenshot  # noqa: E402
 from support.demo_process import node_page_told  # noqa: E402
 from support.exporter_process import start_exporter  # noqa: E402

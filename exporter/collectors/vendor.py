@@ -40,6 +40,12 @@ class Vendor:
     families: Tuple[Family, ...] = ()  # its own, for the catalogue
     open_resolver: Optional[Callable[[object], Callable]] = None
     resolver_open_seconds: float = 0.0
+    # --gpu.vendor auto: paths whose presence on a node says it is this vendor's (its exporter's socket), from
+    # the Config; looked at after its device-plugin resources and DRA driver (core.vendor_choice).
+    marker_paths: Optional[Callable[[object], Tuple[str, ...]]] = None
+    # `demo`'s simulated node of this vendor (an exporter.demo.simulated_node.SimulatedNode), made by a call
+    # that imports the simulation only when the demo runs; None: `demo` cannot simulate this vendor.
+    demo_node: Optional[Callable[[], object]] = None
     demo_flags: Tuple[Flag, ...] = ()  # flags of `demo` only, for its simulated node (listed last by --help)
     demo_refused: Mapping[str, str] = field(default_factory=dict)  # their Config fields → why serve, mapping refuse them
     upstream_failures: Optional[Family] = None  # /metrics: its name for the count of failed upstream fetches

@@ -69,6 +69,9 @@ class MappingContext(Protocol):
     def device_taints(self) -> Tuple[DeviceTaint, ...]:
         """The taints on this node's DRA devices whose keys are known, sorted."""
 
+    def published_drivers(self) -> Set[str]:
+        """The DRA drivers of this node's ResourceSlices (what --gpu.vendor auto reads of them)."""
+
     def hami_assignments(self, pods: Iterable[Tuple[str, str]]) -> Dict[Tuple[str, str], hami.Assignment]:
         """(namespace, pod) → the GPUs HAMi's annotation says each container got, for the bound pods known."""
 

@@ -1,18 +1,59 @@
-"""The demo node beyond the kubelet: its pods on an API server, its processes under /proc, its Slurm job's mapping file."""
+"""The demo node beyond the kubelet, whatever its GPUs: its pods and queues on an API server, its Slurm job's mapping file."""
 
 from __future__ import annotations
 
 import threading
+import uuid
 from pathlib import Path
+from typing import Dict, Iterable, Mapping, NamedTuple, Tuple
 
 from exporter.demo.kube_api import FakeKubeApi
 from exporter.demo.kube_objects import make_pod, write_kubeconfig
-from exporter.demo.workload import (CLUSTER_QUEUE, DRA_DRIVER, DRA_GPU, DRA_TAINT, HPC_JOBS, KAI_PARENT_QUEUE,
-                                    NODE_NAME, SIMULATED_PODS, SIMULATED_PROCESSES, SimulatedPod, gpu_uuid,
-                                    pod_named)
-from exporter.collectors.kubernetes.queue_hints import KAI_QUEUE_LABEL
+from exporter.collectors.kubernetes.queue_hints import KAI_QUEUE_LABEL, KUEUE_QUEUE_LABEL
 
-# resource.k8s.io/v1 (Kubernetes 1.34 and later) carries the ResourceSlice of NVIDIA's DRA driver.
+# The simulated cluster's queues, the same whichever vendor's node runs: a pod queued through Kueue names
+# the LocalQueue team-ml, which draws on the cq-research ClusterQueue's quota; a Deployment may name the
+# KAI Scheduler Queue "inference", a leaf under "org".
+LOCAL_QUEUE = "team-ml"
+CLUSTER_QUEUE = "cq-research"
+KAI_QUEUE = "inference"
+KAI_PARENT_QUEUE = "org"
+
+
+class SimulatedPod(NamedTuple):
+    namespace: str
+    name: str
+    owner: Tuple[str, str]  # (kind, name) of its controller
+    containers: Tuple[str, ...]
+    # resource → {device ID: "Healthy" | "Unhealthy"}: the kubelet's allocatedResourcesStatus
+    health: Dict[str, Dict[str, str]]
+    local_queue: str = ""  # the Kueue LocalQueue it was submitted to (KUEUE_QUEUE_LABEL), in its namespace
+    kai_queue: str = ""  # the KAI Scheduler Queue its Deployment names (KAI_QUEUE_LABEL on the top owner only)
+
+    @property
+    def labels(self) -> Dict[str, str]:
+        """The labels of the pod and of its controller, as its manifest sets them."""
+        return {"app": self.owner[1], **({KUEUE_QUEUE_LABEL: self.local_queue} if self.local_queue else {})}
+
+    @property
+    def uid(self) -> str:
+        return str(uuid.uuid5(uuid.NAMESPACE_URL, f"pod-gpu-demo/{self.namespace}/{self.name}"))
+
+    def container_id(self, container: str) -> str:
+        """The runtime's 64-hex container ID, as containerStatuses[].containerID names it after "containerd://"."""
+        return (uuid.uuid5(uuid.NAMESPACE_URL, f"{self.uid}/{container}").hex * 2)[:64]
+
+
+class SimulatedCluster(NamedTuple):
+    """What a vendor's simulated node puts on the API server: the node's name, its pods, and the
+    ResourceSlices its DRA driver publishes."""
+
+    node_name: str
+    pods: Tuple[SimulatedPod, ...]
+    resource_slices: Tuple[dict, ...] = ()
+
+
+# resource.k8s.io/v1 (Kubernetes 1.34 and later) carries the ResourceSlices of a vendor's DRA driver.
 SERVED_APIS = ("v1", "apps/v1", "resource.k8s.io/v1")
 # Kueue's CRDs as a Kueue 0.16 installation serves them: the exporter reads LocalQueues at v1beta2.
 KUEUE_API = "kueue.x-k8s.io/v1beta2"
@@ -38,10 +79,12 @@ class DemoKubeApi(FakeKubeApi):
         return False
 
 
-def start_api_server(kubeconfig: Path) -> DemoKubeApi:
-    """An API server on loopback holding the simulated pods and their controllers; `kubeconfig` points at it."""
+def start_api_server(kubeconfig: Path, cluster: SimulatedCluster) -> DemoKubeApi:
+    """An API server on loopback holding the simulated pods, their controllers and queues, and the node's
+    ResourceSlices; `kubeconfig` points at it."""
     api = DemoKubeApi().start()
-    for pod in SIMULATED_PODS:
+    pods = cluster.pods
+    for pod in pods:
         kind, name = pod.owner
         if kind == "ReplicaSet":  # a Deployment's pod: ReplicaSet, then Deployment
             deployment = pod.name
@@ -51,14 +94,15 @@ def start_api_server(kubeconfig: Path) -> DemoKubeApi:
             api.put_owner("apps/v1", "replicasets", pod.namespace, name, owner=("Deployment", deployment))
         else:  # Kueue's queue label goes on a StatefulSet and its pod template alike
             api.put_owner("apps/v1", "statefulsets", pod.namespace, name, labels=pod.labels)
-        api.put("v1", "pods", pod_object(pod))
-    for namespace, name in sorted({(pod.namespace, pod.local_queue) for pod in SIMULATED_PODS if pod.local_queue}):
+        api.put("v1", "pods", pod_object(pod, cluster.node_name))
+    for namespace, name in sorted({(pod.namespace, pod.local_queue) for pod in pods if pod.local_queue}):
         api.put(KUEUE_API, "localqueues", local_queue_object(namespace, name))
-    kai_queues = sorted({pod.kai_queue for pod in SIMULATED_PODS if pod.kai_queue})
+    kai_queues = sorted({pod.kai_queue for pod in pods if pod.kai_queue})
     api.put(KAI_API, "queues", kai_queue_object(KAI_PARENT_QUEUE, children=kai_queues))
     for name in kai_queues:
         api.put(KAI_API, "queues", kai_queue_object(name, parent=KAI_PARENT_QUEUE))
-    api.put("resource.k8s.io/v1", "resourceslices", resource_slice_object())
+    for resource_slice in cluster.resource_slices:
+        api.put("resource.k8s.io/v1", "resourceslices", resource_slice)
     write_kubeconfig(str(kubeconfig), api.url)
     return api
 
@@ -81,28 +125,10 @@ def kai_queue_object(name: str, parent: str = "", children=()) -> dict:
             "status": {"childQueues": list(children)} if children else {}}
 
 
-def resource_slice_object() -> dict:
-    """The ResourceSlice NVIDIA's DRA driver publishes for this node: GPU 3, with the attributes it writes and
-    its taint (the exporter matches the device to dcgm's samples by its `uuid`)."""
-    device = {"name": f"gpu-{DRA_GPU}",
-              "attributes": {"type": {"string": "gpu"}, "uuid": {"string": gpu_uuid(DRA_GPU)},
-                             "index": {"int": DRA_GPU}, "minor": {"int": DRA_GPU},
-                             "productName": {"string": "NVIDIA L4"}, "brand": {"string": "Nvidia"},
-                             "architecture": {"string": "Ada Lovelace"}, "cudaComputeCapability": {"version": "8.9.0"},
-                             "driverVersion": {"version": "580.105.8"}, "cudaDriverVersion": {"version": "13.0.0"},
-                             "pcieBusID": {"string": f"0000:{0x31 + DRA_GPU:02X}:00.0"}},
-              "capacity": {"memory": {"value": "23034Mi"}},
-              "taints": [dict(DRA_TAINT)]}
-    return {"apiVersion": "resource.k8s.io/v1", "kind": "ResourceSlice",
-            "metadata": {"name": f"{NODE_NAME}-{DRA_DRIVER}-q7m2x"},
-            "spec": {"driver": DRA_DRIVER, "nodeName": NODE_NAME, "devices": [device],
-                     "pool": {"name": NODE_NAME, "generation": 1, "resourceSliceCount": 1}}}
-
-
-def pod_object(pod: SimulatedPod) -> dict:
+def pod_object(pod: SimulatedPod, node_name: str) -> dict:
     """The Pod as the API server returns it, with the runtime's container IDs and the kubelet's report of
     each allocated device's health (status.containerStatuses[].allocatedResourcesStatus)."""
-    obj = make_pod(pod.namespace, pod.name, NODE_NAME, labels=pod.labels, owner=pod.owner,
+    obj = make_pod(pod.namespace, pod.name, node_name, labels=pod.labels, owner=pod.owner,
                    containers=pod.containers, uid=pod.uid)
     for status in obj["status"]["containerStatuses"]:
         status["containerID"] = f"containerd://{pod.container_id(status['name'])}"
@@ -114,24 +140,9 @@ def pod_object(pod: SimulatedPod) -> dict:
     return obj
 
 
-def write_proc_tree(root: Path) -> None:
-    """<root>/<pid>/cgroup for every simulated GPU process, as the host's /proc shows them (cgroup v2, systemd
-    driver, containerd): what --sharing.proc-root reads to tell each process's pod and container."""
-    for process in SIMULATED_PROCESSES:
-        if process.pod is None:
-            path = "/system.slice/ollama.service"
-        else:
-            pod = pod_named(*process.pod)
-            pod_slice = f"kubepods-burstable-pod{pod.uid.replace('-', '_')}.slice"
-            path = f"/kubepods.slice/kubepods-burstable.slice/{pod_slice}/cri-containerd-{pod.container_id(process.container)}.scope"
-        folder = root / str(process.pid)
-        folder.mkdir(parents=True, exist_ok=True)
-        (folder / "cgroup").write_text(f"0::{path}\n")
-
-
-def write_hpc_job_files(folder: Path) -> None:
+def write_job_mapping_files(folder: Path, jobs_by_gpu: Mapping[int, Iterable[str]]) -> None:
     """<folder>/<gpu> for every GPU a Slurm job was given, one job ID per line, as a job prolog writes them
-    for dcgm-exporter's --hpc-job-mapping-dir: what --hpc.job-mapping-dir reads."""
+    (the upstream exporter's job-mapping folder convention): what --hpc.job-mapping-dir reads."""
     folder.mkdir(parents=True, exist_ok=True)
-    for gpu, jobs in HPC_JOBS.items():
+    for gpu, jobs in jobs_by_gpu.items():
         (folder / str(gpu)).write_text("".join(f"{job}\n" for job in jobs))

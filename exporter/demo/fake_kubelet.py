@@ -136,7 +136,8 @@ def _fill_container(pb, container, held: list[AllocatedDevice], namespace: str) 
         dynamic = container.dynamic_resources.add(claim_name=claim_name,
                                                   claim_namespace=claim_namespace or namespace)
         for device in claimed:
-            cdi = pb.CDIDevice(name=f"k8s.gpu.nvidia.com/claim={claim_name}-{device.device_id}")
+            # The CDI name the driver's kind gives a claimed device (k8s.<driver>/claim=<claim>-<device>).
+            cdi = pb.CDIDevice(name=f"k8s.{device.resource}/claim={claim_name}-{device.device_id}")
             dynamic.claim_resources.add(cdi_devices=[cdi], driver_name=device.resource,
                                         pool_name=device.pool, device_name=device.device_id)
 

@@ -41,11 +41,11 @@ def test_the_readme_gives_the_command_and_the_demo_prints_it(capsys):
     assert PROMETHEUS_COMMAND == f"prometheus --config.file={DEMO_CONFIG.relative_to(REPO_ROOT)}"
     assert f"\n{PROMETHEUS_COMMAND}\n" in readme
     assert f"`{DEBIAN_FLAGS}`" in " ".join(readme.split())  # where a packaged service holds 9090 and its data
-    explain(f"http://{DEMO_TARGET}/gpu/metrics", "/tmp/kubelet.sock", "http://127.0.0.1:1/metrics", "mapping",
+    explain(f"http://{DEMO_TARGET}/gpu/metrics", "/tmp/kubelet.sock", "", "mapping",
             top=".venv/bin/pod-gpu-metrics-exporter")
     printed = capsys.readouterr().out
     assert f"\n  {PROMETHEUS_COMMAND}\n" in printed and "change its target" not in printed
     assert DEBIAN_FLAGS in printed
-    explain("http://127.0.0.1:9500/gpu/metrics", "/tmp/kubelet.sock", "http://127.0.0.1:1/metrics", "mapping",
+    explain("http://127.0.0.1:9500/gpu/metrics", "/tmp/kubelet.sock", "", "mapping",
             top=".venv/bin/pod-gpu-metrics-exporter")
     assert f"change its target {DEMO_TARGET} to 127.0.0.1:9500" in capsys.readouterr().out

@@ -85,7 +85,7 @@ def test_the_wheel_holds_every_package_and_no_test_double_but_the_demos(tmp_path
     names = set(zipfile.ZipFile(wheel).namelist())
     modules = {str(path.relative_to(REPO_ROOT)) for path in (REPO_ROOT / "exporter").rglob("*.py")}
     assert modules <= names, sorted(modules - names)
-    assert "exporter/demo/data/l4-aws-gpu-operator-default-counters.prom" in names
+    assert "exporter/vendors/nvidia/demo/data/l4-aws-gpu-operator-default-counters.prom" in names
     doubles = sorted(name for name in names if "fake" in name.rsplit("/", 1)[-1])
-    assert doubles == ["exporter/demo/fake_dcgm.py", "exporter/demo/fake_kubelet.py"]
+    assert doubles == ["exporter/demo/fake_kubelet.py", "exporter/demo/fake_upstream.py"]
     assert not [name for name in names if name.startswith(("tests/", "benchmarks/"))]

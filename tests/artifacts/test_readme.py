@@ -8,8 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from exporter.demo.node import gpu_uuid, mapping_command, simulated_allocations
-from exporter.demo.workload import SIMULATED_PODS
+from exporter.demo.node import mapping_command
+from exporter.vendors.nvidia.demo.workload import gpu_uuid, simulated_allocations
+from exporter.vendors.nvidia.demo.workload import SIMULATED_PODS
 from exporter.collectors.catalogue import CATALOGUE
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
@@ -87,11 +88,13 @@ def test_quick_start_points_at_the_mapping_command_the_demo_prints_and_invents_n
     # The demo prints mapping_command(<its program>, <this run's socket>), a new folder each run: a socket
     # path in the README is one no reader has, and its error would send them looking for a mount.
     from exporter.demo.explain import explain
+    from exporter.vendors.nvidia.demo.explain import simulated_text
 
     quick_start = section("Quick start")
     assert not re.search(r"--kubelet\.socket /tmp/", quick_start), "the Quick start shows a made-up demo socket"
     assert DEMO_MAPPING_WORDS in " ".join(quick_start.split()), "the Quick start no longer says which line to paste"
-    explain("http://127.0.0.1:9400/gpu/metrics", "/tmp/pod-gpu-demo-abcd1234/kubelet.sock", "http://127.0.0.1:1/metrics",
+    explain("http://127.0.0.1:9400/gpu/metrics", "/tmp/pod-gpu-demo-abcd1234/kubelet.sock",
+            simulated_text("http://127.0.0.1:9400/gpu/metrics", "http://127.0.0.1:1/metrics"),
             mapping_command(DEMO_PROGRAM, "/tmp/pod-gpu-demo-abcd1234/kubelet.sock"), top=DEMO_PROGRAM)
     printed = capsys.readouterr().out.splitlines()
     quoted = next(index for index, line in enumerate(printed) if DEMO_MAPPING_WORDS in line)
@@ -101,7 +104,7 @@ def test_quick_start_points_at_the_mapping_command_the_demo_prints_and_invents_n
 def _demo_queue(pod) -> str:
     """The QUEUE cell `top` prints for one of the demo's pods: Kueue's ClusterQueue/LocalQueue, else its KAI
     Scheduler Queue (served as cluster_queue, with no local queue), else -."""
-    from exporter.demo.workload import CLUSTER_QUEUE
+    from exporter.demo.cluster import CLUSTER_QUEUE
 
     if pod.local_queue:
         return f"{CLUSTER_QUEUE}/{pod.local_queue}"

@@ -49,7 +49,7 @@ def gpu_samples(text: str):
             and not name.startswith("pod_gpu_")]
 
 
-def attributed(node: AmdNode, pod: str = "trainer-0") -> str:
+def attributed(node: AmdNode, pod: str = HOLDERS["0"][1]) -> str:
     """The answer once a GPU sample (not only an allocation row) names `pod`, else ""."""
     text = scrape(node)
     return text if any(labels.get("pod") == pod for _, labels in gpu_samples(text)) else ""

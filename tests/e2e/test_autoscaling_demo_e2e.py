@@ -10,7 +10,7 @@ import re
 
 import pytest
 
-from exporter.demo.workload import SIMULATED_PROCESSES, gpu_load
+from exporter.vendors.nvidia.demo.workload import SIMULATED_PROCESSES, gpu_load
 from support.autoscaling import (RECORD, by_pod, documented_demo_keda_query, documented_demo_ranges, keda_trigger,
                                  query)
 from support.demo_prometheus import demo_behind_prometheus
@@ -22,7 +22,7 @@ NEIGHBOUR = 'namespace_pod:DCGM_FI_DEV_GPU_UTIL:avg{pod="llm-server-b"}'
 # The GPUs each pod is allocated on the demo (pod_gpu_container_allocated_gpus, checked served by
 # tests/e2e/test_demo_whole_picture.py): the rule divides the pod's own SM time by them.
 ALLOCATED = {"trainer-0": 2.0, "llm-server-a": 0.5}
-# The demo's load curves repeat every 2π·20 s (exporter/demo/workload.py's gpu_load).
+# The demo's load curves repeat every 2π·20 s (exporter/vendors/nvidia/demo/workload.py's gpu_load).
 CYCLE_SECONDS = 2 * math.pi * 20
 # A range states the demo's to two decimals: it holds the curve's, and is no more than this wider at either end.
 STATED_TO = 0.01

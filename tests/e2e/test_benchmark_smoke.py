@@ -29,6 +29,16 @@ def test_small_benchmark_runs_and_prints_every_figure():
     assert "nan" not in run.stdout, run.stdout
 
 
+def test_small_benchmark_with_the_amd_body_runs_and_compares_the_two():
+    run = subprocess.run([sys.executable, "benchmarks/perf.py", "--size", "small", "--amd"], cwd=str(REPO_ROOT),
+                         capture_output=True, text=True, timeout=240)
+    assert run.returncode == 0, run.stdout + run.stderr
+    # Both bodies measured in one run (three variants each), then AMD's CPU per series against NVIDIA's.
+    assert run.stdout.count("exporter p50") == 6 and "== AMD 60 series:" in run.stdout, run.stdout
+    assert run.stdout.count("us per series") == 2 and run.stdout.count("per MB of upstream text") == 2, run.stdout
+    assert "nan" not in run.stdout, run.stdout
+
+
 def test_short_soak_runs_and_prints_rss_over_time():
     run = subprocess.run([sys.executable, "benchmarks/soak.py", "--scrapes", "30", "--warmup", "10", "--report-every", "10",
                           "--foreign-mib", "0.5", "--foreign-scrapes", "2"], cwd=str(REPO_ROOT),

@@ -13,7 +13,7 @@ from typing import Dict, List, Tuple
 import pytest
 import requests
 
-from exporter.demo.explain import QUERIES
+from exporter.vendors.nvidia.demo.explain import QUERIES
 from support.autoscaling import query
 from support.demo_process import console_script, samples
 from support.demo_prometheus import demo_behind_prometheus, loaded_rule_files

@@ -9,8 +9,8 @@ from typing import Dict, List
 
 import requests
 
-from exporter.demo.nvml import LOST_AFTER_SECONDS
-from exporter.demo.workload import gpu_uuid
+from exporter.vendors.nvidia.demo.nvml import LOST_AFTER_SECONDS
+from exporter.vendors.nvidia.demo.workload import gpu_uuid
 from exporter.collectors.catalogue import CATALOGUE
 from exporter.exposition.families import SELF, TELEMETRY
 from exporter.vendors.amd.families import AMD_NODE

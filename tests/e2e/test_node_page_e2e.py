@@ -9,8 +9,8 @@ from html.parser import HTMLParser
 import pytest
 import requests
 
-from exporter.demo.nvml import LOST_AFTER_SECONDS
-from exporter.demo.workload import gpu_uuid
+from exporter.vendors.nvidia.demo.nvml import LOST_AFTER_SECONDS
+from exporter.vendors.nvidia.demo.workload import gpu_uuid
 from exporter.sources.kubelet import AllocatedDevice
 from support.browser import INSTALL_HINT, dump_dom, find_chromium
 from support.demo_process import node_page_told, start_demo

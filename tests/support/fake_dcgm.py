@@ -6,8 +6,7 @@ import os
 import threading
 from typing import Optional
 
-from exporter.demo import fake_dcgm as demo
-from exporter.demo.fake_dcgm import CONTENT_TYPE, Body
+from exporter.demo.fake_upstream import CONTENT_TYPE, Body, FakeUpstreamExporter
 
 FAULTS = (None, "hang", "empty", "garbage", "truncate", "unsized")
 # A hanging answer gives up on its own after this long, so a forgotten fault cannot pin a thread.
@@ -15,7 +14,7 @@ _HANG_SECONDS = 60.0
 _GARBAGE_BYTES = 4096
 
 
-class FakeDcgmExporter(demo.FakeDcgmExporter):
+class FakeDcgmExporter(FakeUpstreamExporter):
     """The demo's dcgm-exporter, still a real HTTP server on loopback, told to misbehave.
 
     Settable at any time: `body`, `status` (a non-200 status answers with a short text body),
@@ -32,7 +31,7 @@ class FakeDcgmExporter(demo.FakeDcgmExporter):
     """
 
     def __init__(self, body: Body, host: str = "127.0.0.1", port: int = 0) -> None:
-        super().__init__(body, host, port)
+        super().__init__(body, host, port, name="dcgm-exporter")
         self.status = 200
         self.chunked = False
         self.render_seconds = 0.0

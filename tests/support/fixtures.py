@@ -4,11 +4,11 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from exporter.demo.node import TEMPLATE as DEMO_SCRAPE
+from exporter.vendors.nvidia.demo.node import TEMPLATE as DEMO_SCRAPE
 
 # Kept inside the repository so a clean clone passes its tests without anything beside it.
 FIXTURES_DIR = Path(__file__).resolve().parents[1] / "data"
-# The demo's real L4 scrape ships in the package (exporter/demo/data); the tests read that one copy.
+# The demo's real L4 scrape ships in the package (exporter/vendors/nvidia/demo/data); the tests read that one copy.
 _PACKAGE_FIXTURES = {"dcgm/" + DEMO_SCRAPE.name: DEMO_SCRAPE}
 
 

@@ -32,5 +32,8 @@ class StaticContext:
     def device_taints(self):
         return ()
 
+    def published_drivers(self):
+        return set()
+
     def hami_assignments(self, pods):
         return {pod: self.hami[pod] for pod in pods if pod in self.hami}

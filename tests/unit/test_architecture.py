@@ -20,13 +20,16 @@ LAYERS = (
     ("exposition", ("exporter.exposition",)),
     ("web", ("exporter.web",)),
     ("collectors", ("exporter.collectors",)),
+    # The demo's vendor-free parts (its kubelet, API server, cluster, HTTP exporter), on which each vendor
+    # builds its simulated node; the demo itself (demo.node) runs the one --gpu.vendor names, from above.
+    ("demo parts", ("exporter.demo",)),
     # A vendor's package holds what it knows at every level (its exporter's reader, its driver library,
     # its shares and its collectors) on the framework below; the registry above takes its registration.
     ("vendors", ("exporter.vendors",)),
     ("registry", ("exporter.collectors.registry", "exporter.collectors.catalogue")),
     ("config", ("exporter.config",)),
-    ("demo", ("exporter.demo",)),
-    ("app", ("exporter.app", "exporter.mapping_report")),
+    ("demo", ("exporter.demo.node",)),
+    ("app", ("exporter.app", "exporter.auto_vendor", "exporter.mapping_report")),
     ("top", ("exporter.top",)),
     ("cli", ("exporter.cli", "exporter.__main__")),
 )

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import pytest
 
-from exporter.demo.nvml import (LOST_AFTER_SECONDS, LOST_GPU, NO_INSTANCE, NVML_ERROR_GPU_IS_LOST, NVML_ERROR_TIMEOUT,
+from exporter.vendors.nvidia.demo.nvml import (LOST_AFTER_SECONDS, LOST_GPU, NO_INSTANCE, NVML_ERROR_GPU_IS_LOST, NVML_ERROR_TIMEOUT,
                                 XID_FALLEN_OFF_THE_BUS, XID_GPU, NVMLError, SimulatedNvml,
                                 nvmlEventTypeXidCriticalError)
-from exporter.demo.workload import SIMULATED_PROCESSES, gpu_uuid
+from exporter.vendors.nvidia.demo.workload import SIMULATED_PROCESSES, gpu_uuid
 from exporter.vendors.nvidia.nvml.processes import NvmlProcessReader
 
 

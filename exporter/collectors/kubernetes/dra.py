@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import threading
 import time
-from typing import Callable, Dict, FrozenSet, Iterable, NamedTuple, Optional, Tuple
+from typing import Callable, Dict, FrozenSet, Iterable, NamedTuple, Optional, Set, Tuple
 
 from exporter.base.cache import RetryingCache
 from exporter.base.logs import DependencyReporter
@@ -123,6 +123,11 @@ class DraDevices:
         with self._lock:
             self._by_slice.pop(resource_slice.metadata.name, None)
             self._devices = _merged(self._by_slice)
+
+    def drivers(self) -> Set[str]:
+        """The drivers of the devices the node's ResourceSlices publish."""
+        with self._lock:
+            return {ref[0] for ref in self._devices}
 
     def resolve(self, driver: str, pool: str, device: str, claim: str) -> DraResolution:
         """Called while building a mapping (refresher thread); never raises."""

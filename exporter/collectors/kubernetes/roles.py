@@ -75,6 +75,10 @@ class KubernetesMapping:
         """The taints on this node's DRA GPU devices: its ResourceSlices' own and the DeviceTaintRules' on them."""
         return self._dra.taints(self._taint_rules.taints_for if self._taint_rules is not None else None)
 
+    def published_drivers(self) -> Set[str]:
+        """The DRA drivers of this node's ResourceSlices, whoever's GPUs they publish."""
+        return self._dra.drivers()
+
     def hami_assignments(self, pods: Iterable[PodKey]) -> Dict[PodKey, dict]:
         """(namespace, pod) → container → the GPUs HAMi's annotation says it got, for the bound pods the
         store knows. A stale store is used too: a running pod's assignment never changes."""

@@ -11,6 +11,18 @@ from exporter.vendors.amd.collectors.reader import AmdExporterCollector
 from exporter.vendors.amd.figures import AMD_FIGURES
 from exporter.vendors.amd.forms import DEVICE_FORMS
 
+def _identity_socket(config) -> tuple:
+    """--gpu.vendor auto: AMD's exporter's identity socket on the node says it is an AMD node."""
+    return (config.amd_metrics_socket,)
+
+
+def _demo_node() -> object:
+    """The demo's simulated MI300X node, imported when `demo --gpu.vendor amd` runs only (it starts fake servers)."""
+    from exporter.vendors.amd.demo_start import AmdDemoNode
+
+    return AmdDemoNode()
+
+
 AMD = Vendor(
     name="amd",
     devices=DEVICE_FORMS,
@@ -23,6 +35,8 @@ AMD = Vendor(
     status=VendorStatus("amd", None, families.UNRESOLVED_DEVICES),
     families=families.FAMILIES,
     upstream_failures=families.AMD_FETCH_FAILURES,
+    marker_paths=_identity_socket,
+    demo_node=_demo_node,
     refused_settings={
         "sharing_mode": ("process", "per-process shares are read from NVIDIA's NVML; an AMD node (--gpu.vendor amd) "
                                     "serves device-level values only: leave --sharing.mode at device"),

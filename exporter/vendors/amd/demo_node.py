@@ -44,11 +44,12 @@ class DemoGpu:
         return self.spec.compute != "spx"
 
 
-# (namespace, pod, container) per gpu_id; absent: idle.
+# (namespace, pod, container) per gpu_id; absent: idle. Named apart from the NVIDIA demo's pods, so that both
+# demos behind one Prometheus are one cluster's pods, as on a mixed fleet.
 HOLDERS = {
-    "0": ("ml-team", "trainer-0", "pytorch"), "1": ("ml-team", "trainer-0", "pytorch"),
-    "2": ("inference", "llm-server-a", "vllm"), "4": ("research", "notebook-7f9c", "jupyter"),
-    "5": ("inference", "llm-server-b", "vllm"),
+    "0": ("ml-team", "trainer-amd-0", "pytorch"), "1": ("ml-team", "trainer-amd-0", "pytorch"),
+    "2": ("inference", "llm-amd-a", "vllm"), "4": ("research", "notebook-7f9c", "jupyter"),
+    "5": ("inference", "llm-amd-b", "vllm"),
     "7": ("batch", "embed-0", "worker"), "8": ("batch", "embed-1", "worker"), "9": ("batch", "embed-2", "worker"),
     "10": ("inference", "small-model-a", "vllm"), "12": ("research", "notebook-31aa", "jupyter"),
 }

@@ -20,6 +20,13 @@ def _lazy_mig_resolver(driver: object) -> LazyMigResolver:
     return LazyMigResolver(driver)
 
 
+def _demo_node() -> object:
+    """The demo's simulated NVIDIA node, imported when `demo` runs only (it starts fake servers)."""
+    from exporter.vendors.nvidia.demo.node import NvidiaDemoNode
+
+    return NvidiaDemoNode()
+
+
 NVIDIA = Vendor(
     name="nvidia",
     devices=DEVICE_FORMS,
@@ -33,6 +40,7 @@ NVIDIA = Vendor(
     families=families.FAMILIES,
     upstream_failures=families.DCGM_FETCH_FAILURES,
     driver_timeouts=families.NVML_TIMEOUTS,
+    demo_node=_demo_node,
     demo_flags=(Flag("--demo.nvml", "demo_nvml", ("on", "off"), "`demo` only: on = its node also simulates NVML, the host's processes, XIDs and a lost GPU, and serves --sharing.mode process; off = device-level samples only.", "on"),),
     demo_refused={"demo_nvml": "only `demo` simulates NVML"},
     open_resolver=_lazy_mig_resolver,

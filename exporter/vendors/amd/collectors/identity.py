@@ -63,6 +63,11 @@ class AmdIdentityCollector(Collector):
         Flag(SYSFS_FLAG, "amd_sysfs_root", "path", "On AMD nodes: where the node's sysfs is read, to find which GPU or "
              "partition a partition folder or DRA device is (the host's /sys, mounted read-only).", "/sys"),
     )
+    # The demo's AMD node runs its own identity service and writes its own sysfs tree.
+    refused = {"demo": {"amd_metrics_socket": "the demo runs its own simulated AMD identity service; leave out `demo` "
+                                              "to serve a real node",
+                        "amd_sysfs_root": "the demo writes its own simulated sysfs tree; leave out `demo` to serve a "
+                                          "real node"}}
 
     def __init__(self) -> None:
         self._identity = None  # AmdIdentity, once prepared

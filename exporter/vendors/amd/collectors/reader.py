@@ -35,6 +35,7 @@ class AmdExporterCollector(UpstreamReader):
              "exporter, and for one List of its identity service.", 5.0),
     )
     refused = {
+        "demo": {"amd_metrics_url": "the demo runs its own simulated AMD exporter; leave out `demo` to serve a real node"},
         "mapping": dict.fromkeys(("amd_metrics_url", "amd_timeout_seconds"),
                                  "it reads the kubelet, never AMD's metrics exporter"),
     }

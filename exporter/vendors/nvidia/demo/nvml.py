@@ -7,7 +7,7 @@ import threading
 import time
 from typing import Callable, List, NamedTuple, Optional, Tuple
 
-from exporter.demo.workload import GPU_COUNT, SimulatedProcess, gpu_energy_mj, gpu_load, gpu_uuid
+from exporter.vendors.nvidia.demo.workload import GPU_COUNT, SimulatedProcess, gpu_energy_mj, gpu_load, gpu_uuid
 
 # nvml.h return codes, as pynvml's NVMLError carries them in .value.
 NVML_ERROR_INVALID_ARGUMENT = 2

@@ -1,4 +1,4 @@
-"""A simulated dcgm-exporter for the demo: a real HTTP server on loopback serving /metrics (tests add faults)."""
+"""A simulated GPU exporter for the demo (each vendor's renders its body): a real HTTP server on loopback serving /metrics (tests add faults)."""
 
 from __future__ import annotations
 
@@ -15,10 +15,10 @@ CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 
 class _Server(QuietServer):
     # socketserver's default backlog of 5 drops SYNs under a burst of scrapes, and each drop costs
-    # the client a 1 s retransmit; Go servers (dcgm-exporter) listen with the system maximum.
+    # the client a 1 s retransmit; Go servers (the vendors' exporters) listen with the system maximum.
     request_queue_size = 128
 
-    def __init__(self, address, fake: "FakeDcgmExporter") -> None:
+    def __init__(self, address, fake: "FakeUpstreamExporter") -> None:
         if ":" in address[0]:
             self.address_family = socket.AF_INET6
         self.fake = fake
@@ -48,15 +48,17 @@ class _Handler(BaseHTTPRequestHandler):
         pass  # one stderr line per request would drown test and demo output
 
 
-class FakeDcgmExporter:
+class FakeUpstreamExporter:
     """Serves `body` (bytes, or a zero-argument callable called per request) at http://HOST:PORT/metrics,
-    as the real one does: keep-alive, Content-Length, 404 elsewhere. `body` is settable at any time.
+    as a vendor's real exporter does: keep-alive, Content-Length, 404 elsewhere (naming the exporter
+    played, `name`). `body` is settable at any time.
 
     The demo runs it as it is; tests/support adds faults by overriding `_answer`.
     """
 
-    def __init__(self, body: Body, host: str = "127.0.0.1", port: int = 0) -> None:
+    def __init__(self, body: Body, host: str = "127.0.0.1", port: int = 0, name: str = "the GPU exporter") -> None:
         self.body = body
+        self.name = name
         self._address = (host, port)
         self._server: Optional[_Server] = None
         self._thread: Optional[threading.Thread] = None
@@ -65,19 +67,19 @@ class FakeDcgmExporter:
     def url(self) -> str:
         """Full URL of /metrics; stays valid after stop(), and a restart binds the same port."""
         if self._address[1] == 0:
-            raise RuntimeError("FakeDcgmExporter.url is known only after start()")
+            raise RuntimeError(f"{type(self).__name__}.url is known only after start()")
         host, port = self._address
         host = f"[{host}]" if ":" in host else host
         return f"http://{host}:{port}/metrics"
 
-    def start(self) -> "FakeDcgmExporter":
+    def start(self) -> "FakeUpstreamExporter":
         if self._server is not None:
-            raise RuntimeError("FakeDcgmExporter is already started")
+            raise RuntimeError(f"{type(self).__name__} is already started")
         self._server = _Server(self._address, self)
         # Remember the port that port 0 gave us, so stop() then start() comes back at the same URL.
         self._address = (self._address[0], self._server.server_address[1])
         self._thread = threading.Thread(target=self._server.serve_forever, kwargs={"poll_interval": 0.05},
-                                        name="fake-dcgm-exporter", daemon=True)
+                                        name="fake-upstream-exporter", daemon=True)
         self._thread.start()
         return self
 
@@ -92,7 +94,7 @@ class FakeDcgmExporter:
         if self._thread is not None:
             self._thread.join()
 
-    def __enter__(self) -> "FakeDcgmExporter":
+    def __enter__(self) -> "FakeUpstreamExporter":
         return self.start()
 
     def __exit__(self, *exc_info) -> None:
@@ -100,7 +102,7 @@ class FakeDcgmExporter:
 
     def _answer(self, handler: _Handler) -> None:
         if handler.path.split("?", 1)[0] != "/metrics":
-            self._send(handler, 404, b"not found: dcgm-exporter serves /metrics\n")
+            self._send(handler, 404, f"not found: {self.name} serves /metrics\n".encode())
             return
         self._send(handler, 200, self._render())
 

@@ -1,13 +1,12 @@
-"""What runs on the demo's simulated node: its GPUs' load, who holds them, the pods and their GPU processes."""
+"""What runs on the NVIDIA demo's simulated node: its GPUs' load, who holds them, the pods and their GPU processes."""
 
 from __future__ import annotations
 
 import math
-import uuid
-from typing import Dict, List, NamedTuple, Optional, Tuple
+from typing import List, NamedTuple, Optional, Tuple
 
+from exporter.demo.cluster import KAI_QUEUE, LOCAL_QUEUE, SimulatedPod
 from exporter.sources.kubelet import AllocatedDevice
-from exporter.collectors.kubernetes.queue_hints import KUEUE_QUEUE_LABEL
 
 GPU_COUNT = 4
 NODE_NAME = "demo-node"
@@ -66,39 +65,11 @@ def simulated_offered() -> List[Tuple[str, str]]:
     return whole + [("nvidia.com/gpu.shared", f"{gpu_uuid(2)}::{replica}") for replica in range(4)]
 
 
-class SimulatedPod(NamedTuple):
-    namespace: str
-    name: str
-    owner: Tuple[str, str]  # (kind, name) of its controller
-    containers: Tuple[str, ...]
-    # resource → {device ID: "Healthy" | "Unhealthy"}: the kubelet's allocatedResourcesStatus
-    health: Dict[str, Dict[str, str]]
-    local_queue: str = ""  # the Kueue LocalQueue it was submitted to (KUEUE_QUEUE_LABEL), in its namespace
-    kai_queue: str = ""  # the KAI Scheduler Queue its Deployment names (KAI_QUEUE_LABEL on the top owner only)
-
-    @property
-    def labels(self) -> Dict[str, str]:
-        """The labels of the pod and of its controller, as its manifest sets them."""
-        return {"app": self.owner[1], **({KUEUE_QUEUE_LABEL: self.local_queue} if self.local_queue else {})}
-
-    @property
-    def uid(self) -> str:
-        return str(uuid.uuid5(uuid.NAMESPACE_URL, f"pod-gpu-demo/{self.namespace}/{self.name}"))
-
-    def container_id(self, container: str) -> str:
-        """The runtime's 64-hex container ID, as containerStatuses[].containerID names it after "containerd://"."""
-        return (uuid.uuid5(uuid.NAMESPACE_URL, f"{self.uid}/{container}").hex * 2)[:64]
-
-
 # GPU 1's device plugin reports it unhealthy (as after an XID 79): trainer-0's pod status says so.
 UNHEALTHY_GPU = 1
 # trainer-0 was admitted through Kueue: it names the ml-team LocalQueue, which draws on the research
 # ClusterQueue's quota. llm-server-a's Deployment names a KAI Scheduler Queue, a leaf under "org";
 # llm-server-b is in no queue.
-LOCAL_QUEUE = "team-ml"
-CLUSTER_QUEUE = "cq-research"
-KAI_QUEUE = "inference"
-KAI_PARENT_QUEUE = "org"
 
 SIMULATED_PODS = (
     SimulatedPod("ml-team", "trainer-0", ("StatefulSet", "trainer"), ("pytorch",),
