@@ -1,10 +1,7 @@
 """`demo --gpu.vendor amd` behind the Prometheus the checkout ships for the demo (prometheus/demo/prometheus.yml, every
-rule file), then `top --prometheus`, as the README runs them for the NVIDIA demo: every holder of a whole AMD GPU is
-a row, with its vendor, GPUs and the figures its own device gives it.
-
-`top` makes a row of each holder's pod_gpu_container_allocated_gpus; the exporter leaves a CPX partition's share of
-its GPU unknown (AMD's forms: CPX makes one partition per XCD, a count that differs by model), so the partitions'
-holders have no such series and no row yet (docs/amd.md says so)."""
+rule file), then `top --prometheus`, as the README runs them for the NVIDIA demo: every holder of an AMD GPU or
+partition is a row, with its vendor, its GPUs (a CPX partition its share of the GPU: one of the eight its sysfs
+shows) and the utilisation its own device gives it (none for a partition: the GPU's activity is the whole GPU's)."""
 
 from __future__ import annotations
 
@@ -19,7 +16,7 @@ from support.prometheus_server import DEADLINE_SECONDS
 from support.top_runs import top_json
 from support.waiting import wait_until
 
-# Each holder's GPUs: a whole GPU counts 1; a CPX partition's share of its GPU is left unknown by AMD's forms.
+# Each holder's GPUs: a whole GPU counts 1, a CPX partition 1/8 (the demo's CPX GPU is split in eight).
 WHOLE = {gpu.gpu_id for gpu in demo_gpus() if not gpu.partitioned}
 
 
@@ -44,8 +41,11 @@ def test_top_shows_every_amd_holder_with_its_vendor(stack):
     document = top_json(["--prometheus", stack.prometheus.url, "--window", "1m"], command=[console_script(), "top"])
     rows = {(row["namespace"], row["pod"], row["container"]): row for row in document["rows"]}
     whole_holders = {holder for gpu_id, holder in HOLDERS.items() if gpu_id in WHOLE}
-    assert whole_holders <= set(rows) <= set(HOLDERS.values()), sorted(rows)
+    partition_holders = set(HOLDERS.values()) - whole_holders
+    assert partition_holders and set(rows) == set(HOLDERS.values()), sorted(rows)
     assert {row["vendor"] for row in rows.values()} == {"amd"}
+    assert {rows[holder]["gpus"] for holder in partition_holders} == {0.125}
+    assert {rows[holder]["utilization"] for holder in partition_holders} == {None}
     trainer = rows[HOLDERS["0"]]
     assert trainer["gpus"] == 2 and trainer["node"] == "demo-node"
     assert trainer["utilization"] is not None and 0.5 < trainer["utilization"] <= 1.0, trainer
