@@ -1,7 +1,8 @@
 """A mixed fleet on one machine: the NVIDIA demo and `demo --gpu.vendor amd` scraped together by one real Prometheus
 with the shipped demo config's job (one target per demo, each its own `node`) and every rule file. The per-pod
 utilisation rule is right for every pod of both that holds its devices alone or has its own share, each with its
-vendor, as each demo's own /gpu/metrics gives it; `top` shows the pods of both, each with its vendor."""
+vendor, as each demo's own /gpu/metrics gives it, and as each demo's own `pod_gpu_utilization_ratio` (the number a
+controller reading the node directly keeps) says it; `top` shows the pods of both, each with its vendor."""
 
 from __future__ import annotations
 
@@ -126,12 +127,41 @@ def test_the_rule_is_right_for_every_pod_of_both_vendors_each_with_its_vendor(fl
     assert recorded[("nvidia", "inference", "llm-server-b")] == 0.0  # holds its replica, runs nothing
 
 
+def _own_numbers(demo) -> Dict[Tuple[str, str], float]:
+    """(namespace, pod) → the demo's own pod_gpu_utilization_ratio, read as a controller reads the node."""
+    served = samples(requests.get(demo.url(), timeout=10).text)
+    numbers = {}
+    for (name, labels), value in served.items():
+        if name == "pod_gpu_utilization_ratio":
+            pairs = dict(_PAIR.findall(labels))
+            numbers[(pairs["namespace"], pairs["pod"])] = value
+    return numbers
+
+
+def test_a_direct_read_of_each_demo_gives_each_pod_the_rules_value(fleet):
+    demos, prometheus = fleet
+    before = {vendor: [_own_numbers(demo) for _ in range(4)] for vendor, demo in demos.items()}
+    recorded = {(s["metric"]["vendor"], s["metric"]["namespace"], s["metric"]["pod"]): float(s["value"][1])
+                for s in query(prometheus, RECORD)}
+    after = {vendor: [_own_numbers(demo) for _ in range(2)] for vendor, demo in demos.items()}
+    for vendor in demos:
+        pods = {pod for reading in before[vendor] + after[vendor] for pod in reading}
+        # The same pods: a number on the node exactly where the rule records one (absent where it is absent).
+        assert pods == {(namespace, pod) for v, namespace, pod in recorded if v == vendor}, (vendor, pods)
+        for pod in pods:
+            seen = [reading[pod] for reading in before[vendor] + after[vendor] if pod in reading]
+            value = recorded[(vendor, *pod)]
+            assert min(seen) - SLACK <= value <= max(seen) + SLACK, (vendor, pod, value, seen)
+    assert all(reading[("inference", "llm-server-b")] == 0.0 for reading in before["nvidia"] + after["nvidia"])
+
+
 def test_top_shows_the_pods_of_both_each_with_its_vendor(fleet):
     _, prometheus = fleet
     document = top_json(["--prometheus", prometheus.url, "--window", "1m"], command=[console_script(), "top"])
     vendors = {(row["node"], row["namespace"], row["pod"]): row["vendor"] for row in document["rows"]}
     expected = {(NODES["nvidia"], *pod): "nvidia" for pod in NVIDIA_PODS}
-    expected.update({(NODES["amd"], *pod): "amd" for pod in AMD_GPUS})
+    # Every AMD holder: of whole GPUs, and of CPX partitions (each counted as its share of the GPU).
+    expected.update({(NODES["amd"], namespace, pod): "amd" for namespace, pod, _ in HOLDERS.values()})
     assert expected.items() <= vendors.items(), vendors
     assert {vendor for (node, *_), vendor in vendors.items() if node == NODES["amd"]} == {"amd"}
     table = run_top(["--prometheus", prometheus.url, "--window", "1m"], command=[console_script(), "top"])
