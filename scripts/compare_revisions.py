@@ -7,8 +7,9 @@ OLD_REV is checked out into a temporary git worktree; both revisions run as proc
 Python (each with its own tree first on PYTHONPATH) against one fake kubelet (real gRPC on a unix socket)
 and one dcgm-exporter (real HTTP) per fixture. Compared, per fixture: /gpu/metrics byte for byte (the
 two values that are times, the scrape duration and the mapping age, masked; the vendor port's status gauges
-pod_gpu_exporter_upstream_up and pod_gpu_exporter_vendor_info taken out of both answers after checking the
-new one's values, so that OLD_REV may be from before or after the port), the family names of /metrics, each
+pod_gpu_exporter_upstream_up and pod_gpu_exporter_vendor_info, and each pod's numbers — pod_gpu_utilization_ratio
+and pod_gpu_memory_used_bytes, a block at the end — taken out of both answers after checking the new one's
+values, so that OLD_REV may be from before or after them), the family names of /metrics, each
 route's status, `mapping -o json` and `top -o json` (its rows' `vendor` field checked to be nvidia, then
 taken out)
 (through a fake API server's pod proxy). Then the demo at fixed moments (its simulated clocks frozen by
@@ -44,6 +45,9 @@ from exporter.sources.kubelet import AllocatedDevice  # noqa: E402
 
 DEFAULT_FIXTURES = Path("/work/shared/fixtures/dcgm")
 NEW_ONLY = ("pod_gpu_exporter_upstream_up", "pod_gpu_exporter_vendor_info")
+# Each pod's numbers on the node, added after the vendor port: a block of their own at the end of the answer, taken
+# out of both answers like the gauges above once pod_numbers_hold has checked where and what they are.
+POD_NUMBERS = ("pod_gpu_utilization_ratio", "pod_gpu_memory_used_bytes")
 # Values that are times this process measured (durations, ages, a counter of real seconds), masked.
 TIMED = ("pod_gpu_exporter_scrape_duration_seconds", "pod_gpu_exporter_mapping_age_seconds",
          "pod_gpu_exporter_process_shares_refresh_duration_seconds", "pod_gpu_container_idle_seconds_total")
@@ -136,8 +140,8 @@ def masked(text: str) -> str:
     so that a revision that has them already compares too; the new one's are checked by new_gauges_hold)."""
     lines = []
     for line in text.splitlines(keepends=True):
-        name = line.split(" ", 3)[2] if line.startswith("# ") and line.count(" ") >= 2 else re.split(r"[{ ]", line, 1)[0]
-        if name in NEW_ONLY:
+        name = _family_of(line)
+        if name in NEW_ONLY or name in POD_NUMBERS:
             continue
         if not line.startswith("#") and name in TIMED:
             line = line.rstrip("\n").rpartition(" ")[0] + " <time>\n"
@@ -145,8 +149,29 @@ def masked(text: str) -> str:
     return "".join(lines)
 
 
+def pod_numbers_hold(text: str) -> bool:
+    """Each pod's numbers come last, after every other line, each utilisation a ratio and each memory whole bytes."""
+    lines = text.splitlines()
+    first = next((n for n, line in enumerate(lines) if _family_of(line) in POD_NUMBERS), len(lines))
+    for line in lines[first:]:
+        name = _family_of(line)
+        if name not in POD_NUMBERS:
+            return False
+        if not line.startswith("#"):
+            value = float(line.rpartition(" ")[2])
+            if not (0.0 <= value <= 1.0 if name == POD_NUMBERS[0] else value >= 0 and value == int(value)):
+                return False
+    return True
+
+
+def _family_of(line: str) -> str:
+    return line.split(" ", 3)[2] if line.startswith("# ") and line.count(" ") >= 2 else re.split(r"[{ ]", line, 1)[0]
+
+
 def new_gauges_hold(text: str) -> bool:
-    """upstream_up equals dcgm_up, and the vendor is nvidia."""
+    """upstream_up equals dcgm_up, the vendor is nvidia, and each pod's numbers stand apart at the end."""
+    if not pod_numbers_hold(text):
+        return False
     dcgm = re.search(r"(?m)^pod_gpu_exporter_dcgm_up (\d)$", text)
     upstream = re.search(r"(?m)^pod_gpu_exporter_upstream_up (\d)$", text)
     return bool(dcgm and upstream and dcgm.group(1) == upstream.group(1)
