@@ -79,13 +79,16 @@ class AmdNode:
         self.kubelet.stop()
 
 
-def amd_slice(devices: Dict[str, Dict[str, str]]) -> dict:
+def amd_slice(devices: Dict[str, Dict[str, str]], taints: Optional[Dict[str, Sequence[dict]]] = None) -> dict:
     """This node's ResourceSlice of AMD's DRA driver: device name → its string attributes, as AMD's driver
-    publishes them (a whole GPU's `pciAddr`, a partition's `parentPciAddr`, `type`)."""
+    publishes them (a whole GPU's `pciAddr`, a partition's `parentPciAddr`, `type`); `taints`: device name → the
+    DeviceTaints (key, value, effect) on it."""
+    taints = taints or {}
     return {"apiVersion": "resource.k8s.io/v1", "kind": "ResourceSlice", "metadata": {"name": f"{NODE}-gpu.amd.com"},
             "spec": {"driver": "gpu.amd.com", "nodeName": NODE, "pool": {"name": NODE, "generation": 1,
                      "resourceSliceCount": 1},
-                     "devices": [{"name": name, "attributes": {key: {"string": value} for key, value in attrs.items()}}
+                     "devices": [{"name": name, "attributes": {key: {"string": value} for key, value in attrs.items()},
+                                  **({"taints": list(taints[name])} if name in taints else {})}
                                  for name, attrs in devices.items()]}}
 
 

@@ -144,17 +144,27 @@ class DraDevices:
         return DraResolution(False, self._key_for(device, published), True, published.profile)
 
     def taints(self, rule_taints: Optional[Callable[[str, str, str], tuple]] = None) -> Tuple[DeviceTaint, ...]:
-        """The taints on this node's GPU devices whose keys are known (MIG devices need NVML), sorted: each
-        device's own, and those `rule_taints` (DeviceTaintRules, by driver, pool and device) add to them."""
+        """The taints on this node's GPU devices whose keys are known (MIG devices need NVML; a vendor whose slices
+        give only an address, its own rule), sorted: each device's own, and those `rule_taints` (DeviceTaintRules,
+        by driver, pool and device) add to them. A device its vendor cannot key yet has none: a guessed key would
+        taint another device's rows."""
         with self._lock:
             devices = [(ref, published) for ref, published in self._devices.items() if ref[0] == self._forms.dra_driver]
         found = set()
         for ref, published in devices:
             taints = published.taints + (rule_taints(*ref) if rule_taints is not None else ())
-            key = self._key_for(ref[2], published) if taints else None
+            key = self._taint_key(ref[2], published) if taints else None
             if key is not None:
                 found.update(DeviceTaint(key, *taint) for taint in taints)
         return tuple(sorted(found))
+
+    def _taint_key(self, name: str, published: SliceDevice) -> Optional[GpuKey]:
+        """The key a tainted device's samples carry: as resolve() keys it when a claim holds it, so that its taint
+        rows join its allocation rows (the vendor's own rule, told the slice's attributes, where slices name no
+        sample's device)."""
+        if self._forms.slices_name_devices:
+            return self._key_for(name, published)
+        return self._forms.resolve_device(name, True, self.resolve_mig, dict(published.published)).key
 
     def _key_for(self, name: str, published: SliceDevice) -> Optional[GpuKey]:
         if published.kind == "mig" or published.uuid.startswith("MIG-"):
