@@ -11,8 +11,8 @@ import pytest
 
 from exporter.core.identity import GpuKey, Owner
 from exporter.core.mapping import Allocation, Mapping
-from exporter.demo.node import TEMPLATE, SimulatedDcgm
-from exporter.demo.workload import simulated_allocations, simulated_offered
+from exporter.vendors.nvidia.demo.node import TEMPLATE, SimulatedDcgm
+from exporter.vendors.nvidia.demo.workload import simulated_allocations, simulated_offered
 from exporter.exposition.device_figures import read_device_figures
 from exporter.exposition.pod_numbers import pod_utilization as computed_utilization
 from exporter.vendors.amd import dialect

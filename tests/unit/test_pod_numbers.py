@@ -7,8 +7,8 @@ import pytest
 
 from exporter.core.identity import GpuKey, Owner
 from exporter.core.mapping import Allocation, Mapping
-from exporter.demo.node import TEMPLATE, SimulatedDcgm
-from exporter.demo.workload import FB_MIB, gpu_load, simulated_allocations, simulated_offered
+from exporter.vendors.nvidia.demo.node import TEMPLATE, SimulatedDcgm
+from exporter.vendors.nvidia.demo.workload import FB_MIB, gpu_load, simulated_allocations, simulated_offered
 from exporter.exposition.device_figures import read_device_figures
 from exporter.exposition.pod_numbers import (HolderUse, container_memory, held_devices_utilization,
                                              own_utilization, pod_utilization, render_pod_numbers)
