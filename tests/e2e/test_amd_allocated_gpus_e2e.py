@@ -15,6 +15,8 @@ from support.amd_node import AmdNode, samples
 from support.kube_e2e import gauge
 from support.waiting import wait_until
 
+TRAINER = HOLDERS["0"][1]  # the demo's pod holding two whole GPUs, 0 and 1
+
 
 def _single_names():
     """The demo's held GPUs as `--resource_naming_strategy single` names them: all under amd.com/gpu."""
@@ -38,7 +40,7 @@ def _allocated(amd: AmdNode) -> dict:
     def read():
         text = requests.get(amd.exporter.url(), timeout=10).text
         ready = gauge(text, "pod_gpu_exporter_amd_identity_up") == "1" and 'gpu_id="0",gpu_partition_id="0"' in text \
-            and 'pod="trainer-0"' in text
+            and f'pod="{TRAINER}"' in text
         return text if ready else ""
     text = wait_until(read, 15)
     return {labels["pod"]: float(value) for name, labels, value in samples(text)
@@ -52,7 +54,7 @@ def test_a_partition_counts_as_its_share_of_the_gpu_sysfs_shows_split(amd_node, 
     amd.serve()
     # The CPX GPU is split into eight: each of its partitions is 1/8, the first (named by the GPU's address) too.
     expected = _expected(lambda gpu: 1 / 8 if gpu.partitioned else 1.0)
-    assert expected["embed-0"] == 0.125 and expected["trainer-0"] == 2.0
+    assert expected["embed-0"] == 0.125 and expected[TRAINER] == 2.0
     assert _allocated(amd) == pytest.approx(expected)
 
 
