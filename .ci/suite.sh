@@ -45,7 +45,7 @@ if [[ $set_name == floors ]]; then
             multi_cluster_recipe_e2e opencost_queries_e2e process_shares_prometheus_e2e \
             top_clusters_prometheus_e2e top_mixed_fleet_e2e top_prometheus_e2e top_young_series_e2e \
             top_utilization_e2e top_kubectl_plugin benchmark_smoke top_benchmark_smoke load_smoke \
-            process_shares_benchmark; do
+            process_shares_benchmark amd_demo_prometheus_e2e mixed_fleet_demos_e2e pod_numbers_e2e; do
         [[ -f tests/e2e/test_$module.py ]] || { echo "suite.sh: tests/e2e/test_$module.py is gone: update the floors selection" >&2; exit 1; }
         selection+=(--ignore "tests/e2e/test_$module.py")
     done
