@@ -38,7 +38,7 @@ def _allocated(amd: AmdNode) -> dict:
     def read():
         text = requests.get(amd.exporter.url(), timeout=10).text
         ready = gauge(text, "pod_gpu_exporter_amd_identity_up") == "1" and 'gpu_id="0",gpu_partition_id="0"' in text \
-            and 'pod="trainer-0"' in text
+            and 'pod="trainer-amd-0"' in text
         return text if ready else ""
     text = wait_until(read, 15)
     return {labels["pod"]: float(value) for name, labels, value in samples(text)
@@ -52,7 +52,7 @@ def test_a_partition_counts_as_its_share_of_the_gpu_sysfs_shows_split(amd_node, 
     amd.serve()
     # The CPX GPU is split into eight: each of its partitions is 1/8, the first (named by the GPU's address) too.
     expected = _expected(lambda gpu: 1 / 8 if gpu.partitioned else 1.0)
-    assert expected["embed-0"] == 0.125 and expected["trainer-0"] == 2.0
+    assert expected["embed-0"] == 0.125 and expected["trainer-amd-0"] == 2.0
     assert _allocated(amd) == pytest.approx(expected)
 
 
