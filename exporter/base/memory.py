@@ -23,7 +23,7 @@ TRIM_THRESHOLD_BYTES = MMAP_THRESHOLD_BYTES
 # What a scrape frees at the heap's top is about its upstream body and its answer together (the fetch's
 # buffer, the refilled text, its gzip): the threshold is kept half again above their sum, rounded up to a
 # MiB. Measured in the server (minor page faults per scrape, benchmarks/perf.py's bodies): an NVIDIA node
-# of 6,400 series (1.5 + 1.8 MB) faulted 150-190 times per gzip scrape at 4 MiB, 0-4 at 5 or 6 MiB; an
+# of 6,400 series (1.5 + 1.8 MB) faulted 33-186 times per gzip scrape at 4 MiB, 0-4 at 5 or 6 MiB; an
 # AMD node of as many series sends twice the bytes per series (2.9 + 2.5 MB), and at 4 MiB it faulted
 # 450-780 times per scrape, at 6 MiB and more 0-13.
 _TRIM_MARGIN = 1.5
