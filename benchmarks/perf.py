@@ -364,6 +364,8 @@ def amd_summary(amd: SizeResult, nvidia: SizeResult, label: str) -> None:
         print(f"    per MB of upstream text: AMD {per_mb_a * 1e3:.2f} ms ({amd.body_bytes / 1e6:.2f} MB), NVIDIA "
               f"{per_mb_n * 1e3:.2f} ms ({nvidia.body_bytes / 1e6:.2f} MB): AMD / NVIDIA {_ratio(per_mb_a, per_mb_n)}")
     print(f"  peak RSS: AMD {amd.peak_rss_mib:.1f} MiB, NVIDIA {nvidia.peak_rss_mib:.1f} MiB")
+    print(f"  idle: AMD {amd.idle_millicores:.3f} millicores (its identity service is asked too, and sysfs read when it "
+          f"may have changed), NVIDIA {nvidia.idle_millicores:.3f}")
 
 
 def summary(results: Dict[str, SizeResult], references: InProcess, reference_label: str) -> None:

@@ -14,12 +14,20 @@ _M_TRIM_THRESHOLD = -1
 # reusing the same memory keeps the rewrite fast; mapping them too (glibc's initial 128 KiB)
 # cost 10 ms of CPU per scrape instead of 6 in benchmarks/perf.py's conditions, in page faults.
 MMAP_THRESHOLD_BYTES = 4 * 1024 * 1024
-# Free memory at the heap's top is kept up to this much while answers are smaller than the mmap
-# threshold: a fixed mmap threshold leaves glibc's trim threshold at 128 KiB, so the heap's top went
+# Free memory at the heap's top is kept up to this much (at least) while answers are smaller than the
+# mmap threshold: a fixed mmap threshold leaves glibc's trim threshold at 128 KiB, so the heap's top went
 # back to the system after every scrape and was faulted in again on the next (~400 page faults, a
 # fifth of a scrape's CPU at 6,400 series). Larger answers' buffers are mapped on their own whatever
 # the heap keeps, and there keeping it only added 4-6 MiB to the peak of a 25,600-series node.
 TRIM_THRESHOLD_BYTES = MMAP_THRESHOLD_BYTES
+# What a scrape frees at the heap's top is about its upstream body and its answer together (the fetch's
+# buffer, the refilled text, its gzip): the threshold is kept half again above their sum, rounded up to a
+# MiB. Measured in the server (minor page faults per scrape, benchmarks/perf.py's bodies): an NVIDIA node
+# of 6,400 series (1.5 + 1.8 MB) faulted 33-186 times per gzip scrape at 4 MiB, 0-4 at 5 or 6 MiB; an
+# AMD node of as many series sends twice the bytes per series (2.9 + 2.5 MB), and at 4 MiB it faulted
+# 450-780 times per scrape, at 6 MiB and more 0-13.
+_TRIM_MARGIN = 1.5
+_MIB = 1024 * 1024
 DEFAULT_TRIM_THRESHOLD_BYTES = 128 * 1024  # glibc's own
 # Set by tune_malloc where the trim threshold is ours to set. glibc's own until an answer below the
 # mmap threshold has been rewritten: a large node's first rewrite, its peak, then keeps nothing.
@@ -55,14 +63,19 @@ def tune_malloc(environ: Mapping[str, str] = os.environ) -> bool:
     return done
 
 
-def trim_threshold_for(answer_bytes: int) -> int:
-    """How much freed memory the heap's top keeps for answers of this size (TRIM_THRESHOLD_BYTES)."""
-    return TRIM_THRESHOLD_BYTES if answer_bytes < MMAP_THRESHOLD_BYTES else DEFAULT_TRIM_THRESHOLD_BYTES
+def trim_threshold_for(answer_bytes: int, body_bytes: int = 0) -> int:
+    """How much freed memory the heap's top keeps for answers of this size rewritten from upstream bodies of
+    this size (TRIM_THRESHOLD_BYTES, or more for larger buffers below the mmap threshold)."""
+    if max(answer_bytes, body_bytes) >= MMAP_THRESHOLD_BYTES:
+        return DEFAULT_TRIM_THRESHOLD_BYTES
+    scrape_mib = -(-int((answer_bytes + body_bytes) * _TRIM_MARGIN) // _MIB)  # rounded up
+    return max(TRIM_THRESHOLD_BYTES, scrape_mib * _MIB)
 
 
-def fit_heap_to_answer(answer_bytes: int) -> None:
-    """Sets the trim threshold for answers of this size; nothing unless tune_malloc set glibc up."""
-    mallopt, wanted = _trim["mallopt"], trim_threshold_for(answer_bytes)
+def fit_heap_to_answer(answer_bytes: int, body_bytes: int = 0) -> None:
+    """Sets the trim threshold for answers of this size rewritten from bodies of this size; nothing unless
+    tune_malloc set glibc up."""
+    mallopt, wanted = _trim["mallopt"], trim_threshold_for(answer_bytes, body_bytes)
     if mallopt is not None and _trim["bytes"] != wanted:
         mallopt(_M_TRIM_THRESHOLD, wanted)
         _trim["bytes"] = wanted

@@ -262,7 +262,7 @@ class Scraper:
             rewriter = self._rewriter = Rewriter(mapping, self._style, self._mode, self.label_limit,
                                                            self._dialect)
         result = rewriter.rewrite(body)
-        fit_heap_to_answer(len(result.text))
+        fit_heap_to_answer(len(result.text), len(body))
         if (previous is not None and previous.mapping is mapping and previous.identities == result.identities
                 and _same(previous.keys, keys)):
             rows = previous.section_rows  # new values of the same GPUs, held by the same pods

@@ -14,9 +14,9 @@ Nothing here is guessed: a device whose files are missing or disagree is left ou
 
 from __future__ import annotations
 
+import os
 import re
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Dict, Iterator, List, Optional, Tuple
 
 from exporter.vendors.amd.device_ids import partition_name
@@ -28,7 +28,8 @@ _PCI_FOLDER = re.compile(r"[0-9a-fA-F]{4}:[0-9a-fA-F]{2}:[0-9a-fA-F]{2}\.[0-7]")
 _XCP_FOLDER = re.compile(r"amdgpu_xcp[_.](\d+)")
 _CARD = re.compile(r"card(\d+)")
 _RENDER = re.compile(r"renderD(\d+)")
-_PROPERTY = re.compile(r"(\w+) (-?\d+)")
+_KFD_PROPERTIES = ("drm_render_minor", "location_id", "domain")
+_DECIMAL = re.compile(r"-?\d+")
 
 
 @dataclass(frozen=True)
@@ -71,24 +72,27 @@ class _DrmNodes:
 
 
 def read_layout(root: str = "/sys") -> SysfsLayout:
-    """The AMD devices under `root`: none without the amdgpu driver, whole GPUs only without KFD's topology."""
-    base = Path(root)
-    kfd = _kfd_nodes(base.joinpath(*_KFD_NODES))
-    gpus = list(_whole_gpus(base.joinpath(*_GPU_FOLDERS), kfd))
+    """The AMD devices under `root`: none without the amdgpu driver, whole GPUs only without KFD's topology.
+
+    Read on every refresh of the identity service (every --kubelet.refresh-interval, scrapes or not): with plain
+    string paths and only the three KFD properties used, since pathlib objects and a regular expression on every
+    properties line made it most of an idle AMD node's CPU (13 ms a read on 64 partitions)."""
+    kfd = _kfd_nodes(os.path.join(root, *_KFD_NODES))
+    gpus = list(_whole_gpus(os.path.join(root, *_GPU_FOLDERS), kfd))
     by_parent = {gpu.parent_address: gpu for gpu in gpus}
-    devices = gpus + list(_partitions(base.joinpath(*_PLATFORM), kfd, by_parent))
+    devices = gpus + list(_partitions(os.path.join(root, *_PLATFORM), kfd, by_parent))
     # Two devices with one DRA name would make either a guess: neither is named.
     names = [device.dra_name for device in devices if device.dra_name]
     by_dra = {d.dra_name: d for d in devices if d.dra_name and names.count(d.dra_name) == 1}
     return SysfsLayout(tuple(devices), {d.device_id: d for d in devices}, by_dra)
 
 
-def _whole_gpus(folder: Path, kfd: Dict[int, _KfdNode]) -> Iterator[AmdDevice]:
-    for path in _listed(folder):
-        if not _PCI_FOLDER.fullmatch(path.name):
+def _whole_gpus(folder: str, kfd: Dict[int, _KfdNode]) -> Iterator[AmdDevice]:
+    for name in _listed(folder):
+        if not _PCI_FOLDER.fullmatch(name):
             continue
-        address = path.name.lower()
-        drm = _drm_nodes(path / "drm")
+        address, path = name.lower(), os.path.join(folder, name)
+        drm = _drm_nodes(os.path.join(path, "drm"))
         if drm.render is None:
             continue
         node = kfd.get(drm.render)
@@ -96,16 +100,17 @@ def _whole_gpus(folder: Path, kfd: Dict[int, _KfdNode]) -> Iterator[AmdDevice]:
         if node is not None and node.address != address:
             continue
         yield AmdDevice(address, _dra_name(drm), address, address, drm.render,
-                        _read_word(path / "current_compute_partition"), _read_word(path / "current_memory_partition"))
+                        _read_word(os.path.join(path, "current_compute_partition")),
+                        _read_word(os.path.join(path, "current_memory_partition")))
 
 
-def _partitions(folder: Path, kfd: Dict[int, _KfdNode], gpus: Dict[str, AmdDevice]) -> List[AmdDevice]:
+def _partitions(folder: str, kfd: Dict[int, _KfdNode], gpus: Dict[str, AmdDevice]) -> List[AmdDevice]:
     found: List[AmdDevice] = []
-    for path in _listed(folder):
-        match = _XCP_FOLDER.fullmatch(path.name)
+    for name in _listed(folder):
+        match = _XCP_FOLDER.fullmatch(name)
         if not match:
             continue
-        drm = _drm_nodes(path / "drm")
+        drm = _drm_nodes(os.path.join(folder, name, "drm"))
         node = kfd.get(drm.render) if drm.render is not None else None
         if node is None:
             continue  # a partition not in use: the device plugin skips it too
@@ -119,13 +124,13 @@ def _partitions(folder: Path, kfd: Dict[int, _KfdNode], gpus: Dict[str, AmdDevic
     return [device for device in found if ids.count(device.device_id) == 1]
 
 
-def _kfd_nodes(folder: Path) -> Dict[int, _KfdNode]:
+def _kfd_nodes(folder: str) -> Dict[int, _KfdNode]:
     """Render minor → KFD's node for it; CPU nodes (minor 0) and minors listed twice are left out."""
     nodes: Dict[int, _KfdNode] = {}
     doubled = set()
-    for path in _listed(folder):
-        properties = _read_properties(path / "properties")
-        minor, location, domain = (properties.get(k) for k in ("drm_render_minor", "location_id", "domain"))
+    for name in _listed(folder):
+        properties = _read_properties(os.path.join(folder, name, "properties"))
+        minor, location, domain = (properties.get(k) for k in _KFD_PROPERTIES)
         if minor is None or location is None or domain is None or minor <= 0:
             continue
         if minor in nodes:
@@ -143,10 +148,10 @@ def _function_zero(address: str) -> str:
     return address.rsplit(".", 1)[0] + ".0"
 
 
-def _drm_nodes(folder: Path) -> _DrmNodes:
+def _drm_nodes(folder: str) -> _DrmNodes:
     cards, renders = [], []
-    for path in _listed(folder):
-        card, render = _CARD.fullmatch(path.name), _RENDER.fullmatch(path.name)
+    for name in _listed(folder):
+        card, render = _CARD.fullmatch(name), _RENDER.fullmatch(name)
         if card:
             cards.append(int(card.group(1)))
         if render:
@@ -158,30 +163,33 @@ def _dra_name(drm: _DrmNodes) -> str:
     return f"gpu-{drm.card}-{drm.render}" if drm.card is not None and drm.render is not None else ""
 
 
-def _listed(folder: Path) -> List[Path]:
+def _listed(folder: str) -> List[str]:
+    """The names in a folder, sorted; none when it cannot be listed."""
     try:
-        return sorted(folder.iterdir())
+        return sorted(os.listdir(folder))
     except OSError:
         return []
 
 
-def _read_word(path: Path) -> str:
+def _read_word(path: str) -> str:
+    return _read_text(path).strip().lower()
+
+
+def _read_text(path: str) -> str:
+    """A small sysfs file's text, "" when it cannot be read; unbuffered bytes (a page at most), decoded after."""
     try:
-        return path.read_text(encoding="ascii", errors="replace").strip().lower()
+        with open(path, "rb", buffering=0) as file:
+            return file.read().decode("ascii", errors="replace")
     except OSError:
         return ""
 
 
-def _read_properties(path: Path) -> Dict[str, int]:
-    """A KFD properties file: one `name value` per line, values in decimal."""
-    try:
-        text = path.read_text(encoding="ascii", errors="replace")
-    except OSError:
-        return {}
+def _read_properties(path: str) -> Dict[str, int]:
+    """The properties this module reads (_KFD_PROPERTIES) from a KFD properties file: one `name value` per line,
+    values in decimal, the first line of a name counting."""
     found: Dict[str, int] = {}
-    for line in text.splitlines():
-        match = _PROPERTY.fullmatch(line.strip())
-        if match and match.group(1) not in found:
-            found[match.group(1)] = int(match.group(2))
+    for line in _read_text(path).splitlines():
+        name, space, value = line.strip().partition(" ")
+        if name in _KFD_PROPERTIES and name not in found and space and _DECIMAL.fullmatch(value):
+            found[name] = int(value)
     return found
-
