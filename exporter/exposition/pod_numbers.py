@@ -89,7 +89,8 @@ def held_devices_utilization(mapping: GpuMapping, identities: Iterable[GpuIdenti
                              figures: Mapping[GpuIdentity, DeviceFigures], by_mode: bool = False) -> Dict[Pod, float]:
     """Each pod holding only devices of its own, none of them a partitioned GPU's: the mean utilisation of those
     that report one, each once however many of its containers hold it."""
-    held, holders, shared = _holdings(mapping, identities, lambda owner: (owner.namespace, owner.pod))
+    held, holders, shared = _holdings(mapping, identities, _BY_POD)
+    shared = set(shared)
     shared.update(device for device, pods in holders.items() if len(pods) > 1)
     shared.update(device for device in holders if isinstance(device, GpuIdentity)
                   and device in figures and figures[device].partitioned)
@@ -115,7 +116,7 @@ def container_memory(mapping: GpuMapping, identities: Iterable[GpuIdentity], fig
     """Each container's GPU memory used (bytes) over the devices it holds: its own where measured per holder, else
     the device's where it is the device's only holder (held whole, not through a replica); no value for a
     container holding a device it shares that is not measured per holder, or one that reports no memory."""
-    devices, holders, replicas = _holdings(mapping, identities, lambda owner: owner)
+    devices, holders, replicas = _holdings(mapping, identities, _BY_CONTAINER)
     # A holder's use by each key its device can be claimed by: the vendor's driver may name a device with fewer
     # labels than its exporter's samples do.
     use_by_key = {(key, owner): use for (device, owner), use in uses.items() for key in device.keys()}
@@ -141,21 +142,39 @@ def _memory_of(device: object, owner: Owner, use_by_key: Mapping[Tuple[GpuKey, O
     return None
 
 
-def _holdings(mapping: GpuMapping, identities: Iterable[GpuIdentity], holder_of: Callable[[Owner], object]):
+_BY_POD = "pod"
+_BY_CONTAINER = "container"
+# The last few holdings worked out, by (mapping, identities, holder kind): they change only with a new mapping or a
+# new set of devices in the answer, while every scrape with new values asks again (the work cost as much as reading
+# the answer's figures). Entries keep their mapping and identities, so a key is never taken for a later object's.
+_HOLDINGS_KEPT = 4
+_holdings_kept: Dict[tuple, tuple] = {}
+
+
+def _holdings(mapping: GpuMapping, identities: Iterable[GpuIdentity], kind: str):
     """(holder → the devices it holds, device → its holders, the devices held through a replica), a holder being
-    what `holder_of` makes of each owner (its pod, or the container itself). A device is named as its allocation
-    row names it: the sample's identity its key claims, else the key itself."""
+    a pod (`_BY_POD`) or a container (`_BY_CONTAINER`). A device is named as its allocation row names it: the
+    sample's identity its key claims, else the key itself. Read only: kept for the next scrape."""
+    key = (id(mapping), id(identities), kind)
+    kept = _holdings_kept.get(key)
+    if kept is not None and kept[0] is mapping and kept[1] is identities:
+        return kept[2]
     by_key = identities_by_key(identities)
     held: Dict[object, Set[object]] = {}
     holders: Dict[object, Set[object]] = {}
     replicas: Set[object] = set()
     for allocation in mapping.allocations:
-        device, holder = _device_of(allocation.key, by_key), holder_of(allocation.owner)
+        owner = allocation.owner
+        device, holder = _device_of(allocation.key, by_key), (owner.namespace, owner.pod) if kind == _BY_POD else owner
         held.setdefault(holder, set()).add(device)
         holders.setdefault(device, set()).add(holder)
         if _is_replica(mapping, allocation.device_id):
             replicas.add(device)
-    return held, holders, replicas
+    result = (held, holders, replicas)
+    if len(_holdings_kept) >= _HOLDINGS_KEPT:
+        _holdings_kept.clear()
+    _holdings_kept[key] = (mapping, identities, result)
+    return result
 
 
 def _is_replica(mapping: GpuMapping, device_id: str) -> bool:
@@ -171,12 +190,47 @@ def render_pod_numbers(mapping: GpuMapping, utilization: Mapping[Pod, float], me
                        style: str, limit: Optional[LabelLimit] = None) -> str:
     """Both families' rows, pods and containers in order, each with its pod's extra labels as every series
     about a pod carries them (cut to --labels.limit)."""
-    rows = [(label_text(POD_UTILIZATION, {}, _pod_labels(mapping, pod, style, limit)), f"{utilization[pod]:.12g}")
-            for pod in sorted(utilization)]
-    memory_rows = [(label_text(POD_MEMORY, {}, render_owner_labels_within(
-        owner, style, mapping.extra_labels.get((owner.namespace, owner.pod), ()), limit, 0)), _number(memory[owner]))
-        for owner in sorted(memory)]
+    texts = _label_texts(mapping, style, limit)
+    rows = [(texts.pod(pod), f"{utilization[pod]:.12g}") for pod in sorted(utilization)]
+    memory_rows = [(texts.container(owner), _number(memory[owner])) for owner in sorted(memory)]
     return render_family(POD_UTILIZATION, rows) + render_family(POD_MEMORY, memory_rows)
+
+
+class _LabelTexts:
+    """Each pod's and container's label text for one mapping, style and limit, made at its first use: the same on
+    every scrape until the mapping changes, while the values move."""
+
+    def __init__(self, mapping: GpuMapping, style: str, limit: Optional[LabelLimit]):
+        self._mapping, self._style, self._limit = mapping, style, limit
+        self._pods: Dict[Pod, str] = {}
+        self._containers: Dict[Owner, str] = {}
+
+    def pod(self, pod: Pod) -> str:
+        text = self._pods.get(pod)
+        if text is None:
+            text = self._pods[pod] = label_text(POD_UTILIZATION, {}, _pod_labels(self._mapping, pod, self._style,
+                                                                                 self._limit))
+        return text
+
+    def container(self, owner: Owner) -> str:
+        text = self._containers.get(owner)
+        if text is None:
+            extras = self._mapping.extra_labels.get((owner.namespace, owner.pod), ())
+            text = self._containers[owner] = label_text(POD_MEMORY, {}, render_owner_labels_within(
+                owner, self._style, extras, self._limit, 0))
+        return text
+
+
+_last_label_texts: Optional[_LabelTexts] = None
+
+
+def _label_texts(mapping: GpuMapping, style: str, limit: Optional[LabelLimit]) -> _LabelTexts:
+    """The label texts of the last mapping rendered, or new ones for another mapping, style or limit."""
+    global _last_label_texts
+    texts = _last_label_texts
+    if texts is None or texts._mapping is not mapping or texts._style != style or texts._limit is not limit:
+        texts = _last_label_texts = _LabelTexts(mapping, style, limit)
+    return texts
 
 
 def _pod_labels(mapping: GpuMapping, pod: Pod, style: str, limit: Optional[LabelLimit]) -> str:
@@ -214,6 +268,7 @@ class PodNumbersSection(BaseSection):
         self._label_texts: dict = {}  # what each sample's label text said of its device: parsed once, not per answer
         self._lock = threading.Lock()
         self._last: Tuple[tuple, bytes] = ((), b"")  # (what the rows were made from, the rows)
+        self._allocated: Tuple[tuple, dict] = ((None, None), {})  # ((mapping, GPU memory sizes), each container's GPUs)
 
     def _rows(self, view: ScrapeView) -> bytes:
         mapping = view.snapshot.mapping
@@ -225,13 +280,22 @@ class PodNumbersSection(BaseSection):
         made_from = (mapping, view.identities, figures, uses, gpu_memory)
         if _same(made_from, self._last[0]):
             return self._last[1]
-        gpus = allocated_gpus(mapping.allocations, mapping.forms, mapping.offered or {}, dict(gpu_memory))
+        gpus = self._gpus(mapping, gpu_memory)
         by_mode = bool(self._names.partition_mode_label)
         rows = render_pod_numbers(mapping, pod_utilization(mapping, view.identities, figures, uses, gpus, by_mode),
                                   container_memory(mapping, view.identities, figures, uses),
                                   self._style, self._limit).encode()
         self._last = (made_from, rows)
         return rows
+
+    def _gpus(self, mapping: GpuMapping, gpu_memory: Mapping[str, float]) -> Dict[Tuple[str, str, str], float]:
+        """Each container's GPUs as the allocation block counts them: worked out again only for a new mapping or
+        new GPU memory sizes, not for each answer's new values."""
+        made_from, gpus = self._allocated
+        if made_from[0] is not mapping or made_from[1] is not gpu_memory:
+            gpus = allocated_gpus(mapping.allocations, mapping.forms, mapping.offered or {}, dict(gpu_memory))
+            self._allocated = ((mapping, gpu_memory), gpus)
+        return gpus
 
     def _figures_of(self, body: Optional[bytes]) -> Dict[GpuIdentity, DeviceFigures]:
         """The answer's device figures, read again only for an answer that differs (by length and hash: the
