@@ -133,10 +133,10 @@ free_port() {
 
 find_fixture() {
     local name=l4-aws-gpu-operator-default-counters.prom dir
-    for dir in "$root/tests/data/dcgm" "$root/exporter/demo/data"; do
+    for dir in "$root/tests/data/dcgm" "$root/exporter/vendors/nvidia/demo/data"; do
         if [[ -f "$dir/$name" ]]; then echo "$dir/$name"; return 0; fi
     done
-    log "fixture $name not found under tests/data/dcgm or exporter/demo/data"
+    log "fixture $name not found under tests/data/dcgm or exporter/vendors/nvidia/demo/data"
     return 1
 }
 
