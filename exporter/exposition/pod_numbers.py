@@ -21,7 +21,7 @@ from typing import Callable, Dict, Iterable, Mapping, NamedTuple, Optional, Set,
 from exporter.core.allocated import allocated_gpus
 from exporter.core.identity import GpuIdentity, GpuKey, Owner
 from exporter.core.mapping import Mapping as GpuMapping
-from exporter.exposition.device_figures import DeviceFigures, FigureNames, read_device_figures
+from exporter.exposition.device_figures import DeviceFigures, FigureNames, FigureReader
 from exporter.exposition.families import POD_MEMORY, POD_UTILIZATION
 from exporter.exposition.label_limit import LabelLimit
 from exporter.exposition.labels import LABEL_STYLES, identities_by_key, render_owner_labels_within
@@ -264,8 +264,8 @@ class PodNumbersSection(BaseSection):
         self._names = figures  # the vendor's names of its utilisation and memory figures
         self._gpu_memory_mib = gpu_memory_mib  # what the allocation block counts memory-shared GPUs by
         self._holder_uses = holder_uses
-        self._figures: Tuple[object, Dict[GpuIdentity, DeviceFigures]] = (None, {})  # (answer's digest, figures)
-        self._label_texts: dict = {}  # what each sample's label text said of its device: parsed once, not per answer
+        self._figures: Tuple[int, Dict[GpuIdentity, DeviceFigures]] = (0, {})  # (ScrapeView.answer, its figures)
+        self._reader = FigureReader(figures, _FIELDS)
         self._lock = threading.Lock()
         self._last: Tuple[tuple, bytes] = ((), b"")  # (what the rows were made from, the rows)
         self._allocated: Tuple[tuple, dict] = ((None, None), {})  # ((mapping, GPU memory sizes), each container's GPUs)
@@ -274,7 +274,7 @@ class PodNumbersSection(BaseSection):
         mapping = view.snapshot.mapping
         if not mapping.allocations:
             return b""
-        figures = self._figures_of(view.body)
+        figures = self._figures_of(view)
         uses = self._holder_uses() or _NO_USES
         gpu_memory = self._gpu_memory_mib()
         made_from = (mapping, view.identities, figures, uses, gpu_memory)
@@ -297,18 +297,16 @@ class PodNumbersSection(BaseSection):
             self._allocated = ((mapping, gpu_memory), gpus)
         return gpus
 
-    def _figures_of(self, body: Optional[bytes]) -> Dict[GpuIdentity, DeviceFigures]:
-        """The answer's device figures, read again only for an answer that differs (by length and hash: the
-        scraper's kept body is one object while unchanged, whose hash Python computes once); scrapes that come
-        together read it once."""
-        if body is None:
+    def _figures_of(self, view: ScrapeView) -> Dict[GpuIdentity, DeviceFigures]:
+        """The answer's device figures, read once per answer (scrapes that come together read it once), from the
+        refill's values where it was refilled."""
+        if view.body is None:
             return _NO_FIGURES
-        digest = (len(body), hash(body))
         with self._lock:
-            known_digest, known = self._figures
-            if digest != known_digest:
-                known = read_device_figures(body, self._names, _FIELDS, self._label_texts)
-                self._figures = (digest, known)
+            known_answer, known = self._figures
+            if not view.answer or view.answer != known_answer:  # 0: a body not numbered, read each time
+                known = self._reader.read(view.body, view.values)
+                self._figures = (view.answer, known)
         return known
 
 

@@ -19,7 +19,7 @@ from exporter.exposition.metadata import FamilyRecord
 from exporter.exposition.line_rule import read_line
 from exporter.exposition.series import LabelSet, RewriteResult, Series, SeriesBuilder, replace_copy
 from exporter.exposition.streamed import rewrite_streamed
-from exporter.exposition.template import BodyTemplate
+from exporter.exposition.template import BodyTemplate, BodyValues
 from exporter.exposition.text import cut_short
 
 # The caches of series and label sets keep what the last rewrite used; once they hold more entries
@@ -84,8 +84,12 @@ class Rewriter:
         self._build_backoff = 0
         self._label_set_budget: Optional[int] = None  # while a large body is rewritten line by line
         self._replaced = False  # whether the body being rewritten replaced a copy's lines
+        # The values of the last body rewritten, where it was refilled (for readers of a few of its samples,
+        # exporter.exposition.template.BodyValues); None where it was rewritten line by line.
+        self.last_values: Optional[BodyValues] = None
 
     def rewrite(self, body: bytes) -> RewriteResult:
+        self.last_values = None  # the last body's let go before this one is read
         template = self._template
         if template is not None:
             built_now = not template.built and self._bodies_before_next_build == 0 and template.may_fit(body)
@@ -96,10 +100,11 @@ class Rewriter:
                 self._series.clear()
                 self._label_sets = {}
                 template.build()
-            text = template.fill(body) if template.built else None
-            if text is not None:  # the same series as last time, new plain values: no line loop
+            refilled = template.fill(body) if template.built else None
+            if refilled is not None:  # the same series as last time, new plain values: no line loop
                 self.refills += 1
                 self._build_backoff = 0
+                text, self.last_values = refilled
                 return RewriteResult(text, template.malformed, template.identities)
             if built_now:  # built for this body in vain
                 self.wasted_template_builds += 1

@@ -17,6 +17,7 @@ from exporter.base.logs import log
 from exporter.core.attribution import Snapshot
 from exporter.exposition import families
 from exporter.exposition.families import Family
+from exporter.exposition.template import BodyValues
 from exporter.exposition.text import escape_label_value
 
 Gauge = Tuple[Family, Optional[object]]  # a status gauge and its one value, None for none yet
@@ -32,6 +33,10 @@ class ScrapeView(NamedTuple):
     started: float = 0.0  # time.perf_counter() when the scrape began
     gauges: Tuple[Gauge, ...] = ()  # the sections' own status gauges, in registration order
     body: Optional[bytes] = None  # the upstream body this scrape's rows are made with (None: none)
+    # Which upstream answer `body` is: a new number for each body rewritten, kept while it is answered again, so
+    # that a block reading the body is told a new one from the last without hashing it; 0 with no body.
+    answer: int = 0
+    values: Optional[BodyValues] = None  # the body's values where it was refilled (see BodyValues), else None
 
 
 class SectionState(NamedTuple):

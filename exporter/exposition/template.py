@@ -27,9 +27,9 @@ the garbage collector off several times per scrape, a third of the refill's cost
 from __future__ import annotations
 
 import re
-from itertools import islice
+from itertools import count, islice
 from operator import itemgetter
-from typing import Callable, Iterator, List, Optional, Sequence, Tuple
+from typing import Callable, Iterator, List, NamedTuple, Optional, Sequence, Tuple
 
 from exporter.exposition.line_rule import are_plain_values
 from exporter.exposition.text import VALUE, is_finite_or_inf
@@ -42,6 +42,21 @@ _PLAIN_VALUE = re.compile(VALUE, re.ASCII)  # re.ASCII: see VALUE
 # bytes: no plain decimal that short overflows a double (see exporter.exposition.text.is_finite_or_inf),
 # and a line with a longer one is fixed text, which a changed value makes the body not fit.
 _AFTER_LABELS = re.compile(rb"\} ([^\n]{0,299})\n")
+_SHAPES = count(1)  # each template's number: bodies refilled by one template have their values in the same places
+
+
+class BodyValues(NamedTuple):
+    """A refilled body's values, for readers that would otherwise search the body for a few samples: every
+    body refilled by one template (one `shape`) has the same bytes around its values, so the value of a given
+    line is at the same place in `values` in each, found once (value_places) and then looked up."""
+
+    shape: int  # the template's number
+    values: Sequence[bytes]  # what follows the first "} " of each line up to its newline, in the body's order
+
+
+def value_places(body: bytes) -> List[int]:
+    """Where each of BodyValues.values starts in `body`: the place of each value the template reads, in order."""
+    return [match.start(1) for match in _AFTER_LABELS.finditer(body)]
 
 
 def _picker(indices: Sequence[int], count: int) -> Callable[[Sequence[bytes]], Sequence[bytes]]:
@@ -88,6 +103,7 @@ class BodyTemplate:
                  malformed: int, identities: frozenset) -> None:
         self.malformed = malformed
         self.identities = identities
+        self.shape = next(_SHAPES)
         self._body: Optional[bytes] = body
         self._recorded: Optional[Tuple[bytes, List[int], List[Optional[str]]]] = (text, ends, rests)
         self._line_count = body.count(b"\n") + 1
@@ -105,8 +121,8 @@ class BodyTemplate:
         """Whether body has as many lines as the last one: worth building this template for."""
         return body.count(b"\n") + 1 == self._line_count
 
-    def fill(self, body: bytes) -> Optional[bytes]:
-        """The rewrite of body, or None if this template does not fit it; build() first."""
+    def fill(self, body: bytes) -> Optional[Tuple[bytes, BodyValues]]:
+        """The rewrite of body and its values, or None if this template does not fit it; build() first."""
         tokens = _AFTER_LABELS.findall(body)
         if len(tokens) != self._token_count:
             return None
@@ -115,7 +131,7 @@ class BodyTemplate:
             return None  # some byte other than a sample's value changed
         if values and not are_plain_values(values):
             return None
-        return self._output.join(self._pick_outputs(values))
+        return self._output.join(self._pick_outputs(values)), BodyValues(self.shape, tokens)
 
     def build(self) -> None:
         """Cut the last body and its rewrite into fixed pieces around the values of plain samples."""

@@ -20,6 +20,7 @@ from exporter.exposition.label_limit import LabelLimit
 from exporter.exposition.rewriter import Rewriter
 from exporter.exposition.sections import ScrapeView, Section, SectionFailures, SectionState, check_order
 from exporter.exposition.series import RewriteResult
+from exporter.exposition.template import BodyValues
 
 
 # zlib-ng's level 2 shrinks the large benchmark node's 1.83 MB answer to 83 KB in ~1.1 ms of CPU,
@@ -81,6 +82,8 @@ class _Cached(NamedTuple):
     keys: tuple  # each kept section's key() its rows were made for
     section_rows: bytes  # the kept sections' rows for this rewrite
     shared_gzip: _GzipPrefix  # of result.text + section_rows, what every answer starts with
+    number: int  # which body rewritten this is (Scraper.rewrites once it was): ScrapeView.answer
+    values: Optional[BodyValues]  # the body's values where it was refilled: ScrapeView.values
 
 
 class _SharedFetch:
@@ -183,12 +186,13 @@ class Scraper:
         started = time.perf_counter()
         snapshot = self._attribution.current()
         body = self._fetch()
-        malformed, identities, kept_body = 0, frozenset(), None
+        malformed, identities, kept_body, answer, values = 0, frozenset(), None, 0, None
         if body is not None:
             cached = self._rewrite(body, snapshot)
             self.last_body = cached.body
             shared, shared_gzip = (cached.result.text, cached.section_rows), cached.shared_gzip
             malformed, identities, kept_body = cached.result.malformed, cached.result.identities, cached.body
+            answer, values = cached.number, cached.values
             self._report_content(cached.result)
         else:
             # Without upstream samples there is nothing to join, but allocations are still known.
@@ -198,7 +202,7 @@ class Scraper:
             self.scrapes += 1
             self.malformed_lines += malformed
         gauges = tuple(gauge for section in self.sections for gauge in self.failures.gauges(section))
-        view = ScrapeView(snapshot, identities, body is not None, malformed, started, gauges, kept_body)
+        view = ScrapeView(snapshot, identities, body is not None, malformed, started, gauges, kept_body, answer, values)
         own = b"".join(rows for rows in (self.failures.render(section, view) for section in self._per_scrape)
                        if rows is not None)
         return ScrapeBody(shared, own, shared_gzip)
@@ -245,7 +249,7 @@ class Scraper:
                 # of each in memory, whatever their size.
                 previous, cached, self._cached, self.last_body = _Previous.of(cached), None, None, None
                 started = time.perf_counter()
-                cached = self._cached = self._rewritten(body, snapshot, keys, previous)
+                cached = self._cached = self._rewritten(body, snapshot, keys, previous, self.rewrites + 1)
                 self.rewrite_seconds += time.perf_counter() - started
                 self.rewrites += 1
             elif not _same(keys, cached.keys):
@@ -255,12 +259,12 @@ class Scraper:
                     keys=_retried(keys) if failed else keys, section_rows=rows, shared_gzip=_GzipPrefix((cached.result.text, rows)))
             return cached
 
-    def _rewritten(self, body: bytes, snapshot: Snapshot, keys: tuple, previous: Optional[_Previous]) -> _Cached:
+    def _rewritten(self, body: bytes, snapshot: Snapshot, keys: tuple, previous: Optional[_Previous],
+                   number: int) -> _Cached:
         mapping = snapshot.mapping
         rewriter = self._rewriter
         if rewriter is None or rewriter.mapping is not mapping:
-            rewriter = self._rewriter = Rewriter(mapping, self._style, self._mode, self.label_limit,
-                                                           self._dialect)
+            rewriter = self._rewriter = Rewriter(mapping, self._style, self._mode, self.label_limit, self._dialect)
         result = rewriter.rewrite(body)
         fit_heap_to_answer(len(result.text), len(body))
         if (previous is not None and previous.mapping is mapping and previous.identities == result.identities
@@ -269,7 +273,8 @@ class Scraper:
         else:
             rows, failed = self._kept_rows(ScrapeView(snapshot, result.identities, body=body))
             keys = _retried(keys) if failed else keys
-        return _Cached(body, mapping, result, keys, rows, _GzipPrefix((result.text, rows)))
+        return _Cached(body, mapping, result, keys, rows, _GzipPrefix((result.text, rows)), number,
+                       rewriter.last_values)
 
     def _kept_rows(self, view: ScrapeView) -> Tuple[bytes, bool]:
         """The kept sections' rows: what the mapping and the sections' own data add to the samples, joined
