@@ -191,12 +191,13 @@ class FigureReader:
 
 
 class _Places(NamedTuple):
-    """The samples of the figures in the answers of one template: each device's fixed fields (model, node name,
-    partitioned), and each sample's value as (its index in BodyValues.values, its device, its field, its scale),
-    in the body's order."""
+    """The samples of the figures in the answers of one template: each device and its DeviceFigures as far as its
+    labels tell (model, node name, partitioned), and each sample's value as (its index in BodyValues.values, its
+    device's number in `devices`, its field's number in DeviceFigures, its scale), in the body's order."""
 
-    fixed: Dict[GpuIdentity, Dict[str, object]]
-    samples: Tuple[Tuple[int, GpuIdentity, str, float], ...]
+    devices: Tuple[GpuIdentity, ...]
+    fixed: Tuple[DeviceFigures, ...]  # by device
+    samples: Tuple[Tuple[int, int, int, float], ...]
 
     @classmethod
     def of(cls, body: bytes, values: Sequence[bytes], names: FigureNames,
@@ -218,16 +219,22 @@ class _Places(NamedTuple):
             device_fields = fixed.setdefault(device.identity, {})
             _note_device(device_fields, device)
             field, scale = families[match.group(1)]
-            samples.append((index, device.identity, field, scale))
-        return cls(fixed, tuple(samples))
+            samples.append((index, device.identity, _FIELD_NUMBER[field], scale))
+        devices = tuple(fixed)
+        number = {identity: position for position, identity in enumerate(devices)}
+        return cls(devices, tuple(DeviceFigures(**fixed[identity]) for identity in devices),
+                   tuple((index, number[identity], field, scale) for index, identity, field, scale in samples))
 
     def read(self, values: Sequence[bytes]) -> Dict[GpuIdentity, DeviceFigures]:
-        found = {identity: dict(device_fields) for identity, device_fields in self.fixed.items()}
-        for index, identity, field, scale in self.samples:
+        rows = [list(figures) for figures in self.fixed]
+        for index, device, field, scale in self.samples:
             value = _number(values[index])
             if value is not None:
-                found[identity][field] = value * scale if scale != 1.0 else value
-        return {identity: DeviceFigures(**device_fields) for identity, device_fields in found.items()}
+                rows[device][field] = value * scale if scale != 1.0 else value
+        return dict(zip(self.devices, map(DeviceFigures._make, rows)))
+
+
+_FIELD_NUMBER = {field: number for number, field in enumerate(DeviceFigures._fields)}
 
 
 def _note_device(fields: Dict[str, object], device: _Device) -> None:

@@ -89,26 +89,27 @@ def held_devices_utilization(mapping: GpuMapping, identities: Iterable[GpuIdenti
                              figures: Mapping[GpuIdentity, DeviceFigures], by_mode: bool = False) -> Dict[Pod, float]:
     """Each pod holding only devices of its own, none of them a partitioned GPU's: the mean utilisation of those
     that report one, each once however many of its containers hold it."""
-    held, holders, shared = _holdings(mapping, identities, _BY_POD)
-    shared = set(shared)
-    shared.update(device for device, pods in holders.items() if len(pods) > 1)
-    shared.update(device for device in holders if isinstance(device, GpuIdentity)
-                  and device in figures and figures[device].partitioned)
     values: Dict[Pod, float] = {}
-    for pod, devices in held.items():
-        if devices & shared:
-            continue
-        busy = [value for value in (device_busy(device, figures.get(device), by_mode) for device in devices
-                                    if isinstance(device, GpuIdentity)) if value is not None]
-        if busy:
-            values[pod] = sum(busy) / len(busy)
+    for pod, devices in _pods_alone(mapping, identities).items():
+        busy = []
+        for device in devices:
+            device_figures = figures.get(device)
+            if device_figures is not None and device_figures.partitioned:
+                break  # another holder's work is in a partitioned GPU's utilisation: no number for this pod
+            value = device_busy(device, device_figures, by_mode)
+            if value is not None:
+                busy.append(value)
+        else:
+            if busy:
+                values[pod] = sum(busy) / len(busy)
     return values
 
 
 def pod_utilization(mapping: GpuMapping, identities: Iterable[GpuIdentity], figures: Mapping[GpuIdentity, DeviceFigures],
                     uses: HolderUses, gpus: Mapping[Tuple[str, str, str], float], by_mode: bool = False) -> Dict[Pod, float]:
     """Each pod's number: its own utilisation where measured (the rule's first source), else its devices'."""
-    return {**held_devices_utilization(mapping, identities, figures, by_mode), **own_utilization(uses, written_gpus(gpus))}
+    held = held_devices_utilization(mapping, identities, figures, by_mode)
+    return {**held, **own_utilization(uses, written_gpus(gpus))} if uses else held
 
 
 def container_memory(mapping: GpuMapping, identities: Iterable[GpuIdentity], figures: Mapping[GpuIdentity, DeviceFigures],
@@ -116,14 +117,12 @@ def container_memory(mapping: GpuMapping, identities: Iterable[GpuIdentity], fig
     """Each container's GPU memory used (bytes) over the devices it holds: its own where measured per holder, else
     the device's where it is the device's only holder (held whole, not through a replica); no value for a
     container holding a device it shares that is not measured per holder, or one that reports no memory."""
-    devices, holders, replicas = _holdings(mapping, identities, _BY_CONTAINER)
     # A holder's use by each key its device can be claimed by: the vendor's driver may name a device with fewer
     # labels than its exporter's samples do.
     use_by_key = {(key, owner): use for (device, owner), use in uses.items() for key in device.keys()}
     values: Dict[Owner, float] = {}
-    for owner, held in devices.items():
-        parts = [_memory_of(device, owner, use_by_key, figures, len(holders[device]) == 1 and device not in replicas)
-                 for device in held]
+    for owner, held in _containers_devices(mapping, identities).items():
+        parts = [_memory_of(device, owner, use_by_key, figures, alone) for device, alone in held]
         if parts and None not in parts:
             values[owner] = float(sum(parts))
     return values
@@ -133,7 +132,7 @@ def _memory_of(device: object, owner: Owner, use_by_key: Mapping[Tuple[GpuKey, O
                figures: Mapping[GpuIdentity, DeviceFigures], alone: bool) -> Optional[float]:
     if not isinstance(device, GpuIdentity):
         return None  # no sample names it: nothing is known of its memory
-    use = next((use_by_key[(key, owner)] for key in device.keys() if (key, owner) in use_by_key), None)
+    use = next((use_by_key[(key, owner)] for key in device.keys() if (key, owner) in use_by_key), None) if use_by_key else None
     if use is not None and use.memory_bytes is not None:
         return use.memory_bytes
     device_figures = figures.get(device)
@@ -144,21 +143,53 @@ def _memory_of(device: object, owner: Owner, use_by_key: Mapping[Tuple[GpuKey, O
 
 _BY_POD = "pod"
 _BY_CONTAINER = "container"
-# The last few holdings worked out, by (mapping, identities, holder kind): they change only with a new mapping or a
-# new set of devices in the answer, while every scrape with new values asks again (the work cost as much as reading
-# the answer's figures). Entries keep their mapping and identities, so a key is never taken for a later object's.
-_HOLDINGS_KEPT = 4
+# What only a new mapping or a new set of devices in the answer changes, worked out for the last few (mapping,
+# identities, what) asked for, while every scrape with new values asks again (the work cost as much as reading the
+# answer's figures). Entries keep their mapping and identities, so a key is never taken for a later object's.
+_HOLDINGS_KEPT = 8
 _holdings_kept: Dict[tuple, tuple] = {}
+
+
+def _kept(mapping: GpuMapping, identities: Iterable[GpuIdentity], what: str, make: Callable[[], object]):
+    """`make()` for this mapping and these identities, worked out once while they stay the same objects."""
+    key = (id(mapping), id(identities), what)
+    kept = _holdings_kept.get(key)
+    if kept is not None and kept[0] is mapping and kept[1] is identities:
+        return kept[2]
+    result = make()
+    if len(_holdings_kept) >= _HOLDINGS_KEPT:
+        _holdings_kept.clear()
+    _holdings_kept[key] = (mapping, identities, result)
+    return result
+
+
+def _pods_alone(mapping: GpuMapping, identities: Iterable[GpuIdentity]) -> Dict[Pod, Tuple[GpuIdentity, ...]]:
+    """Each pod that holds no device another pod holds, nor one through a replica: the devices it holds that the
+    samples name (read only)."""
+    def make():
+        held, holders, replicas = _holdings(mapping, identities, _BY_POD)
+        shared = set(replicas)
+        shared.update(device for device, pods in holders.items() if len(pods) > 1)
+        return {pod: tuple(device for device in devices if isinstance(device, GpuIdentity))
+                for pod, devices in held.items() if not devices & shared}
+    return _kept(mapping, identities, "pods alone", make)
+
+
+def _containers_devices(mapping: GpuMapping,
+                        identities: Iterable[GpuIdentity]) -> Dict[Owner, Tuple[Tuple[object, bool], ...]]:
+    """Each container: the devices it holds, each with whether the container is its only holder, holding it whole
+    (not through a replica) (read only)."""
+    def make():
+        devices, holders, replicas = _holdings(mapping, identities, _BY_CONTAINER)
+        return {owner: tuple((device, len(holders[device]) == 1 and device not in replicas) for device in held)
+                for owner, held in devices.items()}
+    return _kept(mapping, identities, "containers' devices", make)
 
 
 def _holdings(mapping: GpuMapping, identities: Iterable[GpuIdentity], kind: str):
     """(holder → the devices it holds, device → its holders, the devices held through a replica), a holder being
     a pod (`_BY_POD`) or a container (`_BY_CONTAINER`). A device is named as its allocation row names it: the
-    sample's identity its key claims, else the key itself. Read only: kept for the next scrape."""
-    key = (id(mapping), id(identities), kind)
-    kept = _holdings_kept.get(key)
-    if kept is not None and kept[0] is mapping and kept[1] is identities:
-        return kept[2]
+    sample's identity its key claims, else the key itself."""
     by_key = identities_by_key(identities)
     held: Dict[object, Set[object]] = {}
     holders: Dict[object, Set[object]] = {}
@@ -170,11 +201,7 @@ def _holdings(mapping: GpuMapping, identities: Iterable[GpuIdentity], kind: str)
         holders.setdefault(device, set()).add(holder)
         if _is_replica(mapping, allocation.device_id):
             replicas.add(device)
-    result = (held, holders, replicas)
-    if len(_holdings_kept) >= _HOLDINGS_KEPT:
-        _holdings_kept.clear()
-    _holdings_kept[key] = (mapping, identities, result)
-    return result
+    return held, holders, replicas
 
 
 def _is_replica(mapping: GpuMapping, device_id: str) -> bool:
