@@ -4,15 +4,17 @@ from __future__ import annotations
 
 import os
 import time
-from typing import Optional
+from typing import TYPE_CHECKING, Optional
 
 from exporter.base.errors import ConfigError
 from exporter.base.logs import log
 from exporter.core.device_ids import DeviceForms
 from exporter.collectors.kubernetes.client import in_cluster, make_client
-from exporter.collectors.kubernetes.context import KubernetesContext
 from exporter.collectors.kubernetes.options import KubernetesOptions
-from exporter.collectors.kubernetes.roles import KubernetesLifecycle
+
+if TYPE_CHECKING:  # the context and its watches are imported only where the API is used
+    from exporter.collectors.kubernetes.context import KubernetesContext
+    from exporter.collectors.kubernetes.roles import KubernetesLifecycle
 
 
 def node_name(options: KubernetesOptions) -> str:
@@ -39,6 +41,8 @@ def prepare_kubernetes(options: KubernetesOptions, forms: DeviceForms) -> Option
             raise ConfigError(f"--kubernetes.api on: the client library is missing ({exc}): pip install lightkube") from None
         log("warn", "Kubernetes API not used: the client library is missing (pip install lightkube)", error=str(exc))
         return None
+    from exporter.collectors.kubernetes.context import KubernetesContext
+
     return KubernetesContext(client, node_name(options), options.labels, forms, options.grace_seconds,
                              watch_silence_seconds=options.watch_silence_seconds)
 
