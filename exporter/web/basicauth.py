@@ -10,7 +10,6 @@ import re
 import threading
 from typing import Iterable, Mapping
 
-import bcrypt
 
 # What a 401 carries; Prometheus and browsers then send basic credentials.
 WWW_AUTHENTICATE = 'Basic realm="pod-gpu-metrics-exporter", charset="UTF-8"'
@@ -32,6 +31,9 @@ class BasicAuth:
     def __init__(self, users: Mapping[str, bytes]):
         if not users:
             raise ValueError("BasicAuth needs at least one user")
+        import bcrypt  # here, not at the top: a node without basic-auth users never loads it
+
+        self._checkpw = bcrypt.checkpw
         self._users = dict(users)
         # user -> sha256 of the password bcrypt last accepted. Each user has one hash, hence one
         # valid password, so the cache is bounded by the number of users. Without it every
@@ -55,7 +57,7 @@ class BasicAuth:
         # An unknown user is checked against a decoy hash, so the answer takes as long as for a
         # known user with a wrong password: timing must not tell which user names exist.
         with self._bcrypt_lock:
-            matched = bcrypt.checkpw(password[:_BCRYPT_MAX_BYTES], known_hash or self._decoy_hash)
+            matched = self._checkpw(password[:_BCRYPT_MAX_BYTES], known_hash or self._decoy_hash)
         if not matched or known_hash is None:
             return False
         self._verified[user] = digest  # a single dict store: atomic, no lock needed
@@ -76,6 +78,8 @@ def _parse_basic(header: str | None) -> tuple[str, bytes] | None:
 
 
 def _decoy_hash(hashes: Iterable[bytes]) -> bytes:
+    import bcrypt
+
     # As costly as the most expensive real hash, so a decoy check is never the quick one.
     cost = max(int(h[4:6]) for h in hashes)
     return bcrypt.hashpw(os.urandom(16), bcrypt.gensalt(rounds=cost))

@@ -2,10 +2,9 @@
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Hashable
 from typing import Any
-
-import yaml
 
 from exporter.base.errors import ConfigError
 from exporter.web.basicauth import is_bcrypt_hash
@@ -38,26 +37,34 @@ def config_error(path: str, key: str, problem: Any) -> ConfigError:
     return ConfigError(f"web config {path}: {key}: {one_line}" if key else f"web config {path}: {one_line}")
 
 
-class _StrictLoader(yaml.SafeLoader):
-    """safe_load, but a key given twice is an error (Go's yaml.UnmarshalStrict agrees)."""
+@functools.lru_cache(maxsize=None)
+def _strict_loader():
+    """safe_load's loader, but a key given twice is an error (Go's yaml.UnmarshalStrict agrees). Made at the first
+    web config read: PyYAML costs some 700 KiB of memory, which a node without a web config never needs."""
+    import yaml
 
-    def construct_mapping(self, node, deep=False):
-        seen = set()
-        for key_node, _ in node.value:
-            key = self.construct_object(key_node, deep=deep)
-            if isinstance(key, Hashable) and key in seen:
-                raise yaml.constructor.ConstructorError(
-                    None, None, f"duplicate key {key!r}", key_node.start_mark)
-            if isinstance(key, Hashable):
-                seen.add(key)
-        return super().construct_mapping(node, deep)
+    class StrictLoader(yaml.SafeLoader):
+        def construct_mapping(self, node, deep=False):
+            seen = set()
+            for key_node, _ in node.value:
+                key = self.construct_object(key_node, deep=deep)
+                if isinstance(key, Hashable) and key in seen:
+                    raise yaml.constructor.ConstructorError(
+                        None, None, f"duplicate key {key!r}", key_node.start_mark)
+                if isinstance(key, Hashable):
+                    seen.add(key)
+            return super().construct_mapping(node, deep)
+
+    return StrictLoader
 
 
 def read_document(path: str) -> dict:
     """The file's top-level mapping ({} for an empty file), with no key given twice."""
+    import yaml
+
     try:
         with open(path, encoding="utf-8") as f:
-            doc = yaml.load(f, Loader=_StrictLoader)  # noqa: S506 - a SafeLoader subclass
+            doc = yaml.load(f, Loader=_strict_loader())  # noqa: S506 - a SafeLoader subclass
     except OSError as exc:
         raise config_error(path, "", f"cannot read the file: {exc.strerror}") from exc
     except UnicodeDecodeError as exc:
