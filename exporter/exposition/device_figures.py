@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import functools
 import re
-from typing import Dict, Iterator, NamedTuple, Optional, Sequence, Tuple
+from operator import itemgetter
+from typing import Callable, Dict, Iterator, NamedTuple, Optional, Sequence, Tuple
 
 from exporter.core.identity import GpuIdentity, SampleDialect
 from exporter.exposition.template import BodyValues, value_places
@@ -192,12 +193,14 @@ class FigureReader:
 
 class _Places(NamedTuple):
     """The samples of the figures in the answers of one template: each device and its DeviceFigures as far as its
-    labels tell (model, node name, partitioned), and each sample's value as (its index in BodyValues.values, its
-    device's number in `devices`, its field's number in DeviceFigures, its scale), in the body's order."""
+    labels tell (model, node name, partitioned); `pick`, which takes the samples' values out of BodyValues.values,
+    and for each (its device's number in `devices`, its field's number in DeviceFigures, its scale), in the body's
+    order."""
 
     devices: Tuple[GpuIdentity, ...]
     fixed: Tuple[DeviceFigures, ...]  # by device
-    samples: Tuple[Tuple[int, int, int, float], ...]
+    pick: Callable[[Sequence[bytes]], Sequence[bytes]]
+    targets: Tuple[Tuple[int, int, float], ...]
 
     @classmethod
     def of(cls, body: bytes, values: Sequence[bytes], names: FigureNames,
@@ -223,17 +226,31 @@ class _Places(NamedTuple):
         devices = tuple(fixed)
         number = {identity: position for position, identity in enumerate(devices)}
         return cls(devices, tuple(DeviceFigures(**fixed[identity]) for identity in devices),
-                   tuple((index, number[identity], field, scale) for index, identity, field, scale in samples))
+                   _picker(tuple(index for index, _, _, _ in samples)),
+                   tuple((number[identity], field, scale) for _, identity, field, scale in samples))
 
     def read(self, values: Sequence[bytes]) -> Dict[GpuIdentity, DeviceFigures]:
+        raw = self.pick(values)
+        try:  # a refill's values are plain numbers (NaN and infinities included), converted in one C-level pass
+            numbers: Sequence[Optional[float]] = list(map(float, raw))
+        except ValueError:  # a fixed-text line's value that is no number: each converted on its own
+            numbers = [_number(item) for item in raw]
         rows = [list(figures) for figures in self.fixed]
-        for index, device, field, scale in self.samples:
-            value = _number(values[index])
-            if value is not None:
+        for (device, field, scale), value in zip(self.targets, numbers):
+            if value is not None and -_INFINITY < value < _INFINITY:  # NaN and infinities are no figure
                 rows[device][field] = value * scale if scale != 1.0 else value
         return dict(zip(self.devices, map(DeviceFigures._make, rows)))
 
 
+def _picker(indices: Tuple[int, ...]) -> Callable[[Sequence[bytes]], Sequence[bytes]]:
+    """A C-level `lambda items: tuple(items[i] for i in indices)` (itemgetter returns a bare item for one index
+    and takes no empty list)."""
+    if len(indices) > 1:
+        return itemgetter(*indices)
+    return (lambda items: (items[indices[0]],)) if indices else (lambda items: ())
+
+
+_INFINITY = float("inf")
 _FIELD_NUMBER = {field: number for number, field in enumerate(DeviceFigures._fields)}
 
 

@@ -124,3 +124,19 @@ def test_a_scaled_family_is_scaled_either_way():
         (figures,) = reader.read(answer, values).values()
         assert figures.memory_used_mib == generation
     assert reader.placed == 4
+
+
+def test_a_figure_line_whose_value_is_no_number_reads_as_none_either_way():
+    """A line the rewrite drops (its value is no number) stays in the template as fixed text: its figure is none
+    whichever way it is read, and the others still move."""
+    def body(generation: int) -> bytes:
+        return (f'DCGM_FI_DEV_GPU_UTIL{{gpu="0",UUID="GPU-1"}} {generation}\n'
+                f'DCGM_FI_DEV_FB_USED{{gpu="0",UUID="GPU-1"}} lots\n').encode()
+
+    rewriter = Rewriter(build_mapping(DEVICE_FORMS, []))
+    reader = FigureReader(DCGM_FIGURES, POD_NUMBER_FIELDS)
+    for generation, (answer, values) in enumerate(answers(body(0), body, rewriter)):
+        (figures,) = reader.read(answer, values).values()
+        assert (figures.utilization_percent, figures.memory_used_mib) == (generation, None)
+        assert reader.read(answer, values) == read_device_figures(answer, DCGM_FIGURES, POD_NUMBER_FIELDS)
+    assert reader.placed == 8
