@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import os
-import stat
 import threading
 from dataclasses import dataclass, field
 from typing import Callable, Iterator, Optional
@@ -15,6 +14,7 @@ from exporter._gen.podresources.v1 import api_pb2_grpc as v1_grpc
 from exporter._gen.podresources.v1alpha1 import api_pb2 as v1alpha1_pb2
 from exporter._gen.podresources.v1alpha1 import api_pb2_grpc as v1alpha1_grpc
 from exporter.base.errors import KubeletError
+from exporter.base.unix_socket import SocketWords, stat_socket
 
 KUBELET_FOLDER = "/var/lib/kubelet/"
 DEFAULT_SOCKET = KUBELET_FOLDER + "pod-resources/kubelet.sock"
@@ -151,20 +151,10 @@ class PodResourcesClient:
     def _stat_socket(self) -> tuple[int, int, int]:
         """Check the socket before dialling: gRPC's own errors for these cases are cryptic."""
         path = self.socket_path
-        try:
-            info = os.stat(path)
-        except FileNotFoundError as exc:
-            raise KubeletError(f"kubelet socket {path} not found: {_absent_hint(path)}", reason="absent") from exc
-        except PermissionError as exc:
-            raise KubeletError(f"kubelet socket {path}: permission denied on its folder: {_ROOT_HINT}",
-                               reason="permission") from exc
-        except OSError as exc:
-            raise KubeletError(f"kubelet socket {path}: {exc.strerror}: {_absent_hint(path)}",
-                               reason="error") from exc
-        if not stat.S_ISSOCK(info.st_mode):
-            raise KubeletError(f"kubelet socket {path} exists but is not a unix socket: "
-                               "point --kubelet.socket at the kubelet's pod-resources socket",
-                               reason="error")
+        hint = _absent_hint(path)
+        words = SocketWords(f"kubelet socket {path}", hint, f" on its folder: {_ROOT_HINT}", hint,
+                            ": point --kubelet.socket at the kubelet's pod-resources socket")
+        info = stat_socket(path, words, lambda line, reason: KubeletError(line, reason=reason))
         # ctime too: tmpfs may hand a re-created socket the inode number of the deleted one.
         return (info.st_dev, info.st_ino, info.st_ctime_ns)
 

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import os
 import re
-import stat
 from dataclasses import dataclass
 from typing import Optional, Tuple
 
@@ -19,6 +18,7 @@ from google.protobuf.message import DecodeError
 
 from exporter._gen.amd import metricssvc_pb2
 from exporter.base.errors import ExporterError
+from exporter.base.unix_socket import SocketWords, stat_socket
 from exporter.vendors.amd.device_ids import normalise_pci_address
 
 DEFAULT_SOCKET = "/var/lib/amd-metrics-exporter/amdgpu_device_metrics_exporter_grpc.socket"
@@ -82,18 +82,9 @@ class IdentityClient:
 
     def _check_socket(self) -> None:
         """Say plainly what is wrong with the socket: gRPC's own words for these cases are cryptic."""
-        where = f"AMD identity socket {self.socket_path}"
-        try:
-            info = os.stat(self.socket_path)
-        except FileNotFoundError as exc:
-            raise AmdIdentityError(f"{where} not found: {_MOUNT_HINT}", reason="absent") from exc
-        except PermissionError as exc:
-            raise AmdIdentityError(f"{where}: permission denied: AMD's exporter makes it root-owned, mode 0600",
-                                   reason="permission") from exc
-        except OSError as exc:
-            raise AmdIdentityError(f"{where}: {exc.strerror}: {_MOUNT_HINT}", reason="error") from exc
-        if not stat.S_ISSOCK(info.st_mode):
-            raise AmdIdentityError(f"{where} exists but is not a unix socket", reason="error")
+        words = SocketWords(f"AMD identity socket {self.socket_path}", _MOUNT_HINT,
+                            ": AMD's exporter makes it root-owned, mode 0600", _MOUNT_HINT)
+        stat_socket(self.socket_path, words, lambda line, reason: AmdIdentityError(line, reason=reason))
 
     def _translate(self, exc: grpc.RpcError) -> AmdIdentityError:
         code, details = exc.code(), exc.details() or ""

@@ -21,6 +21,11 @@ REASONS = (HOST, NOT_HOLDER)
 SM_UNITS = 10_000
 
 
+def _sm_ratio(share) -> Optional[float]:
+    """A share's SM units as a fraction of the device (None where NVML gave no SM figure): each share's sm_ratio."""
+    return None if share.sm_units is None else share.sm_units / SM_UNITS
+
+
 class PodContainers(NamedTuple):
     """One pod's names and its containers by runtime ID: what tells a process's cgroup owner apart."""
 
@@ -39,9 +44,7 @@ class HolderShare(NamedTuple):
     sm_units: Optional[int]  # in SM_UNITS; None on devices where NVML reports no per-process utilisation
     processes: int  # how many of the holder's processes NVML listed on the device (0: held, unused)
 
-    @property
-    def sm_ratio(self) -> Optional[float]:
-        return None if self.sm_units is None else self.sm_units / SM_UNITS
+    sm_ratio = property(_sm_ratio)
 
 
 class Remainder(NamedTuple):
@@ -53,9 +56,7 @@ class Remainder(NamedTuple):
     sm_units: Optional[int]
     processes: int
 
-    @property
-    def sm_ratio(self) -> Optional[float]:
-        return None if self.sm_units is None else self.sm_units / SM_UNITS
+    sm_ratio = property(_sm_ratio)
 
 
 class UnallocatedShare(NamedTuple):
@@ -68,9 +69,7 @@ class UnallocatedShare(NamedTuple):
     sm_units: Optional[int]
     processes: int
 
-    @property
-    def sm_ratio(self) -> Optional[float]:
-        return None if self.sm_units is None else self.sm_units / SM_UNITS
+    sm_ratio = property(_sm_ratio)
 
 
 class DeviceShares(NamedTuple):
