@@ -143,23 +143,22 @@ def _memory_of(device: object, owner: Owner, use_by_key: Mapping[Tuple[GpuKey, O
 
 _BY_POD = "pod"
 _BY_CONTAINER = "container"
-# What only a new mapping or a new set of devices in the answer changes, worked out for the last few (mapping,
-# identities, what) asked for, while every scrape with new values asks again (the work cost as much as reading the
-# answer's figures). Entries keep their mapping and identities, so a key is never taken for a later object's.
-_HOLDINGS_KEPT = 8
-_holdings_kept: Dict[tuple, tuple] = {}
+# What only a new mapping or a new set of devices in the answer changes, worked out once for the last (mapping,
+# identities) asked about, while every scrape with new values asks again (the work cost as much as reading the
+# answer's figures): (mapping, identities, what → its result). One pair only, so no older mapping is kept alive.
+_kept_for: Tuple[object, object, Dict[str, object]] = (None, None, {})
 
 
 def _kept(mapping: GpuMapping, identities: Iterable[GpuIdentity], what: str, make: Callable[[], object]):
     """`make()` for this mapping and these identities, worked out once while they stay the same objects."""
-    key = (id(mapping), id(identities), what)
-    kept = _holdings_kept.get(key)
-    if kept is not None and kept[0] is mapping and kept[1] is identities:
-        return kept[2]
-    result = make()
-    if len(_holdings_kept) >= _HOLDINGS_KEPT:
-        _holdings_kept.clear()
-    _holdings_kept[key] = (mapping, identities, result)
+    global _kept_for
+    kept_mapping, kept_identities, results = _kept_for  # one tuple, read and replaced whole: safe across threads
+    if kept_mapping is not mapping or kept_identities is not identities:
+        results = {}
+        _kept_for = (mapping, identities, results)
+    result = results.get(what)
+    if result is None:
+        result = results[what] = make()
     return result
 
 
