@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import threading
 import time
 from typing import NamedTuple, Optional, Sequence, Tuple
@@ -75,6 +76,11 @@ class ScrapeBody:
         return self._shared_gzip.finish(self._own)
 
 
+# Each rewritten answer's number, counted for the whole process: a block that keeps what it read of one answer
+# by its number can never take another scraper's answer for it.
+_ANSWERS = itertools.count(1)
+
+
 class _Cached(NamedTuple):
     body: bytes
     mapping: Mapping
@@ -82,7 +88,7 @@ class _Cached(NamedTuple):
     keys: tuple  # each kept section's key() its rows were made for
     section_rows: bytes  # the kept sections' rows for this rewrite
     shared_gzip: _GzipPrefix  # of result.text + section_rows, what every answer starts with
-    number: int  # which body rewritten this is (Scraper.rewrites once it was): ScrapeView.answer
+    number: int  # which body rewritten this is, unique in the process (_ANSWERS): ScrapeView.answer
     values: Optional[BodyValues]  # the body's values where it was refilled: ScrapeView.values
 
 
@@ -249,7 +255,7 @@ class Scraper:
                 # of each in memory, whatever their size.
                 previous, cached, self._cached, self.last_body = _Previous.of(cached), None, None, None
                 started = time.perf_counter()
-                cached = self._cached = self._rewritten(body, snapshot, keys, previous, self.rewrites + 1)
+                cached = self._cached = self._rewritten(body, snapshot, keys, previous, next(_ANSWERS))
                 self.rewrite_seconds += time.perf_counter() - started
                 self.rewrites += 1
             elif not _same(keys, cached.keys):
