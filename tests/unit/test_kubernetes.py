@@ -300,3 +300,21 @@ def test_an_extended_resource_claim_is_split_by_request_subrequests_and_sharers_
     held = {(a.owner.container, a.resource, a.device_id) for a in mapping.allocations}
     assert held == {("a", "nvidia.com/gpu", "gpu-4"), ("b", "nvidia.com/gpu", "gpu-5"), ("c", "example.com/gpu", "gpu-5")}
     assert [o.container for o in mapping.owners_for(GpuKey("UUID", "GPU-5", ""))] == ["b", "c"]
+
+
+def test_a_watch_stopped_before_its_api_goes_away_ends_without_a_warning(tmp_path, log_stream):
+    """Shutting down (the demo stops its simulated API server after the exporter): a watch asked to stop whose
+    stream the API then closes ends quietly; the closed stream is the shutdown, not an API outage."""
+    from lightkube.resources.core_v1 import Pod
+
+    api = FakeKubeApi().start()
+    watch = ListWatch(make_client(write_kubeconfig(str(tmp_path / "kubeconfig"), api.url)), Pod, "pods", None,
+                      _RefusingStore())
+    watch.start()
+    try:
+        wait_until(lambda: watch.healthy)
+        watch.stop()
+    finally:
+        api.stop()
+    wait_until(lambda: not any(thread.name == "watch-pods" for thread in threading.enumerate()))
+    assert "unreachable" not in log_stream.getvalue()

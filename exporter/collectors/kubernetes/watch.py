@@ -165,6 +165,8 @@ class ListWatch:
                 self._watch(version)
                 return  # only when stopped
             except Exception as exc:  # noqa: BLE001 - every failure is reported and retried, never fatal
+                if self._stop.is_set():
+                    return  # a stream cut after stop() was asked is the shutdown (the API going too), no outage
                 if self._failed(exc, verb) and self._stop.wait(self._backoff.next_pause()):
                     return
 
