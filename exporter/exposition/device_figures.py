@@ -4,11 +4,10 @@ from __future__ import annotations
 
 import functools
 import re
-from operator import itemgetter
 from typing import Callable, Dict, Iterator, NamedTuple, Optional, Sequence, Tuple
 
 from exporter.core.identity import GpuIdentity, SampleDialect
-from exporter.exposition.template import BodyValues, value_places
+from exporter.exposition.template import BodyValues, picker, value_places
 from exporter.exposition.text import parse_label_pairs, unescape_label_value
 
 
@@ -226,7 +225,7 @@ class _Places(NamedTuple):
         devices = tuple(fixed)
         number = {identity: position for position, identity in enumerate(devices)}
         return cls(devices, tuple(DeviceFigures(**fixed[identity]) for identity in devices),
-                   _picker(tuple(index for index, _, _, _ in samples)),
+                   picker([index for index, _, _, _ in samples], len(values)),
                    tuple((number[identity], field, scale) for _, identity, field, scale in samples))
 
     def read(self, values: Sequence[bytes]) -> Dict[GpuIdentity, DeviceFigures]:
@@ -240,14 +239,6 @@ class _Places(NamedTuple):
             if value is not None and -_INFINITY < value < _INFINITY:  # NaN and infinities are no figure
                 rows[device][field] = value * scale if scale != 1.0 else value
         return dict(zip(self.devices, map(DeviceFigures._make, rows)))
-
-
-def _picker(indices: Tuple[int, ...]) -> Callable[[Sequence[bytes]], Sequence[bytes]]:
-    """A C-level `lambda items: tuple(items[i] for i in indices)` (itemgetter returns a bare item for one index
-    and takes no empty list)."""
-    if len(indices) > 1:
-        return itemgetter(*indices)
-    return (lambda items: (items[indices[0]],)) if indices else (lambda items: ())
 
 
 _INFINITY = float("inf")

@@ -141,8 +141,6 @@ def _memory_of(device: object, owner: Owner, use_by_key: Mapping[Tuple[GpuKey, O
     return None
 
 
-_BY_POD = "pod"
-_BY_CONTAINER = "container"
 # What only a new mapping or a new set of devices in the answer changes, worked out once for the last (mapping,
 # identities) asked about, while every scrape with new values asks again (the work cost as much as reading the
 # answer's figures): (mapping, identities, what → its result). One pair only, so no older mapping is kept alive.
@@ -166,7 +164,7 @@ def _pods_alone(mapping: GpuMapping, identities: Iterable[GpuIdentity]) -> Dict[
     """Each pod that holds no device another pod holds, nor one through a replica: the devices it holds that the
     samples name (read only)."""
     def make():
-        held, holders, replicas = _holdings(mapping, identities, _BY_POD)
+        held, holders, replicas = _holdings(mapping, identities, lambda owner: (owner.namespace, owner.pod))
         shared = set(replicas)
         shared.update(device for device, pods in holders.items() if len(pods) > 1)
         return {pod: tuple(device for device in devices if isinstance(device, GpuIdentity))
@@ -179,23 +177,22 @@ def _containers_devices(mapping: GpuMapping,
     """Each container: the devices it holds, each with whether the container is its only holder, holding it whole
     (not through a replica) (read only)."""
     def make():
-        devices, holders, replicas = _holdings(mapping, identities, _BY_CONTAINER)
+        devices, holders, replicas = _holdings(mapping, identities, lambda owner: owner)
         return {owner: tuple((device, len(holders[device]) == 1 and device not in replicas) for device in held)
                 for owner, held in devices.items()}
     return _kept(mapping, identities, "containers' devices", make)
 
 
-def _holdings(mapping: GpuMapping, identities: Iterable[GpuIdentity], kind: str):
+def _holdings(mapping: GpuMapping, identities: Iterable[GpuIdentity], holder_of: Callable[[Owner], object]):
     """(holder → the devices it holds, device → its holders, the devices held through a replica), a holder being
-    a pod (`_BY_POD`) or a container (`_BY_CONTAINER`). A device is named as its allocation row names it: the
-    sample's identity its key claims, else the key itself."""
+    what `holder_of` makes of each owner (its pod, or the container itself). A device is named as its allocation
+    row names it: the sample's identity its key claims, else the key itself."""
     by_key = identities_by_key(identities)
     held: Dict[object, Set[object]] = {}
     holders: Dict[object, Set[object]] = {}
     replicas: Set[object] = set()
     for allocation in mapping.allocations:
-        owner = allocation.owner
-        device, holder = _device_of(allocation.key, by_key), (owner.namespace, owner.pod) if kind == _BY_POD else owner
+        device, holder = _device_of(allocation.key, by_key), holder_of(allocation.owner)
         held.setdefault(holder, set()).add(device)
         holders.setdefault(device, set()).add(holder)
         if _is_replica(mapping, allocation.device_id):

@@ -59,7 +59,7 @@ def value_places(body: bytes) -> List[int]:
     return [match.start(1) for match in _AFTER_LABELS.finditer(body)]
 
 
-def _picker(indices: Sequence[int], count: int) -> Callable[[Sequence[bytes]], Sequence[bytes]]:
+def picker(indices: Sequence[int], count: int) -> Callable[[Sequence[bytes]], Sequence[bytes]]:
     """A C-level `lambda items: tuple(items[i] for i in indices)` for `count` items (itemgetter
     returns a bare item, not a tuple, for one index, and takes no empty list); the items themselves
     when that picks every one in order, as on dcgm-exporter's bodies (every line a plain sample of
@@ -187,8 +187,8 @@ class BodyTemplate:
         self._token_count = len(token_at)
         self._input = _Interleaver(input_pieces)
         self._output = _Interleaver(output_pieces)
-        self._pick_slots = _picker(slot_tokens, len(token_at))
-        self._pick_outputs = _picker(output_slots, len(slot_tokens))
+        self._pick_slots = picker(slot_tokens, len(token_at))
+        self._pick_outputs = picker(output_slots, len(slot_tokens))
         self._body = self._recorded = None  # no longer needed: let them go
 
 
