@@ -17,8 +17,9 @@ It measures, in one run:
 - in this process: prometheus_client parse + render of the same body, and gzip of the answer alone,
   the references for the ratios;
 - with `--amd`, the same for an AMD node of about as many series as the reference size (benchmarks/amd_node.py:
-  AMD's exporter text, its identity service on a unix socket, its sysfs tree; the exporter run with
-  `--gpu.vendor amd`), and its CPU per series against the NVIDIA body's, measured in the same run.
+  AMD's exporter text, chunked as its promhttp server sends it, 4 KiB at most a chunk; its identity service
+  on a unix socket, its sysfs tree; the exporter run with `--gpu.vendor amd`), and its CPU per series against
+  the NVIDIA body's, measured in the same run.
 """
 
 from __future__ import annotations
@@ -55,6 +56,10 @@ from support.fake_kubelet import FakeKubelet  # noqa: E402
 # Distinct bodies served in turn, so that every "new values" scrape brings values the exporter has
 # not seen last time (the direct scrapes in between take bodies too; 7 is prime to both).
 _CHANGING_BODIES = 7
+# client_golang's promhttp, which AMD's metrics exporter serves with, writes each metric family through a
+# bufio.Writer of 4 KiB (prometheus/common expfmt), and Go's server makes each write a chunk. dcgm-exporter
+# writes its whole answer at once: one chunk.
+PROMHTTP_CHUNK_BYTES = 4096
 _CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
 
 
@@ -217,6 +222,7 @@ def run_amd(label: str, series: int, plan: Plan, args: argparse.Namespace, workd
     with FakeKubelet(str(socket_path)) as kubelet, FakeDcgmExporter(bodies[0]) as upstream, \
             DemoIdentityService(str(identity_socket), states=node.identity_states):
         kubelet.set_devices(node.allocations())
+        upstream.chunk_bytes = PROMHTTP_CHUNK_BYTES  # where chunked (not --upstream-sized)
         exporter = start_exporter(["--gpu.vendor", "amd", "--amd.metrics-url", upstream.url, "--amd.metrics-socket",
                                    str(identity_socket), "--amd.sysfs-root", str(workdir / "amd-sys"),
                                    "--kubelet.socket", str(socket_path)])

@@ -26,7 +26,9 @@ class FakeDcgmExporter(FakeUpstreamExporter):
 
     Also settable: `chunked` (answer with Transfer-Encoding: chunked and no Content-Length, as the real
     dcgm-exporter's Go server does for a large answer written in one piece: one chunk, then the last,
-    empty one) and `render_seconds` (how long each answer takes to render before its first byte; the
+    empty one), `chunk_bytes` (with `chunked`, chunks of at most this many bytes instead: 4096 for an
+    exporter served by client_golang's promhttp, such as AMD's, which writes through a 4 KiB buffer) and
+    `render_seconds` (how long each answer takes to render before its first byte; the
     real one gathers and formats every sample on every request). `requests` counts what arrived.
     """
 
@@ -34,6 +36,7 @@ class FakeDcgmExporter(FakeUpstreamExporter):
         super().__init__(body, host, port, name="dcgm-exporter")
         self.status = 200
         self.chunked = False
+        self.chunk_bytes: Optional[int] = None  # None: the whole answer in one chunk
         self.render_seconds = 0.0
         self._fault: Optional[str] = None
         self._requests = 0
@@ -88,7 +91,7 @@ class FakeDcgmExporter(FakeUpstreamExporter):
             _send_truncated(handler, self._render())
             handler.close_connection = True
         elif self.chunked:
-            _send_chunked(handler, self._render())
+            _send_chunked(handler, self._render(), self.chunk_bytes)
         else:
             super()._answer(handler)
 
@@ -118,11 +121,12 @@ def _send_truncated(handler, body: bytes) -> None:
     handler.wfile.flush()
 
 
-def _send_chunked(handler, body: bytes) -> None:
+def _send_chunked(handler, body: bytes, chunk_bytes: Optional[int]) -> None:
     _send_head(handler, {"Transfer-Encoding": "chunked"})
-    if body:
-        handler.wfile.write(b"%x\r\n" % len(body))
-        handler.wfile.write(body)
-        handler.wfile.write(b"\r\n")
-    handler.wfile.write(b"0\r\n\r\n")
+    step = chunk_bytes or len(body) or 1
+    framed = []
+    for start in range(0, len(body), step):
+        piece = body[start : start + step]
+        framed += [b"%x\r\n" % len(piece), piece, b"\r\n"]
+    handler.wfile.write(b"".join(framed) + b"0\r\n\r\n")
     handler.wfile.flush()

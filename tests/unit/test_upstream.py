@@ -288,13 +288,13 @@ def test_http_cut_gzip_stream_is_truncated(raw_server, l4_body):
     assert fetch_error(http_source(server.url, timeout_seconds=5)).reason == "truncated"
 
 
-def test_http_asks_for_the_text_format_and_gzip(raw_server):
+def test_http_asks_for_the_text_format_uncompressed(raw_server):
     head = b"HTTP/1.1 200 OK\r\nContent-Length: 4\r\nConnection: close\r\n\r\n"
     server = raw_server(canned(head, b"a 1\n"))
     assert http_source(server.url, timeout_seconds=5).fetch() == b"a 1\n"
     request = server.requests_seen[0].lower()
     assert b"\r\naccept: text/plain\r\n" in request
-    assert b"\r\naccept-encoding: gzip\r\n" in request
+    assert b"\r\naccept-encoding: identity\r\n" in request
 
 
 def test_http_fault_empty_is_reason_empty(fake):

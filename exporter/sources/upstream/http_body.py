@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import io
 import zlib
-from typing import Callable
+from typing import Callable, Sequence
 
 from exporter.base.errors import UpstreamError
 from exporter.sources.upstream import FetchWords
@@ -30,15 +30,20 @@ class CappedBody:
         self._member_open = False  # a gzip member has begun but not yet ended
         self.wire_bytes = 0
 
-    def feed(self, data: bytes) -> None:
-        self.wire_bytes += len(data)
-        if self._inflater is None:
-            self._keep(data)
+    def feed(self, parts: Sequence[bytes]) -> None:
+        """Adds these parts of the body, as they came (gzip-encoded or not), in order."""
+        if self._inflater is None:  # most bodies: a block's parts checked and copied in together
+            size = sum(map(len, parts))
+            self.wire_bytes += size
+            self._count(size)
+            self._buffer.writelines(parts)
             return
-        try:
-            self._inflate(data)
-        except zlib.error as exc:
-            raise self._error(f"sent a gzip body that does not decode ({exc})", "error") from exc
+        for data in parts:
+            self.wire_bytes += len(data)
+            try:
+                self._inflate(data)
+            except zlib.error as exc:
+                raise self._error(f"sent a gzip body that does not decode ({exc})", "error") from exc
 
     def _inflate(self, data: bytes) -> None:
         while data:
@@ -53,12 +58,15 @@ class CappedBody:
                 data = self._inflater.unconsumed_tail
 
     def _keep(self, data: bytes) -> None:
-        self._size += len(data)
+        self._count(len(data))
+        if data:
+            self._buffer.write(data)
+
+    def _count(self, size: int) -> None:
+        self._size += size
         if self._size > self._max_bytes:
             raise self._error(f"sent more than {self._max_bytes} bytes once decoded: is {self._words.url_flag} "
                               f"really {self._words.name}'s /metrics?", "too_large")
-        if data:
-            self._buffer.write(data)
 
     def finish(self) -> bytes:
         if self._member_open:

@@ -13,8 +13,8 @@ from exporter.base.errors import UpstreamError
 from exporter.sources.upstream import Endpoint, FetchWords
 from exporter.sources.upstream.http_body import CappedBody
 from exporter.sources.upstream.http_connection import DeadlineResponse, Target
+from exporter.sources.upstream.http_framing import FramingError, read_body
 
-_READ_CHUNK_BYTES = 64 * 1024
 _GZIP_ENCODINGS = ("gzip", "x-gzip")
 _IDENTITY_ENCODINGS = ("", "identity")
 
@@ -104,12 +104,13 @@ class HttpSource:
     def _read_in_chunks(self, response: http.client.HTTPResponse, gzipped: bool) -> bytes:
         """A chunked, gzip-encoded or unsized body, given up as soon as it passes the cap."""
         body = CappedBody(self.max_bytes, gzipped, self._error, self._expected_bytes, self._words)
-        while True:
-            chunk = self._read_chunk(response, body.wire_bytes)
-            if not chunk:
-                break
-            body.feed(chunk)
-        if response.length:  # http.client counts down a Content-Length; EOF came before its end
+        with self._body_errors(received=body):
+            try:
+                whole = read_body(response.fp.readinto1, body.feed, response.chunked, response.length)
+            except FramingError as exc:
+                raise self._error(f"{exc}: is {self._words.url_flag} really {self._words.name}'s /metrics?",
+                                  "error") from exc
+        if not whole:
             raise self._truncated(body.wire_bytes)
         response.close()
         text = body.finish()
@@ -118,24 +119,20 @@ class HttpSource:
         self._expected_bytes = len(text) + len(text) // 64
         return text
 
-    def _read_chunk(self, response: http.client.HTTPResponse, received: int) -> bytes:
-        with self._body_errors(received):
-            # read1 returns whatever one socket read brings instead of waiting to fill the chunk.
-            return response.read1(_READ_CHUNK_BYTES)
-
     @contextlib.contextmanager
-    def _body_errors(self, received: Optional[int]):
-        """Reading a response body: its failures as UpstreamErrors. `received` is what came before
-        this read, None when a single read takes the whole body (then only a cut-short read knows).
+    def _body_errors(self, received: Optional[CappedBody]):
+        """Reading a response body: its failures as UpstreamErrors. `received` is the body being collected,
+        whose count says what came before the failure; None when a single read takes the whole body (then
+        only a cut-short read knows).
 
         The response's reader bounds each socket read by the fetch's deadline (http_connection.DeadlineResponse).
         """
         try:
             yield
         except socket.timeout as exc:
-            raise self._timeout(received) from exc
-        except http.client.IncompleteRead as exc:  # a body cut short, chunked or sized
-            raise self._truncated(len(exc.partial) if received is None else received) from exc
+            raise self._timeout(None if received is None else received.wire_bytes) from exc
+        except http.client.IncompleteRead as exc:  # a sized body cut short
+            raise self._truncated(len(exc.partial) if received is None else received.wire_bytes) from exc
         except (OSError, http.client.HTTPException) as exc:
             raise self._error(f"failed while sending its response ({exc!r})", "error") from exc
 
