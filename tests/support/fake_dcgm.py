@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gzip
 import os
 import threading
 from typing import Optional
@@ -27,8 +28,9 @@ class FakeDcgmExporter(FakeUpstreamExporter):
     Also settable: `chunked` (answer with Transfer-Encoding: chunked and no Content-Length, as the real
     dcgm-exporter's Go server does for a large answer written in one piece: one chunk, then the last,
     empty one), `chunk_bytes` (with `chunked`, chunks of at most this many bytes instead: 4096 for an
-    exporter served by client_golang's promhttp, such as AMD's, which writes through a 4 KiB buffer) and
-    `render_seconds` (how long each answer takes to render before its first byte; the
+    exporter served by client_golang's promhttp, such as AMD's, which writes through a 4 KiB buffer),
+    `gzip_when_asked` (with `chunked`, a gzip answer at gzip's default level to a request that accepts gzip,
+    as promhttp does) and `render_seconds` (how long each answer takes to render before its first byte; the
     real one gathers and formats every sample on every request). `requests` counts what arrived.
     """
 
@@ -37,6 +39,7 @@ class FakeDcgmExporter(FakeUpstreamExporter):
         self.status = 200
         self.chunked = False
         self.chunk_bytes: Optional[int] = None  # None: the whole answer in one chunk
+        self.gzip_when_asked = False
         self.render_seconds = 0.0
         self._fault: Optional[str] = None
         self._requests = 0
@@ -91,7 +94,10 @@ class FakeDcgmExporter(FakeUpstreamExporter):
             _send_truncated(handler, self._render())
             handler.close_connection = True
         elif self.chunked:
-            _send_chunked(handler, self._render(), self.chunk_bytes)
+            body, headers = self._render(), {}
+            if self.gzip_when_asked and "gzip" in handler.headers.get("Accept-Encoding", "").lower():
+                body, headers = gzip.compress(body), {"Content-Encoding": "gzip"}
+            _send_chunked(handler, body, self.chunk_bytes, headers)
         else:
             super()._answer(handler)
 
@@ -121,8 +127,8 @@ def _send_truncated(handler, body: bytes) -> None:
     handler.wfile.flush()
 
 
-def _send_chunked(handler, body: bytes, chunk_bytes: Optional[int]) -> None:
-    _send_head(handler, {"Transfer-Encoding": "chunked"})
+def _send_chunked(handler, body: bytes, chunk_bytes: Optional[int], headers: dict) -> None:
+    _send_head(handler, {"Transfer-Encoding": "chunked", **headers})
     step = chunk_bytes or len(body) or 1
     framed = []
     for start in range(0, len(body), step):

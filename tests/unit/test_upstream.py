@@ -137,6 +137,55 @@ def test_http_chunked_answer_like_go_is_byte_exact_every_time(fake, l4_body):
     assert fake.requests == 2
 
 
+@pytest.mark.parametrize("chunk_bytes", [4096, 1, 777])
+def test_http_answer_in_many_small_chunks_like_promhttp_is_byte_exact(fake, l4_body, chunk_bytes):
+    """client_golang's promhttp (AMD's exporter) writes through a 4 KiB buffer: one chunk per write."""
+    fake.chunked, fake.chunk_bytes = True, chunk_bytes
+    fake.body = l4_body * 8  # past one read block
+    source = http_source(fake.url, timeout_seconds=10)
+    assert source.fetch() == l4_body * 8
+    assert source.fetch() == l4_body * 8
+
+
+def chunked_response(wire_body: bytes, encoding: bytes = b"") -> Callable[[socket.socket, threading.Event], None]:
+    head = (b"HTTP/1.1 200 OK\r\nContent-Type: text/plain; version=0.0.4\r\nTransfer-Encoding: chunked\r\n"
+            + (b"Content-Encoding: %s\r\n" % encoding if encoding else b"") + b"Connection: close\r\n\r\n")
+    return canned(head, wire_body)
+
+
+def in_chunks(data: bytes, size: int) -> bytes:
+    return b"".join(b"%x\r\n%s\r\n" % (len(data[at : at + size]), data[at : at + size])
+                    for at in range(0, len(data), size)) + b"0\r\n\r\n"
+
+
+def test_http_gzip_answer_in_small_chunks_is_decoded(raw_server, l4_body):
+    server = raw_server(chunked_response(in_chunks(gzip.compress(l4_body), 100), b"gzip"))
+    assert http_source(server.url, timeout_seconds=5).fetch() == l4_body
+
+
+def test_http_cap_holds_for_an_answer_in_small_chunks(raw_server, l4_body):
+    server = raw_server(chunked_response(in_chunks(l4_body, 4096)))
+    error = fetch_error(http_source(server.url, timeout_seconds=5, max_bytes=len(l4_body) - 1))
+    assert error.reason == "too_large"
+
+
+def test_http_chunked_answer_cut_mid_chunk_is_truncated_with_what_came(raw_server, l4_body):
+    wire = in_chunks(l4_body * 4, 4096)
+    framed_chunk = len(b"1000\r\n") + 4096 + len(b"\r\n")
+    assert len(wire) > 5 * framed_chunk
+    server = raw_server(chunked_response(wire[: 4 * framed_chunk + 100]))  # four whole chunks and part of a fifth
+    error = fetch_error(http_source(server.url, timeout_seconds=5))
+    assert error.reason == "truncated"
+    assert f"after {4 * 4096 + 100 - 6} bytes" in str(error)  # the data, without the fifth size line
+
+
+def test_http_broken_chunk_framing_is_an_error_that_names_the_flag(raw_server):
+    server = raw_server(chunked_response(b"5\r\nhello\r\nnot-hex\r\n\r\n"))
+    error = fetch_error(http_source(server.url, timeout_seconds=5))
+    assert error.reason == "error"
+    assert "malformed chunk size line" in str(error) and "--dcgm.url" in str(error)
+
+
 def test_http_chunked_answers_that_shrink_and_grow_are_byte_exact(fake, l4_body):
     """Each chunked answer is read into a buffer sized from the last one: a shorter answer after a
     longer one must not keep the longer one's tail, nor a longer one lose its own."""
