@@ -33,9 +33,11 @@ def test_small_benchmark_with_the_amd_body_runs_and_compares_the_two():
     run = subprocess.run([sys.executable, "benchmarks/perf.py", "--size", "small", "--amd"], cwd=str(REPO_ROOT),
                          capture_output=True, text=True, timeout=240)
     assert run.returncode == 0, run.stdout + run.stderr
-    # Both bodies measured in one run (three variants each), then AMD's CPU per series against NVIDIA's.
+    # Both bodies measured in one run (three variants each), then AMD's CPU per series against NVIDIA's,
     assert run.stdout.count("exporter p50") == 6 and "== AMD 60 series:" in run.stdout, run.stdout
     assert run.stdout.count("us per series") == 2 and run.stdout.count("per MB of upstream text") == 2, run.stdout
+    # and side by side, both exporters running: the goal's figures
+    assert "side by side (2 rounds of" in run.stdout and run.stdout.count("(goal <= 1.00x)") == 2, run.stdout
     assert "nan" not in run.stdout, run.stdout
 
 

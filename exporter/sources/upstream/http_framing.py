@@ -4,9 +4,9 @@ http.client undoes chunked framing one chunk at a time in Python: a header line 
 then the chunk's data read, for every chunk. A Go server's chunks are as large as each write its handler
 makes: dcgm-exporter writes its whole answer at once (one chunk), but client_golang's promhttp, which AMD's
 metrics exporter serves with, writes each metric family through a 4 KiB buffer, so a 2.9 MB answer comes in
-some 700 chunks. Read through http.client, those cost about three and a half times the CPU of the same body
-in one chunk (benchmarks/perf.py's AMD node). Here the socket is read in blocks of up to 256 KiB, whatever
-the chunks' sizes, and each chunk costs one regular-expression match on the block and one slice handed on.
+some 700 chunks. Read through http.client, such an answer cost 13-15 ms of CPU to fetch, the same bytes in
+one chunk 3 ms. Here the socket is read in blocks of up to 256 KiB, whatever the chunks' sizes, and each
+chunk costs one regular-expression match on the block and one slice handed on: about 4 ms and 2 ms.
 """
 
 from __future__ import annotations
