@@ -59,8 +59,9 @@ from support.fake_kubelet import FakeKubelet  # noqa: E402
 # not seen last time (the direct scrapes in between take bodies too; 7 is prime to both).
 _CHANGING_BODIES = 7
 # client_golang's promhttp, which AMD's metrics exporter serves with, writes each metric family through a
-# bufio.Writer of 4 KiB (prometheus/common expfmt), and Go's server makes each write a chunk. dcgm-exporter
-# writes its whole answer at once: one chunk.
+# bufio.Writer of 4 KiB (prometheus/common expfmt), and Go's server sends each write larger than its own 2 KiB
+# buffer as a chunk (smaller ones are gathered up to 2 KiB). dcgm-exporter writes its whole answer at once:
+# one chunk.
 PROMHTTP_CHUNK_BYTES = 4096
 _CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
 

@@ -71,10 +71,30 @@ def test_one_chunk_larger_than_a_block_spans_blocks():
 
 
 def test_nothing_is_read_after_the_last_chunk():
-    """Trailers, if any, and whatever a server sends after its answer are not the body's, and never waited for."""
+    """Trailers, if any, and whatever a server sends after its answer are not the body's, and never read."""
     wire = Wire(framed(b"abc", [3]) + b"X-Trailer: 1\r\n\r\nHTTP/1.1 200 OK\r\n", [9, 5])
     assert read(wire) == (True, b"abc")
     assert wire.reads_after_end == 0
+
+
+def test_the_first_read_asks_for_what_is_buffered_alone():
+    """A reader that already holds bytes (taken in with the headers) would read the socket too if asked for more,
+    and wait there for bytes that may never come: the first read asks for `buffered` bytes, later ones for blocks."""
+    asked: List[int] = []
+    wire = Wire(framed(b"x" * 5000, [4096]))
+
+    def readinto1(view: memoryview) -> int:
+        asked.append(len(view))
+        return wire.readinto1(view)
+
+    got: List[bytes] = []
+    assert read_body(readinto1, lambda parts: got.extend(bytes(part) for part in parts), True, None, buffered=10)
+    assert b"".join(got) == b"x" * 5000
+    assert asked[:2] == [10, BLOCK_BYTES]  # "1000\r\n" and 4 bytes of data, then a whole block
+    asked.clear()
+    wire = Wire(b"hello, and what follows the answer")
+    assert read_body(readinto1, lambda parts: None, False, 5, buffered=2)
+    assert asked == [2, 3]  # a sized body: the buffered bytes, then what is left of its length
 
 
 def test_an_empty_chunked_body():

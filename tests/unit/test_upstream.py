@@ -141,10 +141,10 @@ def test_http_chunked_answer_like_go_is_byte_exact_every_time(fake, l4_body):
 def test_http_answer_in_many_small_chunks_like_promhttp_is_byte_exact(fake, l4_body, chunk_bytes):
     """client_golang's promhttp (AMD's exporter) writes through a 4 KiB buffer: one chunk per write."""
     fake.chunked, fake.chunk_bytes = True, chunk_bytes
-    fake.body = l4_body * 8  # past one read block
+    fake.body = l4_body * 40  # 314 KB: past one 256 KiB read block
     source = http_source(fake.url, timeout_seconds=10)
-    assert source.fetch() == l4_body * 8
-    assert source.fetch() == l4_body * 8
+    assert source.fetch() == l4_body * 40
+    assert source.fetch() == l4_body * 40
 
 
 def chunked_response(wire_body: bytes, encoding: bytes = b"") -> Callable[[socket.socket, threading.Event], None]:
@@ -156,6 +156,29 @@ def chunked_response(wire_body: bytes, encoding: bytes = b"") -> Callable[[socke
 def in_chunks(data: bytes, size: int) -> bytes:
     return b"".join(b"%x\r\n%s\r\n" % (len(data[at : at + size]), data[at : at + size])
                     for at in range(0, len(data), size)) + b"0\r\n\r\n"
+
+
+def kept_open(head: bytes, body: bytes) -> Callable[[socket.socket, threading.Event], None]:
+    """The whole answer in one write, then the connection held open (a server ignoring "Connection: close")."""
+    def respond(conn: socket.socket, stopped: threading.Event) -> None:
+        conn.sendall(head + body)
+        stopped.wait(30)
+    return respond
+
+
+@pytest.mark.parametrize("framing, encoding", [("chunked", None), ("chunked", "gzip"), ("sized", "gzip")])
+def test_http_whole_answer_on_a_connection_left_open_is_not_waited_past(raw_server, framing, encoding):
+    """A small answer arrives with its headers, into the reader's buffer; nothing more ever comes, and the
+    connection stays open. The body is complete: the fetch must not wait on the socket for more."""
+    body = b"a 1\nb 2\n"
+    payload = gzip.compress(body) if encoding else body
+    head = b"HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\n" + (b"Content-Encoding: gzip\r\n" if encoding else b"")
+    if framing == "chunked":
+        head, payload = head + b"Transfer-Encoding: chunked\r\n\r\n", in_chunks(payload, 4)
+    else:
+        head += b"Content-Length: %d\r\n\r\n" % len(payload)
+    server = raw_server(kept_open(head, payload))
+    assert http_source(server.url, timeout_seconds=3).fetch() == body  # waiting would end in a timeout error
 
 
 def test_http_gzip_answer_in_small_chunks_is_decoded(raw_server, l4_body):

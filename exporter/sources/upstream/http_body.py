@@ -30,7 +30,7 @@ class CappedBody:
         self._member_open = False  # a gzip member has begun but not yet ended
         self.wire_bytes = 0
 
-    def feed(self, parts: Sequence[bytes]) -> None:
+    def feed(self, parts: Sequence[memoryview]) -> None:
         """Adds these parts of the body, as they came (gzip-encoded or not), in order."""
         if self._inflater is None:  # most bodies: a block's parts checked and copied in together
             size = sum(map(len, parts))

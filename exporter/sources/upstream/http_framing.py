@@ -17,7 +17,8 @@ from typing import Callable, List, Optional
 BLOCK_BYTES = 256 * 1024
 # What comes between two chunks' data: the CRLF that ends the one (absent before the first), then the next
 # one's size line: hex digits, optional chunk extensions (RFC 9112 section 7.1.1; ignored, as every client
-# ignores those it does not know), CRLF. Sixteen hex digits are more than any body the cap lets through.
+# ignores those it does not know), CRLF. Sixteen hex digits say more than any body the cap lets through
+# (Go writes no leading zeros); a bare LF for CRLF, which no Go server sends, is an error here.
 _BETWEEN_CHUNKS = re.compile(rb"\r\n([0-9A-Fa-f]{1,16})[ \t]*(?:;[^\r\n]*)?\r\n")
 _FIRST_CHUNK = re.compile(rb"([0-9A-Fa-f]{1,16})[ \t]*(?:;[^\r\n]*)?\r\n")
 # A size line this long without its CRLF is not one: some servers' extensions are long, none this long.
@@ -31,26 +32,35 @@ class FramingError(Exception):
 Feed = Callable[[List[memoryview]], None]
 
 
-def read_body(readinto1: Callable[[memoryview], int], feed: Feed, chunked: bool, length: Optional[int]) -> bool:
+def read_body(readinto1: Callable[[memoryview], int], feed: Feed, chunked: bool, length: Optional[int],
+              buffered: int = 0) -> bool:
     """Reads a response body through `readinto1` (one read of the socket at most, 0 at its end) and hands its
     bytes to `feed`, a list of slices per block read, in order, chunked framing undone; for a body that is
     not chunked, up to `length` bytes or, where that is None, up to the end of the connection. False where the
     connection ended first (a body cut short); a `feed` that raises stops the reading. `feed` must copy what
-    it keeps: each block's memory is reused for the next."""
+    it keeps: each block's memory is reused for the next.
+
+    `buffered`: how many bytes the reader already holds (an io.BufferedReader that read them with the headers).
+    The first read asks for those alone: a BufferedReader asked for more reads the socket too, and would wait
+    there, until the deadline, for bytes a server keeping the connection open never sends once its answer,
+    whole in the buffer, is done."""
     block = bytearray(BLOCK_BYTES)
     view = memoryview(block)
+    first = min(buffered, BLOCK_BYTES) or BLOCK_BYTES
     try:
         if not chunked:
-            return _read_plain(readinto1, feed, view, length)
-        return _Dechunker(feed).read(readinto1, block, view)
+            return _read_plain(readinto1, feed, view, length, first)
+        return _Dechunker(feed).read(readinto1, block, view, first)
     finally:
         view.release()
 
 
-def _read_plain(readinto1, feed, view: memoryview, length: Optional[int]) -> bool:
+def _read_plain(readinto1, feed, view: memoryview, length: Optional[int], first: int) -> bool:
     left = length
     while left is None or left > 0:
-        got = readinto1(view if left is None or left >= len(view) else view[:left])
+        size = min(len(view) if left is None else left, first)
+        first = len(view)
+        got = readinto1(view[:size])
         if not got:
             return left is None  # the connection's end ends an unsized body, and cuts a sized one short
         feed([view[:got]])
@@ -68,10 +78,12 @@ class _Dechunker:
         self._data_left = 0  # of the chunk whose data is being read
         self._first = True  # no chunk yet: no CRLF before the first size line
 
-    def read(self, readinto1, block: bytearray, view: memoryview) -> bool:
+    def read(self, readinto1, block: bytearray, view: memoryview, first: int) -> bool:
         kept = 0  # bytes at the block's start carried over from the last read: part of a size line
+        size = first
         while True:
-            got = readinto1(view[kept:])
+            got = readinto1(view[kept : kept + size])
+            size = len(view)
             if not got:
                 return False  # the last chunk never came
             end = kept + got

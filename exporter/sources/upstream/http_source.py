@@ -51,7 +51,11 @@ class HttpSource:
         deadline = time.monotonic() + self.timeout_seconds
         connection = self._target.connect()
         try:
-            return self._read_body(self._send(connection, deadline))
+            response = self._send(connection, deadline)
+            try:
+                return self._read_body(response)
+            finally:
+                response.close()  # its socket file too, failed or not
         finally:
             connection.close()  # whatever came after the answer is never read: it was not asked for
 
@@ -106,13 +110,15 @@ class HttpSource:
         body = CappedBody(self.max_bytes, gzipped, self._error, self._expected_bytes, self._words)
         with self._body_errors(received=body):
             try:
-                whole = read_body(response.fp.readinto1, body.feed, response.chunked, response.length)
+                # What the reader took in with the headers (or, if nothing, one socket read's worth): read
+                # alone first. A sized body of no bytes has nothing to wait for.
+                buffered = 0 if response.length == 0 else len(response.fp.peek())
+                whole = read_body(response.fp.readinto1, body.feed, response.chunked, response.length, buffered)
             except FramingError as exc:
                 raise self._error(f"{exc}: is {self._words.url_flag} really {self._words.name}'s /metrics?",
                                   "error") from exc
         if not whole:
             raise self._truncated(body.wire_bytes)
-        response.close()
         text = body.finish()
         # The next answer is sized like this one (the same series, new values): its buffer is made
         # that large at once. Concurrent fetches may each set it; any of their lengths will do.
