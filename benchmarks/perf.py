@@ -18,9 +18,9 @@ It measures, in one run:
   the references for the ratios;
 - with `--amd`, the same for an AMD node of about as many series as the reference size (benchmarks/amd_node.py:
   AMD's exporter text, chunked as its promhttp server sends it, 4 KiB at most a chunk, and compressed if
-  the exporter asks for gzip; its identity service
-  on a unix socket, its sysfs tree; the exporter run with `--gpu.vendor amd`), and its CPU per series against
-  the NVIDIA body's, measured in the same run.
+  the exporter asks for gzip; its identity service on a unix socket, its sysfs tree; the exporter run with
+  `--gpu.vendor amd`), and its CPU per series against the NVIDIA body's, measured in the same run, both
+  separately and side by side.
 """
 
 from __future__ import annotations
@@ -189,9 +189,12 @@ def measure_idle(pid: int, seconds: float) -> float:
     thread that ended meanwhile, a closed connection's, would take its whole past with it)."""
     before = thread_cpu_seconds(pid)
     time.sleep(seconds)
-    after = thread_cpu_seconds(pid)
-    used = sum(total - before.get(thread, 0) for thread, total in after.items())
-    return used / 1e9 / seconds * 1000
+    return cpu_since(pid, before) / seconds * 1000
+
+
+def cpu_since(pid: int, before: Dict[str, int]) -> float:
+    """CPU seconds used since `before` (thread_cpu_seconds) by each thread alive now, a new one's whole."""
+    return sum(total - before.get(thread, 0) for thread, total in thread_cpu_seconds(pid).items()) / 1e9
 
 
 class SizeResult(NamedTuple):
@@ -286,8 +289,7 @@ def paired_rounds(shape: Shape, amd_series: int, plan: Plan, args: argparse.Name
         try:
             sides = []
             for started in (nvidia, amd):
-                started.upstream.chunked = not args.upstream_sized
-                started.upstream.render_seconds = args.upstream_render_ms / 1000
+                answer_as_asked(started.upstream, args)
                 first = Client(started.exporter.url("/gpu/metrics"), False)
                 clients.append(first)
                 wait_attributed(first, started.check)
@@ -307,9 +309,7 @@ def paired_rounds(shape: Shape, amd_series: int, plan: Plan, args: argparse.Name
                         before = thread_cpu_seconds(pid)
                         for _ in range(batch):
                             both[variant].get()
-                        after = thread_cpu_seconds(pid)
-                        used = sum(total - before.get(thread, 0) for thread, total in after.items())
-                        per_series[started is amd] = used / batch / started.series
+                        per_series[started is amd] = cpu_since(pid, before) / batch / started.series
                     ratios[variant].append(per_series[True] / per_series[False])
         finally:
             for client in clients:
@@ -317,12 +317,17 @@ def paired_rounds(shape: Shape, amd_series: int, plan: Plan, args: argparse.Name
     return Paired(ratios[0], ratios[1], batch)
 
 
+def answer_as_asked(upstream: FakeDcgmExporter, args: argparse.Namespace) -> None:
+    """The simulated upstream chunked or sized, and as slow to render, as the command line asks."""
+    upstream.chunked = not args.upstream_sized
+    upstream.render_seconds = args.upstream_render_ms / 1000
+
+
 def _measured(started: Started, plan: Plan, args: argparse.Namespace) -> SizeResult:
     """Idle CPU, then scrapes of an unchanged body and of new values (plain and gzip), and peak RSS, of an
     exporter started on its simulated upstream exporter (answering like Go's server)."""
     exporter, upstream, bodies, check, series, _ = started
-    upstream.chunked = not args.upstream_sized
-    upstream.render_seconds = args.upstream_render_ms / 1000
+    answer_as_asked(upstream, args)
     pid = exporter.proc.pid
     clients: List[Client] = []
     try:

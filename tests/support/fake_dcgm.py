@@ -129,10 +129,15 @@ def _send_truncated(handler, body: bytes) -> None:
 
 def _send_chunked(handler, body: bytes, chunk_bytes: Optional[int], headers: dict) -> None:
     _send_head(handler, {"Transfer-Encoding": "chunked", **headers})
+    handler.wfile.write(chunked_wire(body, chunk_bytes))
+
+
+def chunked_wire(body: bytes, chunk_bytes: Optional[int] = None) -> bytes:
+    """`body` with HTTP/1.1 chunked framing: chunks of at most `chunk_bytes` (None: one chunk), then the last."""
     step = chunk_bytes or len(body) or 1
     framed = []
     for start in range(0, len(body), step):
         piece = body[start : start + step]
         framed += [b"%x\r\n" % len(piece), piece, b"\r\n"]
-    handler.wfile.write(b"".join(framed) + b"0\r\n\r\n")
+    return b"".join(framed) + b"0\r\n\r\n"
     handler.wfile.flush()

@@ -16,7 +16,7 @@ from exporter.vendors.nvidia.dcgm import DEFAULT_MAX_BODY_BYTES
 from exporter.vendors.nvidia.dcgm.file_source import FileSource
 from exporter.vendors.nvidia.dcgm.http_source import HttpSource
 from exporter.vendors.nvidia.dcgm.options import DcgmFileOptions, DcgmHttpOptions
-from support.fake_dcgm import FakeDcgmExporter
+from support.fake_dcgm import FakeDcgmExporter, chunked_wire
 from support.fixtures import fixture_bytes, fixture_path  # tests/ is on sys.path (conftest.py)
 
 L4 = "dcgm/l4-aws-gpu-operator-default-counters.prom"
@@ -153,11 +153,6 @@ def chunked_response(wire_body: bytes, encoding: bytes = b"") -> Callable[[socke
     return canned(head, wire_body)
 
 
-def in_chunks(data: bytes, size: int) -> bytes:
-    return b"".join(b"%x\r\n%s\r\n" % (len(data[at : at + size]), data[at : at + size])
-                    for at in range(0, len(data), size)) + b"0\r\n\r\n"
-
-
 def kept_open(head: bytes, body: bytes) -> Callable[[socket.socket, threading.Event], None]:
     """The whole answer in one write, then the connection held open (a server ignoring "Connection: close")."""
     def respond(conn: socket.socket, stopped: threading.Event) -> None:
@@ -174,7 +169,7 @@ def test_http_whole_answer_on_a_connection_left_open_is_not_waited_past(raw_serv
     payload = gzip.compress(body) if encoding else body
     head = b"HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\n" + (b"Content-Encoding: gzip\r\n" if encoding else b"")
     if framing == "chunked":
-        head, payload = head + b"Transfer-Encoding: chunked\r\n\r\n", in_chunks(payload, 4)
+        head, payload = head + b"Transfer-Encoding: chunked\r\n\r\n", chunked_wire(payload, 4)
     else:
         head += b"Content-Length: %d\r\n\r\n" % len(payload)
     server = raw_server(kept_open(head, payload))
@@ -182,18 +177,18 @@ def test_http_whole_answer_on_a_connection_left_open_is_not_waited_past(raw_serv
 
 
 def test_http_gzip_answer_in_small_chunks_is_decoded(raw_server, l4_body):
-    server = raw_server(chunked_response(in_chunks(gzip.compress(l4_body), 100), b"gzip"))
+    server = raw_server(chunked_response(chunked_wire(gzip.compress(l4_body), 100), b"gzip"))
     assert http_source(server.url, timeout_seconds=5).fetch() == l4_body
 
 
 def test_http_cap_holds_for_an_answer_in_small_chunks(raw_server, l4_body):
-    server = raw_server(chunked_response(in_chunks(l4_body, 4096)))
+    server = raw_server(chunked_response(chunked_wire(l4_body, 4096)))
     error = fetch_error(http_source(server.url, timeout_seconds=5, max_bytes=len(l4_body) - 1))
     assert error.reason == "too_large"
 
 
 def test_http_chunked_answer_cut_mid_chunk_is_truncated_with_what_came(raw_server, l4_body):
-    wire = in_chunks(l4_body * 4, 4096)
+    wire = chunked_wire(l4_body * 4, 4096)
     framed_chunk = len(b"1000\r\n") + 4096 + len(b"\r\n")
     assert len(wire) > 5 * framed_chunk
     server = raw_server(chunked_response(wire[: 4 * framed_chunk + 100]))  # four whole chunks and part of a fifth

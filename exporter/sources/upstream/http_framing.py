@@ -46,21 +46,30 @@ def read_body(readinto1: Callable[[memoryview], int], feed: Feed, chunked: bool,
     whole in the buffer, is done."""
     block = bytearray(BLOCK_BYTES)
     view = memoryview(block)
-    first = min(buffered, BLOCK_BYTES) or BLOCK_BYTES
+    reads = _first_read_limited(readinto1, buffered)
     try:
         if not chunked:
-            return _read_plain(readinto1, feed, view, length, first)
-        return _Dechunker(feed).read(readinto1, block, view, first)
+            return _read_plain(reads, feed, view, length)
+        return _Dechunker(feed).read(reads, block, view)
     finally:
         view.release()
 
 
-def _read_plain(readinto1, feed, view: memoryview, length: Optional[int], first: int) -> bool:
+def _first_read_limited(readinto1: Callable[[memoryview], int], buffered: int) -> Callable[[memoryview], int]:
+    """`readinto1`, its first read asking for no more than `buffered` bytes (where that is not 0)."""
+    limit = [buffered or None]
+
+    def read(into: memoryview) -> int:
+        first, limit[0] = limit[0], None
+        return readinto1(into if first is None else into[:first])
+
+    return read
+
+
+def _read_plain(readinto1, feed, view: memoryview, length: Optional[int]) -> bool:
     left = length
     while left is None or left > 0:
-        size = min(len(view) if left is None else left, first)
-        first = len(view)
-        got = readinto1(view[:size])
+        got = readinto1(view if left is None or left >= len(view) else view[:left])
         if not got:
             return left is None  # the connection's end ends an unsized body, and cuts a sized one short
         feed([view[:got]])
@@ -78,12 +87,10 @@ class _Dechunker:
         self._data_left = 0  # of the chunk whose data is being read
         self._first = True  # no chunk yet: no CRLF before the first size line
 
-    def read(self, readinto1, block: bytearray, view: memoryview, first: int) -> bool:
+    def read(self, readinto1, block: bytearray, view: memoryview) -> bool:
         kept = 0  # bytes at the block's start carried over from the last read: part of a size line
-        size = first
         while True:
-            got = readinto1(view[kept : kept + size])
-            size = len(view)
+            got = readinto1(view[kept:])
             if not got:
                 return False  # the last chunk never came
             end = kept + got
