@@ -125,10 +125,17 @@ def fixture_gpus(count: int = 8) -> List[Gpu]:
                    for index, gpu in enumerate(copies, start=len(real))]
 
 
-class Node:
-    """Renders the node's dcgm text; `render(generation)` moves every value with the generation."""
+# The label that pads a series to more bytes (Node's padding_bytes): a name no dcgm-exporter writes.
+PADDING_LABEL = "padding"
 
-    def __init__(self, shape: Shape):
+
+class Node:
+    """Renders the node's dcgm text; `render(generation)` moves every value with the generation.
+
+    `padding_bytes`: each series' labels begin with `padding="ppp…",`, this many bytes in all (at least the bare
+    label's 11), to compare a body of longer lines with the same series (benchmarks/perf.py --amd)."""
+
+    def __init__(self, shape: Shape, padding_bytes: int = 0):
         catalogue = family_catalogue()
         gpus = fixture_gpus(shape.gpus)
         if shape.families > len(catalogue) or shape.instances_per_gpu > len(MIG_INSTANCE_IDS):
@@ -137,6 +144,8 @@ class Node:
         self.families = catalogue[: shape.families]
         self.gpus = gpus[: shape.gpus]
         self.instances = MIG_INSTANCE_IDS[: shape.instances_per_gpu]
+        bare = len(f'{PADDING_LABEL}="",')
+        self._padding = f'{PADDING_LABEL}="{"p" * (padding_bytes - bare)}",' if padding_bytes >= bare else ""
         # Label text per series, rendered once: only values change from one collection to the next.
         self._label_texts = [self._labels(gpu, instance) for gpu in self.gpus for instance in ("",) + self.instances]
 
@@ -146,7 +155,7 @@ class Node:
 
     def _labels(self, gpu: Gpu, instance: str) -> str:
         mig = f',GPU_I_PROFILE="{MIG_PROFILE}",GPU_I_ID="{instance}"' if instance else ""
-        return (f'gpu="{gpu.index}",UUID="{gpu.uuid}",pci_bus_id="{gpu.pci_bus_id}",device="nvidia{gpu.index}",'
+        return (f'{self._padding}gpu="{gpu.index}",UUID="{gpu.uuid}",pci_bus_id="{gpu.pci_bus_id}",device="nvidia{gpu.index}",'
                 f'modelName="{gpu.model}"{mig},Hostname="{gpu.hostname}"')
 
     def render(self, generation: int = 0) -> bytes:

@@ -20,7 +20,8 @@ It measures, in one run:
   AMD's exporter text, chunked as its promhttp server sends it, 4 KiB at most a chunk, and compressed if
   the exporter asks for gzip; its identity service on a unix socket, its sysfs tree; the exporter run with
   `--gpu.vendor amd`), and its CPU per series against the NVIDIA body's, measured in the same run, both
-  separately and side by side.
+  separately and side by side; side by side also against an NVIDIA body whose lines a padding label makes as
+  long as AMD's, which tells what AMD's longer lines cost from what its own handling does.
 """
 
 from __future__ import annotations
@@ -218,8 +219,9 @@ class Started(NamedTuple):
 
 
 @contextlib.contextmanager
-def nvidia_node(shape: Shape, workdir: Path) -> Iterator[Started]:
-    node = Node(shape)
+def nvidia_node(shape: Shape, workdir: Path, padding_bytes: int = 0) -> Iterator[Started]:
+    """The NVIDIA body of this shape, each series `padding_bytes` longer (node.Node), and the exporter on it."""
+    node = Node(shape, padding_bytes)
     bodies = [node.render(generation) for generation in range(_CHANGING_BODIES)]
     socket_path = Path(tempfile.mkdtemp(prefix="n", dir=workdir)) / "kubelet.sock"  # one of each node at once
     with FakeKubelet(str(socket_path)) as kubelet, FakeDcgmExporter(bodies[0]) as dcgm:
@@ -271,24 +273,31 @@ def run_amd(label: str, series: int, plan: Plan, args: argparse.Namespace, workd
 
 
 class Paired(NamedTuple):
-    """AMD's CPU per series over NVIDIA's, one ratio per round, with and without gzip."""
+    """AMD's CPU per series over NVIDIA's, one ratio per round, with and without gzip; and over an NVIDIA body
+    padded to AMD's bytes per series (`same_bytes_*`), which tells AMD's own costs from its longer lines'."""
 
     plain: List[float]
     gzip: List[float]
+    same_bytes_plain: List[float]
+    same_bytes_gzip: List[float]
     batch: int
+    bytes_per_series: Dict[str, float]  # each side's upstream text per series
 
 
 def paired_rounds(shape: Shape, amd_series: int, plan: Plan, args: argparse.Namespace, workdir: Path) -> Paired:
-    """Both exporters running at once, each on its own simulated node, scraped with new values in alternating
-    batches (which goes first flips every round): each round's ratio compares two batches that ran a few
-    hundred milliseconds apart, under the same load, where the separate runs above are a minute apart and this
-    machine's load moves more than the difference between them."""
+    """Three exporters running at once, each on its own simulated node (NVIDIA's, AMD's, and NVIDIA's with a
+    padding label that makes its lines as long as AMD's), scraped with new values in turn in batches (the order
+    flips every round): each round's ratios compare batches that ran a few hundred milliseconds apart, under the
+    same load, where the separate runs above are a minute apart and this machine's load moves more than the
+    difference between them."""
     batch = max(3, plan.scrapes // plan.paired_rounds)
-    with nvidia_node(shape, workdir) as nvidia, amd_node(amd_series, workdir) as amd:
+    with amd_node(amd_series, workdir) as amd, nvidia_node(shape, workdir) as nvidia, \
+            nvidia_node(shape, workdir, _padding_to(amd, nvidia)) as padded:
+        named = {"nvidia": nvidia, "padded": padded, "amd": amd}
         clients: List[Client] = []
         try:
             sides = []
-            for started in (nvidia, amd):
+            for name, started in named.items():
                 answer_as_asked(started.upstream, args)
                 first = Client(started.exporter.url("/gpu/metrics"), False)
                 clients.append(first)
@@ -299,22 +308,29 @@ def paired_rounds(shape: Shape, amd_series: int, plan: Plan, args: argparse.Name
                 for client in both:
                     for _ in range(plan.warmup):
                         client.get()
-                sides.append((started, both))
-            ratios: Dict[int, List[float]] = {0: [], 1: []}
+                sides.append((name, started, both))
+            ratios: Dict[str, List[float]] = {key: [] for key in ("plain", "gzip", "same_bytes_plain", "same_bytes_gzip")}
             for round_number in range(plan.paired_rounds):
-                for variant in (0, 1):
+                for variant, key in ((0, "plain"), (1, "gzip")):
                     per_series = {}
-                    for started, both in sides if round_number % 2 == 0 else sides[::-1]:
+                    for name, started, both in sides if round_number % 2 == 0 else sides[::-1]:
                         pid = started.exporter.proc.pid
                         before = thread_cpu_seconds(pid)
                         for _ in range(batch):
                             both[variant].get()
-                        per_series[started is amd] = cpu_since(pid, before) / batch / started.series
-                    ratios[variant].append(per_series[True] / per_series[False])
+                        per_series[name] = cpu_since(pid, before) / batch / started.series
+                    ratios[key].append(per_series["amd"] / per_series["nvidia"])
+                    ratios["same_bytes_" + key].append(per_series["amd"] / per_series["padded"])
         finally:
             for client in clients:
                 client.close()
-    return Paired(ratios[0], ratios[1], batch)
+        bytes_per_series = {name: len(started.bodies[0]) / started.series for name, started in named.items()}
+    return Paired(batch=batch, bytes_per_series=bytes_per_series, **ratios)
+
+
+def _padding_to(longer: Started, shorter: Started) -> int:
+    """How many bytes each series of `shorter` (one sample line each) needs to have as many per series as `longer`."""
+    return round(len(longer.bodies[0]) / longer.series - len(shorter.bodies[0]) / shorter.series)
 
 
 def answer_as_asked(upstream: FakeDcgmExporter, args: argparse.Namespace) -> None:
@@ -451,10 +467,14 @@ def in_process(shape: Shape, plan: Plan) -> InProcess:
 def amd_summary(amd: SizeResult, nvidia: SizeResult, paired: Paired, rounds: int, label: str) -> None:
     """CPU per series of the AMD body against the NVIDIA body of the same size, measured in this run."""
     print(f"\n== AMD against NVIDIA at {label} series (this run)")
-    print(f"  side by side ({rounds} rounds of {paired.batch} new-values scrapes of each exporter, both running): "
-          "AMD / NVIDIA exporter CPU per series, median of the rounds (lowest-highest)")
-    for name, ratios in (("plain", paired.plain), ("gzip", paired.gzip)):
-        print(f"    {name}: {statistics.median(ratios):.2f}x ({min(ratios):.2f}-{max(ratios):.2f}) (goal <= 1.00x)")
+    sizes = paired.bytes_per_series
+    print(f"  side by side ({rounds} rounds of {paired.batch} new-values scrapes of each of three exporters, all "
+          f"running): exporter CPU per series, median of the rounds (lowest-highest); upstream text per series: "
+          f"AMD {sizes['amd']:.0f} bytes, NVIDIA {sizes['nvidia']:.0f}, NVIDIA padded {sizes['padded']:.0f}")
+    for name, ratios, same_bytes in (("plain", paired.plain, paired.same_bytes_plain),
+                                     ("gzip", paired.gzip, paired.same_bytes_gzip)):
+        print(f"    {name}: AMD / NVIDIA {_spread(ratios)} (goal <= 1.00x); "
+              f"AMD / NVIDIA padded to AMD's bytes per series {_spread(same_bytes)}")
     print("  the separate runs above:")
     for variant in ("new_values_plain", "new_values_gzip"):
         a, n = getattr(amd, variant), getattr(nvidia, variant)
@@ -496,6 +516,10 @@ def summary(results: Dict[str, SizeResult], references: InProcess, reference_lab
     print(f"  gzip at {reference_label}: {gzip_extra * 1e3:.2f} ms more exporter CPU per scrape; compressing the answer "
           f"alone takes {references.gzip_answer * 1e3:.2f} ms, so {(gzip_extra - references.gzip_answer) * 1e3:+.2f} ms "
           "beside the compression")
+
+
+def _spread(ratios: List[float]) -> str:
+    return f"{statistics.median(ratios):.2f}x ({min(ratios):.2f}-{max(ratios):.2f})"
 
 
 def _ratio(numerator: float, denominator: float) -> str:

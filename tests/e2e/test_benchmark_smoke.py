@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import subprocess
 import sys
 
@@ -36,8 +37,12 @@ def test_small_benchmark_with_the_amd_body_runs_and_compares_the_two():
     # Both bodies measured in one run (three variants each), then AMD's CPU per series against NVIDIA's,
     assert run.stdout.count("exporter p50") == 6 and "== AMD 60 series:" in run.stdout, run.stdout
     assert run.stdout.count("us per series") == 2 and run.stdout.count("per MB of upstream text") == 2, run.stdout
-    # and side by side, both exporters running: the goal's figures
+    # and side by side, three exporters running: the goal's figures, and AMD against an NVIDIA body padded to
+    # AMD's bytes per series
     assert "side by side (2 rounds of" in run.stdout and run.stdout.count("(goal <= 1.00x)") == 2, run.stdout
+    assert run.stdout.count("AMD / NVIDIA padded to AMD's bytes per series") == 2, run.stdout
+    sizes = re.search(r"upstream text per series: AMD (\d+) bytes, NVIDIA (\d+), NVIDIA padded (\d+)", run.stdout)
+    assert sizes and abs(int(sizes[3]) - int(sizes[1])) <= 1 < int(sizes[1]) - int(sizes[2]), run.stdout
     assert "nan" not in run.stdout, run.stdout
 
 
