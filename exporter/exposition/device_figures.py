@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import functools
 import re
-from typing import Callable, Dict, Iterator, NamedTuple, Optional, Sequence, Tuple
+from typing import Callable, Dict, Iterator, Mapping, NamedTuple, Optional, Sequence, Tuple
 
 from exporter.core.identity import GpuIdentity, SampleDialect
 from exporter.exposition.template import BodyValues, picker, value_places
@@ -267,7 +267,14 @@ def _device(raw: bytes, names: FigureNames) -> Optional[_Device]:
 
 
 def _is_partitioned(labels: Dict[str, str], names: FigureNames) -> bool:
-    return bool(names.partition_mode_label) and labels.get(names.partition_mode_label, "") not in names.whole_gpu_modes
+    return bool(names.partition_mode_label) and partitioned_by_mode(labels, names.partition_mode_label,
+                                                                    names.whole_gpu_modes)
+
+
+def partitioned_by_mode(labels: Mapping[str, str], mode_label: str, whole_modes: Tuple[str, ...]) -> bool:
+    """Whether a sample's GPU is one partition of a GPU split in several: its partition mode label says a mode
+    other than those of a whole GPU (FigureNames.partition_mode_label and whole_gpu_modes)."""
+    return labels.get(mode_label, "") not in whole_modes
 
 
 def _first_label(labels: Dict[str, str], names: Tuple[str, ...]) -> str:

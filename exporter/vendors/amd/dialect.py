@@ -12,6 +12,8 @@ from __future__ import annotations
 
 from typing import Mapping, NamedTuple, Optional
 
+from exporter.exposition.device_figures import partitioned_by_mode
+
 GPU_ID = "gpu_id"                  # amdsmi's index; every partition has its own
 PARTITION_ID = "gpu_partition_id"  # the partition within its GPU; "NA" where the GPU cannot be partitioned
 GPU_UUID = "gpu_uuid"              # optional (its export can be turned off)
@@ -91,8 +93,8 @@ def node_name(labels: Mapping[str, str]) -> str:
 
 
 def is_partitioned(labels: Mapping[str, str]) -> bool:
-    """Whether the sample's GPU is one partition of a GPU split in several."""
-    return labels.get(COMPUTE_PARTITION_TYPE, "") not in WHOLE_GPU_MODES
+    """Whether the sample's GPU is one partition of a GPU split in several (the rule the core's figures apply)."""
+    return partitioned_by_mode(labels, COMPUTE_PARTITION_TYPE, WHOLE_GPU_MODES)
 
 
 def is_whole_gpu_figure(name: str, labels: Mapping[str, str]) -> bool:
