@@ -48,6 +48,7 @@ from amd_node import AmdNode  # noqa: E402
 
 sys.path.insert(0, str(REPO_ROOT / "tests"))
 from exporter.core.mapping import build_mapping  # noqa: E402
+from exporter.demo.fake_upstream import PROMHTTP_CHUNK_BYTES  # noqa: E402
 from exporter.exposition.rewriter import Rewriter  # noqa: E402
 from exporter.web.scrape import ScrapeBody  # noqa: E402
 from exporter.vendors.amd.demo_identity import DemoIdentityService  # noqa: E402
@@ -59,11 +60,6 @@ from support.fake_kubelet import FakeKubelet  # noqa: E402
 # Distinct bodies served in turn, so that every "new values" scrape brings values the exporter has
 # not seen last time (the direct scrapes in between take bodies too; 7 is prime to both).
 _CHANGING_BODIES = 7
-# client_golang's promhttp, which AMD's metrics exporter serves with, writes each metric family through a
-# bufio.Writer of 4 KiB (prometheus/common expfmt), and Go's server sends each write larger than its own 2 KiB
-# buffer as a chunk (smaller ones are gathered up to 2 KiB). dcgm-exporter writes its whole answer at once:
-# one chunk.
-PROMHTTP_CHUNK_BYTES = 4096
 _CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
 
 

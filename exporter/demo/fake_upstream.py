@@ -2,15 +2,21 @@
 
 from __future__ import annotations
 
+import gzip
 import socket
 import threading
 from http.server import BaseHTTPRequestHandler
-from typing import Callable, Optional, Union
+from typing import Callable, Dict, Optional, Union
 
 from exporter.demo.loopback_server import OpenConnections, QuietServer
 
 Body = Union[bytes, Callable[[], bytes]]
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
+# client_golang's promhttp, which AMD's metrics exporter serves with, writes each metric family through a
+# bufio.Writer of 4 KiB (prometheus/common expfmt), and Go's server sends each write larger than its own 2 KiB
+# buffer as a chunk (smaller ones are gathered up to 2 KiB). dcgm-exporter writes its whole answer at once:
+# one chunk.
+PROMHTTP_CHUNK_BYTES = 4096
 
 
 class _Server(QuietServer):
@@ -50,15 +56,25 @@ class _Handler(BaseHTTPRequestHandler):
 
 class FakeUpstreamExporter:
     """Serves `body` (bytes, or a zero-argument callable called per request) at http://HOST:PORT/metrics,
-    as a vendor's real exporter does: keep-alive, Content-Length, 404 elsewhere (naming the exporter
-    played, `name`). `body` is settable at any time.
+    as a vendor's real exporter does: keep-alive, 404 elsewhere (naming the exporter played, `name`).
+    `body` is settable at any time.
+
+    How a 200 answer travels, settable at any time too: with a Content-Length (the default), or `chunked`
+    (Transfer-Encoding: chunked, as Go's server sends an answer it does not know the size of: dcgm-exporter's
+    in one chunk), in chunks of at most `chunk_bytes` (None: one chunk), and gzip-compressed at gzip's default
+    level for a request that accepts gzip where `gzip_when_asked`. `promhttp=True` sets all three as AMD's
+    exporter, served by client_golang's promhttp, answers: 4 KiB chunks, gzip when asked.
 
     The demo runs it as it is; tests/support adds faults by overriding `_answer`.
     """
 
-    def __init__(self, body: Body, host: str = "127.0.0.1", port: int = 0, name: str = "the GPU exporter") -> None:
+    def __init__(self, body: Body, host: str = "127.0.0.1", port: int = 0, name: str = "the GPU exporter",
+                 promhttp: bool = False) -> None:
         self.body = body
         self.name = name
+        self.chunked = promhttp
+        self.chunk_bytes: Optional[int] = PROMHTTP_CHUNK_BYTES if promhttp else None
+        self.gzip_when_asked = promhttp
         self._address = (host, port)
         self._server: Optional[_Server] = None
         self._thread: Optional[threading.Thread] = None
@@ -104,11 +120,23 @@ class FakeUpstreamExporter:
         if handler.path.split("?", 1)[0] != "/metrics":
             self._send(handler, 404, f"not found: {self.name} serves /metrics\n".encode())
             return
-        self._send(handler, 200, self._render())
+        self._send_ok(handler, self._render())
 
     def _render(self) -> bytes:
         body = self.body
         return body() if callable(body) else body
+
+    def _send_ok(self, handler: _Handler, body: bytes) -> None:
+        """A 200 answer with `body`, sized or chunked and compressed as set."""
+        if not self.chunked:
+            self._send(handler, 200, body)
+            return
+        headers: Dict[str, str] = {"Transfer-Encoding": "chunked"}
+        if self.gzip_when_asked and "gzip" in handler.headers.get("Accept-Encoding", "").lower():
+            body, headers["Content-Encoding"] = gzip.compress(body), "gzip"
+        send_head(handler, headers)
+        handler.wfile.write(chunked_wire(body, self.chunk_bytes))
+        handler.wfile.flush()
 
     @staticmethod
     def _send(handler: _Handler, status: int, body: bytes) -> None:
@@ -118,3 +146,22 @@ class FakeUpstreamExporter:
         handler.end_headers()
         handler.wfile.write(body)
         handler.wfile.flush()
+
+
+def send_head(handler: BaseHTTPRequestHandler, headers: Dict[str, str]) -> None:
+    """A 200 status line and headers: the text's content type, then these."""
+    handler.send_response(200)
+    handler.send_header("Content-Type", CONTENT_TYPE)
+    for name, value in headers.items():
+        handler.send_header(name, value)
+    handler.end_headers()
+
+
+def chunked_wire(body: bytes, chunk_bytes: Optional[int] = None) -> bytes:
+    """`body` with HTTP/1.1 chunked framing: chunks of at most `chunk_bytes` (None: one chunk), then the last."""
+    step = chunk_bytes or len(body) or 1
+    framed = []
+    for start in range(0, len(body), step):
+        piece = body[start : start + step]
+        framed += [b"%x\r\n" % len(piece), piece, b"\r\n"]
+    return b"".join(framed) + b"0\r\n\r\n"

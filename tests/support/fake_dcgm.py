@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
-import gzip
 import os
 import threading
 from typing import Optional
 
-from exporter.demo.fake_upstream import CONTENT_TYPE, Body, FakeUpstreamExporter
+from exporter.demo.fake_upstream import Body, FakeUpstreamExporter, chunked_wire, send_head
+
+__all__ = ["FAULTS", "FakeDcgmExporter", "chunked_wire"]
 
 FAULTS = (None, "hang", "empty", "garbage", "truncate", "unsized")
 # A hanging answer gives up on its own after this long, so a forgotten fault cannot pin a thread.
@@ -25,21 +26,15 @@ class FakeDcgmExporter(FakeUpstreamExporter):
     the connection, so a client learns its size only by reading it). `hang` wins over `status`,
     `status` over the others.
 
-    Also settable: `chunked` (answer with Transfer-Encoding: chunked and no Content-Length, as the real
-    dcgm-exporter's Go server does for a large answer written in one piece: one chunk, then the last,
-    empty one), `chunk_bytes` (with `chunked`, chunks of at most this many bytes instead: 4096 for an
-    exporter served by client_golang's promhttp, such as AMD's, which writes through a 4 KiB buffer),
-    `gzip_when_asked` (with `chunked`, a gzip answer at gzip's default level to a request that accepts gzip,
-    as promhttp does) and `render_seconds` (how long each answer takes to render before its first byte; the
-    real one gathers and formats every sample on every request). `requests` counts what arrived.
+    Also settable: `chunked`, `chunk_bytes` and `gzip_when_asked` (how a 200 answer travels, as in the demo's;
+    the real dcgm-exporter's Go server sends a large answer written in one piece `chunked`, in one chunk) and
+    `render_seconds` (how long each answer takes to render before its first byte; the real one gathers and
+    formats every sample on every request). `requests` counts what arrived.
     """
 
     def __init__(self, body: Body, host: str = "127.0.0.1", port: int = 0) -> None:
         super().__init__(body, host, port, name="dcgm-exporter")
         self.status = 200
-        self.chunked = False
-        self.chunk_bytes: Optional[int] = None  # None: the whole answer in one chunk
-        self.gzip_when_asked = False
         self.render_seconds = 0.0
         self._fault: Optional[str] = None
         self._requests = 0
@@ -93,11 +88,6 @@ class FakeDcgmExporter(FakeUpstreamExporter):
         elif fault == "truncate":
             _send_truncated(handler, self._render())
             handler.close_connection = True
-        elif self.chunked:
-            body, headers = self._render(), {}
-            if self.gzip_when_asked and "gzip" in handler.headers.get("Accept-Encoding", "").lower():
-                body, headers = gzip.compress(body), {"Content-Encoding": "gzip"}
-            _send_chunked(handler, body, self.chunk_bytes, headers)
         else:
             super()._answer(handler)
 
@@ -107,37 +97,13 @@ class FakeDcgmExporter(FakeUpstreamExporter):
         return super()._render()
 
 
-def _send_head(handler, headers: dict) -> None:
-    handler.send_response(200)
-    handler.send_header("Content-Type", CONTENT_TYPE)
-    for name, value in headers.items():
-        handler.send_header(name, value)
-    handler.end_headers()
-
-
 def _send_unsized(handler, body: bytes) -> None:
-    _send_head(handler, {"Connection": "close"})  # HTTP/1.1: the close marks the end of the body
+    send_head(handler, {"Connection": "close"})  # HTTP/1.1: the close marks the end of the body
     handler.wfile.write(body)
     handler.wfile.flush()
 
 
 def _send_truncated(handler, body: bytes) -> None:
-    _send_head(handler, {"Content-Length": str(len(body))})
+    send_head(handler, {"Content-Length": str(len(body))})
     handler.wfile.write(body[: len(body) // 2])
-    handler.wfile.flush()
-
-
-def _send_chunked(handler, body: bytes, chunk_bytes: Optional[int], headers: dict) -> None:
-    _send_head(handler, {"Transfer-Encoding": "chunked", **headers})
-    handler.wfile.write(chunked_wire(body, chunk_bytes))
-
-
-def chunked_wire(body: bytes, chunk_bytes: Optional[int] = None) -> bytes:
-    """`body` with HTTP/1.1 chunked framing: chunks of at most `chunk_bytes` (None: one chunk), then the last."""
-    step = chunk_bytes or len(body) or 1
-    framed = []
-    for start in range(0, len(body), step):
-        piece = body[start : start + step]
-        framed += [b"%x\r\n" % len(piece), piece, b"\r\n"]
-    return b"".join(framed) + b"0\r\n\r\n"
     handler.wfile.flush()

@@ -70,7 +70,8 @@ class AmdDemoNode:
                                        states=lambda: identity_states(simulation.elapsed_seconds))
         identity.start()
         stack.callback(identity.stop)
-        exporter = FakeUpstreamExporter(simulation.render, name="AMD's device-metrics-exporter")
+        # Answering as AMD's does (client_golang's promhttp): 4 KiB chunks, gzip for a client that asks for it.
+        exporter = FakeUpstreamExporter(simulation.render, name="AMD's device-metrics-exporter", promhttp=True)
         exporter.start()
         stack.callback(exporter.stop)
         settings = dict(amd_metrics_url=exporter.url, amd_metrics_socket=identity.socket_path,
