@@ -30,11 +30,12 @@ class UnixSocketGrpcServer:
         """Bind the socket and serve."""
         if self._server is not None:
             raise RuntimeError(f"{self._label} on {self.socket_path} is already running")
-        if os.path.exists(self.socket_path):
-            os.unlink(self.socket_path)  # a stale socket file makes bind fail
         server = grpc.server(futures.ThreadPoolExecutor(max_workers=self._workers,
                                                         thread_name_prefix=self._label.replace(" ", "-")))
         self._register(server)
+        # A stale socket file makes bind fail. Removed just before binding: a client meanwhile finds no socket.
+        if os.path.exists(self.socket_path):
+            os.unlink(self.socket_path)
         if server.add_insecure_port("unix:" + self.socket_path) == 0:
             raise OSError(f"{self._label} could not bind {self.socket_path}")
         if self._socket_mode is not None:

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import os
 import re
-import socket
 import sys
 from dataclasses import dataclass, field
 from typing import Callable, List, Optional
@@ -190,18 +189,10 @@ def kubelet_fault(name: Optional[str]) -> Callable[[Node], None]:
     return apply
 
 
-def leave_stale_socket(node: Node) -> None:
-    """A kubelet that died without cleaning up: the socket file stays, nobody listens."""
-    node.kubelet.stop()
-    listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-    listener.bind(node.kubelet.socket_path)
-    listener.close()
-
-
 KUBELET_FAULTS = {
     "kubelet-socket-absent": Fault(lambda n: n.kubelet.stop(), lambda n: n.kubelet.start(), "absent", kubelet_down),
-    "kubelet-stale-socket-no-listener": Fault(leave_stale_socket, lambda n: n.kubelet.start(), "unavailable",
-                                              kubelet_down),
+    "kubelet-stale-socket-no-listener": Fault(lambda n: n.kubelet.die_leaving_socket(), lambda n: n.kubelet.start(),
+                                              "unavailable", kubelet_down),
     "kubelet-hanging": Fault(kubelet_fault("hang"), kubelet_fault(None), "timeout", kubelet_down),
     "kubelet-unimplemented-both-versions": Fault(kubelet_fault("unimplemented"), kubelet_fault(None),
                                                  "unimplemented", kubelet_down),

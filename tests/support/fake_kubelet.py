@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import os
+import socket
 import threading
-from typing import Sequence
+from typing import List, Sequence
 
 import grpc
 
@@ -27,6 +29,7 @@ class FakeKubelet(demo.FakeKubelet):
     every version; `allocatable_unimplemented` answers GetAllocatableResources UNIMPLEMENTED, as a
     kubelet older than the call does, while List works. `pad_bytes` adds device-less pods until a response is at least that big;
     `last_response_bytes` is the size of the last response built. `list_calls` counts Lists.
+    `die_leaving_socket()` plays a kubelet that died without cleaning up.
     """
 
     def __init__(self, socket_path: str, versions: Sequence[str] = ("v1", "v1alpha1")):
@@ -37,6 +40,7 @@ class FakeKubelet(demo.FakeKubelet):
         self._pad_bytes = 0
         self._list_calls = 0
         self._released = threading.Event()  # set by stop(): hung calls return, so the server stops at once
+        self._unreachable: List[grpc.Server] = []  # servers left running by die_leaving_socket, stopped by stop()
 
     @property
     def list_calls(self) -> int:
@@ -62,6 +66,27 @@ class FakeKubelet(demo.FakeKubelet):
     def stop(self) -> None:
         self._released.set()
         super().stop()
+        for server in self._unreachable:  # gRPC deletes their path on stop: the socket file is gone already
+            server.stop(grace=None).wait()
+        self._unreachable.clear()
+
+    def die_leaving_socket(self) -> None:
+        """As a kubelet that died without cleaning up: its socket file stays, nobody listens on it; start() again
+        replaces the file. For a client it happens at once: a socket file bound and closed beside the live one
+        is renamed over it. Stopping the server first would not do: gRPC deletes the socket file as it stops, and
+        a List made before the stale file came would find no socket at all. The server, unreachable without its
+        file, runs on until stop()."""
+        stale = self.socket_path + ".stale"
+        listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        try:
+            listener.bind(stale)
+        finally:
+            listener.close()
+        os.replace(stale, self.socket_path)
+        self._released.set()
+        server, self._server = self._server, None
+        if server is not None:
+            self._unreachable.append(server)
 
     def _generic_handlers(self) -> tuple:
         return (_RefusalCounter(self),)
