@@ -48,7 +48,6 @@ from amd_node import AmdNode  # noqa: E402
 
 sys.path.insert(0, str(REPO_ROOT / "tests"))
 from exporter.core.mapping import build_mapping  # noqa: E402
-from exporter.demo.fake_upstream import PROMHTTP_CHUNK_BYTES  # noqa: E402
 from exporter.exposition.rewriter import Rewriter  # noqa: E402
 from exporter.web.scrape import ScrapeBody  # noqa: E402
 from exporter.vendors.amd.demo_identity import DemoIdentityService  # noqa: E402
@@ -69,7 +68,7 @@ class Plan(NamedTuple):
     warmup: int
     idle_seconds: float
     repeats: int  # in-process timings
-    paired_rounds: int = 12  # --amd: rounds of the two exporters scraped side by side (paired_rounds below)
+    paired_rounds: int = 12  # --amd: rounds of the three exporters scraped side by side (paired_rounds below)
 
 
 PLANS = {
@@ -238,11 +237,10 @@ def amd_node(series: int, workdir: Path) -> Iterator[Started]:
     workdir = Path(tempfile.mkdtemp(prefix="a", dir=workdir))  # its own: one of each node at once
     node.write_sysfs(workdir / "amd-sys")
     socket_path, identity_socket = workdir / "kubelet-amd.sock", workdir / "amd-identity.sock"
-    with FakeKubelet(str(socket_path)) as kubelet, FakeDcgmExporter(bodies[0]) as upstream, \
+    # Answering as promhttp does (4 KiB chunks, gzip if the client asks for it) unless --upstream-sized.
+    with FakeKubelet(str(socket_path)) as kubelet, FakeDcgmExporter(bodies[0], promhttp=True) as upstream, \
             DemoIdentityService(str(identity_socket), states=node.identity_states):
         kubelet.set_devices(node.allocations())
-        # Where chunked (not --upstream-sized), as promhttp answers: 4 KiB chunks, gzip if the client asks for it.
-        upstream.chunk_bytes, upstream.gzip_when_asked = PROMHTTP_CHUNK_BYTES, True
         exporter = start_exporter(["--gpu.vendor", "amd", "--amd.metrics-url", upstream.url, "--amd.metrics-socket",
                                    str(identity_socket), "--amd.sysfs-root", str(workdir / "amd-sys"),
                                    "--kubelet.socket", str(socket_path)])
@@ -282,10 +280,10 @@ class Paired(NamedTuple):
 
 def paired_rounds(shape: Shape, amd_series: int, plan: Plan, args: argparse.Namespace, workdir: Path) -> Paired:
     """Three exporters running at once, each on its own simulated node (NVIDIA's, AMD's, and NVIDIA's with a
-    padding label that makes its lines as long as AMD's), scraped with new values in turn in batches (the order
-    flips every round): each round's ratios compare batches that ran a few hundred milliseconds apart, under the
-    same load, where the separate runs above are a minute apart and this machine's load moves more than the
-    difference between them."""
+    padding label that makes its lines as long as AMD's), scraped with new values in turn in batches, the order
+    rotated every round so that each is first, second and last as often: each round's ratios compare batches
+    that ran a few hundred milliseconds apart, under the same load, where the separate runs above are a minute
+    apart and this machine's load moves more than the difference between them."""
     batch = max(3, plan.scrapes // plan.paired_rounds)
     with amd_node(amd_series, workdir) as amd, nvidia_node(shape, workdir) as nvidia, \
             nvidia_node(shape, workdir, _padding_to(amd, nvidia)) as padded:
@@ -309,7 +307,8 @@ def paired_rounds(shape: Shape, amd_series: int, plan: Plan, args: argparse.Name
             for round_number in range(plan.paired_rounds):
                 for variant, key in ((0, "plain"), (1, "gzip")):
                     per_series = {}
-                    for name, started, both in sides if round_number % 2 == 0 else sides[::-1]:
+                    turn = round_number % len(sides)
+                    for name, started, both in sides[turn:] + sides[:turn]:
                         pid = started.exporter.proc.pid
                         before = thread_cpu_seconds(pid)
                         for _ in range(batch):

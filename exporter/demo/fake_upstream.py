@@ -17,6 +17,7 @@ CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 # buffer as a chunk (smaller ones are gathered up to 2 KiB). dcgm-exporter writes its whole answer at once:
 # one chunk.
 PROMHTTP_CHUNK_BYTES = 4096
+_GO_GZIP_LEVEL = 6  # compress/flate's DefaultCompression, which promhttp's gzip.NewWriter uses (Python's is 9)
 
 
 class _Server(QuietServer):
@@ -61,9 +62,10 @@ class FakeUpstreamExporter:
 
     How a 200 answer travels, settable at any time too: with a Content-Length (the default), or `chunked`
     (Transfer-Encoding: chunked, as Go's server sends an answer it does not know the size of: dcgm-exporter's
-    in one chunk), in chunks of at most `chunk_bytes` (None: one chunk), and gzip-compressed at gzip's default
-    level for a request that accepts gzip where `gzip_when_asked`. `promhttp=True` sets all three as AMD's
-    exporter, served by client_golang's promhttp, answers: 4 KiB chunks, gzip when asked.
+    in one chunk), then in chunks of at most `chunk_bytes` (None: one chunk) and, where `gzip_when_asked`,
+    gzip-compressed for a request that accepts gzip, at the level of Go's gzip.NewWriter (6). `promhttp=True`
+    sets all three as AMD's exporter, served by client_golang's promhttp, answers: 4 KiB chunks, gzip when
+    asked.
 
     The demo runs it as it is; tests/support adds faults by overriding `_answer`.
     """
@@ -133,7 +135,7 @@ class FakeUpstreamExporter:
             return
         headers: Dict[str, str] = {"Transfer-Encoding": "chunked"}
         if self.gzip_when_asked and "gzip" in handler.headers.get("Accept-Encoding", "").lower():
-            body, headers["Content-Encoding"] = gzip.compress(body), "gzip"
+            body, headers["Content-Encoding"] = gzip.compress(body, compresslevel=_GO_GZIP_LEVEL), "gzip"
         send_head(handler, headers)
         handler.wfile.write(chunked_wire(body, self.chunk_bytes))
         handler.wfile.flush()

@@ -10,6 +10,7 @@ from typing import Dict, List, NamedTuple, Optional, Tuple
 from exporter.top import families as f
 from exporter.top.readings import CLUSTER, Readings, Sample
 from exporter.top.utilization import device_busy, is_share, own_share, whole_devices_busy
+from exporter.vendors.amd.dialect import is_partitioned
 
 MIB = 1 << 20
 # Worst first: a container's health is that of its worst GPU.
@@ -21,8 +22,6 @@ Owner = Tuple[str, str, str, str, str]  # cluster ("" where unknown), node, name
 # partition has its own), "".
 Device = Tuple[str, str, str, str, str]
 _AMD_GPU = "gpu_id="  # the mark: an AMD gpu_id is never taken for an NVIDIA gpu index of the same node
-# gpu_compute_partition_type of a GPU that is not split (AMD's names for it, lower case; "" where not served).
-_WHOLE_GPU_MODES = ("", "spx", "none")
 # Device IDs AMD's device plugin gives a partition other than a GPU's first (some kernels write `amdgpu_xcp.N`).
 _AMD_PARTITION_ID = re.compile(r"amdgpu_xcp[._][0-9]+")
 
@@ -139,7 +138,7 @@ def _partitioned_amd_devices(readings: Readings) -> set:
     """AMD devices that are one partition of a split GPU, from AMD's samples (their partition type) and from
     the device IDs the kubelet gives partitions: their GPU's activity and power are no one holder's."""
     found = {device_of(s.labels) for s in _samples_of(readings, f.AMD_VRAM_USED + f.AMD_ACTIVITY + f.AMD_POWER)
-             if s.labels.get("gpu_id") and s.labels.get("gpu_compute_partition_type", "") not in _WHOLE_GPU_MODES}
+             if s.labels.get("gpu_id") and is_partitioned(s.labels)}
     return found | {device_of(s.labels) for s in readings.samples(f.ALLOCATION)
                     if s.labels.get("gpu_id") and _AMD_PARTITION_ID.fullmatch(s.labels.get("device_id", ""))}
 

@@ -52,6 +52,20 @@ def _attributed(text: str) -> str:
     return text if 'gpu_id="12"' in text and 'pod="notebook-31aa"' in text else ""
 
 
+def test_its_amd_exporter_answers_as_promhttp_does(demo):
+    """Chunked, and compressed for a client that asks for gzip, as AMD's exporter (client_golang's promhttp) answers:
+    the exporter reads the demo's AMD exporter as it reads a real node's (the chunks' sizes: test_demo_upstream)."""
+    _, printed, _ = demo
+    url = wait_until(lambda: next((match[1] for line in list(printed)
+                                   for match in [re.search(r"AMD's device-metrics-exporter at (\S+),", line)] if match),
+                                  None), 10, 0.1, "the AMD exporter's URL in the banner")
+    plain = requests.get(url, headers={"Accept-Encoding": "identity"}, timeout=10)
+    assert plain.headers.get("Transfer-Encoding") == "chunked" and "Content-Length" not in plain.headers
+    assert "gpu_gfx_activity{" in plain.text
+    compressed = requests.get(url, headers={"Accept-Encoding": "gzip"}, timeout=10)
+    assert compressed.headers.get("Content-Encoding") == "gzip" and "gpu_gfx_activity{" in compressed.text
+
+
 def test_gpu_metrics_name_every_amd_holder_and_no_one_else(demo):
     process, _, _ = demo
     text = wait_until(lambda: _attributed(requests.get(process.url(), timeout=10).text), 20, 0.2, "attributed")

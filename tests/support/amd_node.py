@@ -6,13 +6,13 @@ import re
 from pathlib import Path
 from typing import Dict, List, Optional, Sequence, Tuple
 
+from exporter.demo.fake_upstream import FakeUpstreamExporter
 from exporter.exposition.text import parse_label_pairs, unescape_label_value
 from exporter.sources.kubelet import AllocatedDevice
 from exporter.vendors.amd.demo_exporter import SimulatedAmdExporter
 from exporter.vendors.amd.demo_node import demo_gpus, identity_states
 from exporter.vendors.amd.demo_sysfs import GpuSpec, mi300x_node, write_sysfs
 from support.exporter_process import ExporterProcess, start_exporter
-from support.fake_amd_exporter import FakeAmdExporter
 from support.fake_amd_identity import FakeAmdIdentity
 from support.fake_kube_api import FakeKubeApi, make_pod
 from support.fake_kubelet import FakeKubelet
@@ -52,7 +52,9 @@ class AmdNode:
         self.identity = FakeAmdIdentity(self.identity_socket, identity_states(0) if identity else None)
         self.identity.start()
         moment = [0.0]
-        self.amd = FakeAmdExporter(SimulatedAmdExporter(clock=lambda: moment[0]).render)
+        # AMD's exporter answers as client_golang's promhttp does: 4 KiB chunks, gzip where asked.
+        self.amd = FakeUpstreamExporter(SimulatedAmdExporter(clock=lambda: moment[0]).render,
+                                        name="AMD's device-metrics-exporter", promhttp=True).start()
         self.exporter: Optional[ExporterProcess] = None
 
     def gpu(self, gpu_id: str):

@@ -1,4 +1,4 @@
-"""The demo's HTTP dcgm-exporter with what tests and benchmarks add: faults, error statuses, chunked answers, render time."""
+"""The demo's HTTP dcgm-exporter with what tests and benchmarks add: faults, error statuses, render time, counts."""
 
 from __future__ import annotations
 
@@ -27,13 +27,14 @@ class FakeDcgmExporter(FakeUpstreamExporter):
     `status` over the others.
 
     Also settable: `chunked`, `chunk_bytes` and `gzip_when_asked` (how a 200 answer travels, as in the demo's;
-    the real dcgm-exporter's Go server sends a large answer written in one piece `chunked`, in one chunk) and
+    the real dcgm-exporter's Go server sends a large answer written in one piece `chunked`, in one chunk;
+    `promhttp=True` answers as AMD's exporter does) and
     `render_seconds` (how long each answer takes to render before its first byte; the real one gathers and
     formats every sample on every request). `requests` counts what arrived.
     """
 
-    def __init__(self, body: Body, host: str = "127.0.0.1", port: int = 0) -> None:
-        super().__init__(body, host, port, name="dcgm-exporter")
+    def __init__(self, body: Body, host: str = "127.0.0.1", port: int = 0, promhttp: bool = False) -> None:
+        super().__init__(body, host, port, name="dcgm-exporter", promhttp=promhttp)
         self.status = 200
         self.render_seconds = 0.0
         self._fault: Optional[str] = None
