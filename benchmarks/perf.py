@@ -459,11 +459,11 @@ def in_process(shape: Shape, plan: Plan) -> InProcess:
     return InProcess(parse_render, refill, gzip_answer)
 
 
-def amd_summary(amd: SizeResult, nvidia: SizeResult, paired: Paired, rounds: int, label: str) -> None:
+def amd_summary(amd: SizeResult, nvidia: SizeResult, paired: Paired, label: str) -> None:
     """CPU per series of the AMD body against the NVIDIA body of the same size, measured in this run."""
     print(f"\n== AMD against NVIDIA at {label} series (this run)")
     sizes = paired.bytes_per_series
-    print(f"  side by side ({rounds} rounds of {paired.batch} new-values scrapes of each of three exporters, all "
+    print(f"  side by side ({len(paired.plain)} rounds of {paired.batch} new-values scrapes of each of three exporters, all "
           f"running): exporter CPU per series, median of the rounds (lowest-highest); upstream text per series: "
           f"AMD {sizes['amd']:.0f} bytes, NVIDIA {sizes['nvidia']:.0f}, NVIDIA padded {sizes['padded']:.0f}")
     for name, ratios, same_bytes in (("plain", paired.plain, paired.same_bytes_plain),
@@ -556,7 +556,7 @@ def main(argv: List[str]) -> int:
         shutil.rmtree(workdir, ignore_errors=True)
     summary(results, in_process(plan.sizes[reference_label], plan), reference_label)
     if amd is not None:
-        amd_summary(amd, results[reference_label], paired, plan.paired_rounds, reference_label)
+        amd_summary(amd, results[reference_label], paired, reference_label)
     return 0
 
 

@@ -6,9 +6,7 @@ import os
 import threading
 from typing import Optional
 
-from exporter.demo.fake_upstream import Body, FakeUpstreamExporter, chunked_wire, send_head
-
-__all__ = ["FAULTS", "FakeDcgmExporter", "chunked_wire"]
+from exporter.demo.fake_upstream import Body, FakeUpstreamExporter, send_head
 
 FAULTS = (None, "hang", "empty", "garbage", "truncate", "unsized")
 # A hanging answer gives up on its own after this long, so a forgotten fault cannot pin a thread.

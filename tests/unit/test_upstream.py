@@ -11,12 +11,13 @@ from typing import Callable, List
 import pytest
 
 from exporter.base.errors import UpstreamError
+from exporter.demo.fake_upstream import chunked_wire
 from exporter.vendors.nvidia.collectors.dcgm import parse_dcgm_url
 from exporter.vendors.nvidia.dcgm import DEFAULT_MAX_BODY_BYTES
 from exporter.vendors.nvidia.dcgm.file_source import FileSource
 from exporter.vendors.nvidia.dcgm.http_source import HttpSource
 from exporter.vendors.nvidia.dcgm.options import DcgmFileOptions, DcgmHttpOptions
-from support.fake_dcgm import FakeDcgmExporter, chunked_wire
+from support.fake_dcgm import FakeDcgmExporter
 from support.fixtures import fixture_bytes, fixture_path  # tests/ is on sys.path (conftest.py)
 
 L4 = "dcgm/l4-aws-gpu-operator-default-counters.prom"
